@@ -1,0 +1,174 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AudioFormat(_message.Message):
+    __slots__ = ("encoding", "sample_rate_hz", "channels")
+    class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ENCODING_UNSPECIFIED: _ClassVar[AudioFormat.Encoding]
+        LINEAR16: _ClassVar[AudioFormat.Encoding]
+        FLOAT32: _ClassVar[AudioFormat.Encoding]
+        MULAW: _ClassVar[AudioFormat.Encoding]
+        ALAW: _ClassVar[AudioFormat.Encoding]
+    ENCODING_UNSPECIFIED: AudioFormat.Encoding
+    LINEAR16: AudioFormat.Encoding
+    FLOAT32: AudioFormat.Encoding
+    MULAW: AudioFormat.Encoding
+    ALAW: AudioFormat.Encoding
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATE_HZ_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    encoding: AudioFormat.Encoding
+    sample_rate_hz: int
+    channels: int
+    def __init__(self, encoding: _Optional[_Union[AudioFormat.Encoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., channels: _Optional[int] = ...) -> None: ...
+
+class EndpointingConfig(_message.Message):
+    __slots__ = ("silence_ms", "max_utterance_ms")
+    SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_UTTERANCE_MS_FIELD_NUMBER: _ClassVar[int]
+    silence_ms: int
+    max_utterance_ms: int
+    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ...) -> None: ...
+
+class StreamingConfig(_message.Message):
+    __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINTING_FIELD_NUMBER: _ClassVar[int]
+    HOTWORDS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    format: AudioFormat
+    language: str
+    interim_results: bool
+    endpointing: EndpointingConfig
+    hotwords: _containers.RepeatedScalarFieldContainer[str]
+    initial_prompt: str
+    word_timestamps: bool
+    model: str
+    def __init__(self, format: _Optional[_Union[AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., hotwords: _Optional[_Iterable[str]] = ..., initial_prompt: _Optional[str] = ..., word_timestamps: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
+
+class Control(_message.Message):
+    __slots__ = ("action",)
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[Control.Action]
+        FINALIZE: _ClassVar[Control.Action]
+    ACTION_UNSPECIFIED: Control.Action
+    FINALIZE: Control.Action
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    action: Control.Action
+    def __init__(self, action: _Optional[_Union[Control.Action, str]] = ...) -> None: ...
+
+class StreamingRecognizeRequest(_message.Message):
+    __slots__ = ("config", "audio", "control")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_FIELD_NUMBER: _ClassVar[int]
+    config: StreamingConfig
+    audio: bytes
+    control: Control
+    def __init__(self, config: _Optional[_Union[StreamingConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[Control, _Mapping]] = ...) -> None: ...
+
+class SpeechEvent(_message.Message):
+    __slots__ = ("type", "offset_s", "channel", "utterance_id")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TYPE_UNSPECIFIED: _ClassVar[SpeechEvent.Type]
+        SPEECH_STARTED: _ClassVar[SpeechEvent.Type]
+        SPEECH_ENDED: _ClassVar[SpeechEvent.Type]
+    TYPE_UNSPECIFIED: SpeechEvent.Type
+    SPEECH_STARTED: SpeechEvent.Type
+    SPEECH_ENDED: SpeechEvent.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    type: SpeechEvent.Type
+    offset_s: float
+    channel: int
+    utterance_id: int
+    def __init__(self, type: _Optional[_Union[SpeechEvent.Type, str]] = ..., offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ...) -> None: ...
+
+class Word(_message.Message):
+    __slots__ = ("word", "start_s", "end_s", "probability")
+    WORD_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    word: str
+    start_s: float
+    end_s: float
+    probability: float
+    def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text")
+    IS_FINAL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    STABILITY_FIELD_NUMBER: _ClassVar[int]
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    WORDS_FIELD_NUMBER: _ClassVar[int]
+    STABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    UNSTABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    is_final: bool
+    text: str
+    stability: float
+    start_s: float
+    end_s: float
+    utterance_id: int
+    channel: int
+    language: str
+    words: _containers.RepeatedCompositeFieldContainer[Word]
+    stable_text: str
+    unstable_text: str
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ...) -> None: ...
+
+class Progress(_message.Message):
+    __slots__ = ("audio_received_s", "audio_processed_s", "lag_s")
+    AUDIO_RECEIVED_S_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_PROCESSED_S_FIELD_NUMBER: _ClassVar[int]
+    LAG_S_FIELD_NUMBER: _ClassVar[int]
+    audio_received_s: float
+    audio_processed_s: float
+    lag_s: float
+    def __init__(self, audio_received_s: _Optional[float] = ..., audio_processed_s: _Optional[float] = ..., lag_s: _Optional[float] = ...) -> None: ...
+
+class StreamingRecognizeResponse(_message.Message):
+    __slots__ = ("speech_event", "result", "progress")
+    SPEECH_EVENT_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    speech_event: SpeechEvent
+    result: Result
+    progress: Progress
+    def __init__(self, speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+
+class RecognizeRequest(_message.Message):
+    __slots__ = ("config", "audio")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    config: StreamingConfig
+    audio: bytes
+    def __init__(self, config: _Optional[_Union[StreamingConfig, _Mapping]] = ..., audio: _Optional[bytes] = ...) -> None: ...
+
+class RecognizeResponse(_message.Message):
+    __slots__ = ("results", "duration_s")
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_S_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[Result]
+    duration_s: float
+    def __init__(self, results: _Optional[_Iterable[_Union[Result, _Mapping]]] = ..., duration_s: _Optional[float] = ...) -> None: ...

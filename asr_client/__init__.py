@@ -1,0 +1,26 @@
+"""streamasr client: a small async API plus the ``asr-client`` command.
+
+Example::
+
+    import asyncio
+    from asr_client import AsrClient, audio_config
+
+    async def main() -> None:
+        async with AsrClient("localhost:50051") as client:
+            async with client.stream(audio_config(sample_rate_hz=8000, encoding="MULAW")) as stream:
+                async def send() -> None:
+                    for chunk in chunks:                # e.g. 20 ms frames from a SIP gateway
+                        await stream.send_audio(chunk)  # waits when the server pushes back
+                    await stream.end()
+                sender = asyncio.create_task(send())
+                async for event in stream:
+                    if event.HasField("result") and event.result.is_final:
+                        print(event.result.channel, event.result.text)
+                await sender
+
+    asyncio.run(main())
+"""
+
+from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
+
+__all__ = ["AsrClient", "RecognitionStream", "StreamClosedError", "audio_config"]

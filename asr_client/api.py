@@ -1,0 +1,183 @@
+"""The async client API: open a stream with a config, send audio, iterate events, finalize."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+
+import grpc
+
+from asr_api.v1 import asr_pb2, asr_pb2_grpc
+
+Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
+
+
+class StreamClosedError(RuntimeError):
+    """The server ended the stream with an error; ``code`` and ``details`` say why."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+def audio_config(
+    *,
+    sample_rate_hz: int = 16_000,
+    encoding: Encoding = "LINEAR16",
+    channels: int = 1,
+    language: str = "",
+    interim_results: bool = True,
+    silence_ms: int = 0,
+    max_utterance_ms: int = 0,
+    hotwords: Sequence[str] = (),
+    initial_prompt: str = "",
+    word_timestamps: bool = False,
+    model: str = "",
+) -> asr_pb2.StreamingConfig:
+    """Build a ``StreamingConfig``; zero values mean the server's defaults."""
+    return asr_pb2.StreamingConfig(
+        format=asr_pb2.AudioFormat(
+            encoding=asr_pb2.AudioFormat.Encoding.Value(encoding),
+            sample_rate_hz=sample_rate_hz,
+            channels=channels,
+        ),
+        language=language,
+        interim_results=interim_results,
+        endpointing=asr_pb2.EndpointingConfig(
+            silence_ms=silence_ms, max_utterance_ms=max_utterance_ms
+        ),
+        hotwords=list(hotwords),
+        initial_prompt=initial_prompt,
+        word_timestamps=word_timestamps,
+        model=model,
+    )
+
+
+class RecognitionStream:
+    """One StreamingRecognize call. Send from one task, iterate events in another."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall, config: asr_pb2.StreamingConfig) -> None:
+        self._call = call
+        self._config = config
+        self._ended = False
+
+    async def open(self) -> RecognitionStream:
+        """Send the config (``async with`` does this for you)."""
+        await self._write(asr_pb2.StreamingRecognizeRequest(config=self._config))
+        return self
+
+    async def send_audio(self, data: bytes) -> None:
+        """Send audio bytes in the configured encoding; waits while the server pushes back."""
+        await self._write(asr_pb2.StreamingRecognizeRequest(audio=data))
+
+    async def finalize(self) -> None:
+        """Ask the server to finalize the current utterance now; the stream stays open."""
+        await self._write(
+            asr_pb2.StreamingRecognizeRequest(
+                control=asr_pb2.Control(action=asr_pb2.Control.FINALIZE)
+            )
+        )
+
+    async def end(self) -> None:
+        """No more audio: the server finalizes what is pending, then ends the event stream."""
+        if not self._ended:
+            self._ended = True
+            try:
+                await self._call.done_writing()
+            except grpc.aio.AioRpcError as exc:
+                raise StreamClosedError(exc.code(), exc.details() or "") from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+    async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
+        try:
+            await self._call.write(request)
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+            # The call has ended. A failed write only says "Internal error from Core";
+            # the call's final status carries the server's real code and message.
+            raise await self._closed_error() from None
+
+    async def _closed_error(self) -> StreamClosedError:
+        code = await self._call.code()
+        details = await self._call.details()
+        if code == grpc.StatusCode.OK:
+            return StreamClosedError(code, "the server closed the stream")
+        return StreamClosedError(code, details or "")
+
+    async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
+        while True:
+            try:
+                response = await self._call.read()
+            except grpc.aio.AioRpcError as exc:
+                raise StreamClosedError(exc.code(), exc.details() or "") from None
+            if response is grpc.aio.EOF:
+                code = await self._call.code()
+                if code != grpc.StatusCode.OK:
+                    raise StreamClosedError(code, await self._call.details() or "")
+                return
+            yield response
+
+    async def __aenter__(self) -> RecognitionStream:
+        return await self.open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is not None or not self._call.done():
+            self._call.cancel()
+
+
+class AsrClient:
+    """A connection to a streamasr server (one gRPC channel, many streams)."""
+
+    def __init__(
+        self,
+        target: str = "localhost:50051",
+        *,
+        options: Sequence[tuple[str, object]] = (),
+        max_message_bytes: int = 64 << 20,
+    ) -> None:
+        self._channel = grpc.aio.insecure_channel(
+            target,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+                *options,
+            ],
+        )
+        self._stub = asr_pb2_grpc.RecognizerStub(self._channel)
+
+    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+
+    def stream(
+        self, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
+    ) -> RecognitionStream:
+        """A new stream; use ``async with`` (or ``await stream.open()``) to send the config."""
+        return RecognitionStream(self._stub.StreamingRecognize(timeout=timeout_s), config)
+
+    async def recognize(
+        self, audio: bytes, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
+    ) -> asr_pb2.RecognizeResponse:
+        """Transcribe a whole recording in one call."""
+        try:
+            return await self._stub.Recognize(
+                asr_pb2.RecognizeRequest(config=config, audio=audio), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise StreamClosedError(exc.code(), exc.details() or "") from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsrClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

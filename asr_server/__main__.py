@@ -1,0 +1,5 @@
+"""``python -m asr_server`` is ``asr-server``."""
+
+from asr_server.cli import main
+
+main()

@@ -1,0 +1,216 @@
+"""Builds and runs the gRPC server: servicer, health, reflection, metrics, signals, drain.
+
+Start-up order matters for operators: the port and the health service come up
+first (NOT_SERVING), the model loads in a worker thread, then health flips to
+SERVING. On SIGTERM/SIGINT health goes NOT_SERVING, new streams get
+UNAVAILABLE, and open streams get ``drain_timeout_s`` to finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from asr_api.v1 import asr_pb2, asr_pb2_grpc
+from asr_server.engine.base import Engine
+from asr_server.engine.scheduler import EngineScheduler
+from asr_server.metrics import Metrics
+from asr_server.session import SessionServices
+from asr_server.settings import Settings
+from asr_server.transport.servicer import RecognizerServicer
+from asr_server.vad.base import VoiceDetector
+
+logger = logging.getLogger(__name__)
+
+SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
+
+
+def load_whisper_engine(settings: Settings) -> Engine:
+    """The production engine factory (runs in a worker thread at start-up)."""
+    from asr_server.engine.models import resolve_model
+    from asr_server.engine.whisper import WhisperEngine
+
+    e = settings.engine
+    model = resolve_model(e.model, e.cache_dir)
+    return WhisperEngine(
+        model,
+        device=e.device,
+        compute_type=e.compute_type,
+        cpu_threads=e.cpu_threads,
+        workers=e.workers,
+        max_batch_size=e.max_batch_size,
+        min_window_s=e.min_window_s,
+        final_beam_size=e.final_beam_size,
+    )
+
+
+def languages_of(engine: Engine) -> frozenset[str] | None:
+    """Language codes a stream may ask for; None = any Whisper code (multilingual)."""
+    if not engine.is_multilingual:
+        return frozenset({"en"})
+    try:
+        from faster_whisper.tokenizer import _LANGUAGE_CODES
+
+        return frozenset(_LANGUAGE_CODES)
+    except ImportError:  # pragma: no cover
+        return None
+
+
+def grpc_options(settings: Settings) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", settings.max_message_bytes),
+        ("grpc.max_send_message_length", settings.max_message_bytes),
+        # No bandwidth-delay probing: it grows each stream's HTTP/2 window to megabytes,
+        # which would let a client park far more audio in transit than the buffer cap.
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+
+
+@dataclass
+class RunningServer:
+    server: grpc.aio.Server
+    port: int
+    metrics_port: int | None
+    servicer: RecognizerServicer
+    health: health.aio.HealthServicer
+    metrics: Metrics
+    ready: asyncio.Event
+    _scheduler: EngineScheduler | None = None
+    _loader: asyncio.Task[None] | None = None
+    _metrics_http: object | None = None
+
+    async def drain_and_stop(self, timeout_s: float) -> None:
+        """Graceful shutdown: refuse new streams, let open ones finish, then stop."""
+        self.servicer.draining = True
+        await self.health.enter_graceful_shutdown()
+        logger.info("draining: %d open stream(s), up to %.0f s", self.servicer.active, timeout_s)
+        await self.server.stop(grace=timeout_s)
+        await self.close()
+
+    async def close(self) -> None:
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+        await self.server.stop(grace=None)
+        if self._scheduler is not None:
+            await self._scheduler.close()
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()  # type: ignore[attr-defined]
+
+
+async def start_server(
+    settings: Settings,
+    *,
+    engine_factory: Callable[[Settings], Engine] = load_whisper_engine,
+    metrics: Metrics | None = None,
+    vad_factory: Callable[[], VoiceDetector] | None = None,
+) -> RunningServer:
+    """Bind, start serving health, and load the model in the background."""
+    metrics = metrics or Metrics()
+    metrics.max_streams.set(settings.max_streams)
+    server = grpc.aio.server(options=grpc_options(settings))
+    servicer = RecognizerServicer(None, model_name=settings.engine.model, languages=None)
+    asr_pb2_grpc.add_RecognizerServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    reflection.enable_server_reflection(
+        (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if port == 0:
+        raise OSError(f"cannot bind {settings.host}:{settings.port}")
+    await server.start()
+
+    metrics_http = None
+    metrics_port = None
+    if settings.metrics_port:
+        from prometheus_client import start_http_server
+
+        metrics_http, _thread = start_http_server(
+            settings.metrics_port, addr=settings.host, registry=metrics.registry
+        )
+        metrics_port = metrics_http.server_port
+
+    running = RunningServer(
+        server,
+        port,
+        metrics_port,
+        servicer,
+        health_servicer,
+        metrics,
+        asyncio.Event(),
+        _metrics_http=metrics_http,
+    )
+
+    async def load() -> None:
+        try:
+            engine = await asyncio.to_thread(engine_factory, settings)
+        except Exception:
+            logger.exception(
+                "model %r failed to load; the server stays NOT_SERVING", settings.engine.model
+            )
+            raise
+        scheduler = EngineScheduler(
+            engine,
+            metrics,
+            workers=engine.workers,
+            max_batch_size=engine.max_batch_size,
+            batch_wait_s=settings.engine.batch_wait_ms / 1000,
+        )
+        await scheduler.start()
+        running._scheduler = scheduler
+        servicer.model_name = engine.name
+        servicer.languages = languages_of(engine)
+        servicer.services = SessionServices(settings, scheduler, metrics, vad_factory)
+        metrics.model_loaded.set(1)
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        running.ready.set()
+        logger.info("ready: serving %s on port %d", engine.name, port)
+
+    running._loader = asyncio.create_task(load(), name="model-loader")
+    return running
+
+
+async def serve(
+    settings: Settings, on_ready: Callable[[RunningServer], None] | None = None
+) -> None:
+    """Run until SIGTERM/SIGINT, then drain."""
+    running = await start_server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ready = asyncio.create_task(running.ready.wait())
+    stopping = asyncio.create_task(stop.wait())
+    assert running._loader is not None
+    done, _ = await asyncio.wait(
+        {ready, stopping, running._loader}, return_when=asyncio.FIRST_COMPLETED
+    )
+    if running._loader in done and running._loader.exception() is not None:
+        stopping.cancel()
+        ready.cancel()
+        await running.close()
+        raise SystemExit(f"model failed to load: {running._loader.exception()}")
+    if ready in done and on_ready is not None:
+        on_ready(running)
+    await stopping
+    ready.cancel()
+    await running.drain_and_stop(settings.drain_timeout_s)

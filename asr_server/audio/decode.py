@@ -1,0 +1,117 @@
+"""Turn a stream's audio messages into 16 kHz float32 arrays, one per channel.
+
+One ``AudioDecoder`` per stream: it keeps the resampler state of each channel so
+chunk boundaries leave no clicks, and it checks every message's byte count
+against the declared encoding and channel count.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import numpy as np
+import soxr
+
+from asr_server.audio.g711 import alaw_decode, mulaw_decode
+
+SAMPLE_RATE = 16_000
+MIN_RATE_HZ = 8_000
+MAX_RATE_HZ = 48_000
+MAX_CHANNELS = 8
+
+
+class AudioFormatError(ValueError):
+    """The declared format is unsupported, or a message does not fit it."""
+
+
+class Encoding(enum.Enum):
+    LINEAR16 = "LINEAR16"
+    FLOAT32 = "FLOAT32"
+    MULAW = "MULAW"
+    ALAW = "ALAW"
+
+    @property
+    def bytes_per_sample(self) -> int:
+        return _BYTES_PER_SAMPLE[self]
+
+
+_BYTES_PER_SAMPLE = {Encoding.LINEAR16: 2, Encoding.FLOAT32: 4, Encoding.MULAW: 1, Encoding.ALAW: 1}
+
+
+@dataclass(frozen=True)
+class AudioFormat:
+    encoding: Encoding
+    sample_rate_hz: int
+    channels: int = 1
+
+    def validate(self) -> None:
+        if not MIN_RATE_HZ <= self.sample_rate_hz <= MAX_RATE_HZ:
+            raise AudioFormatError(
+                f"sample_rate_hz {self.sample_rate_hz} is not supported "
+                f"(use {MIN_RATE_HZ}-{MAX_RATE_HZ})"
+            )
+        if not 1 <= self.channels <= MAX_CHANNELS:
+            raise AudioFormatError(f"channels {self.channels} is not supported (1-{MAX_CHANNELS})")
+
+    @property
+    def frame_bytes(self) -> int:
+        """Bytes of one sample on every channel."""
+        return self.encoding.bytes_per_sample * self.channels
+
+
+def decode_samples(data: bytes, encoding: Encoding) -> np.ndarray:
+    """Wire bytes → interleaved float32 samples in [-1, 1]."""
+    if encoding is Encoding.LINEAR16:
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+    if encoding is Encoding.FLOAT32:
+        samples = np.frombuffer(data, dtype="<f4").astype(np.float32)
+        if not np.all(np.isfinite(samples)):
+            raise AudioFormatError("FLOAT32 audio contains NaN or infinity")
+        return np.clip(samples, -1.0, 1.0)
+    if encoding is Encoding.MULAW:
+        return mulaw_decode(data).astype(np.float32) / 32768.0
+    return alaw_decode(data).astype(np.float32) / 32768.0
+
+
+class AudioDecoder:
+    """Decodes one stream's messages into per-channel 16 kHz float32 arrays."""
+
+    def __init__(self, fmt: AudioFormat) -> None:
+        fmt.validate()
+        self.format = fmt
+        self._resamplers = (
+            [
+                soxr.ResampleStream(fmt.sample_rate_hz, SAMPLE_RATE, 1, dtype="float32")
+                for _ in range(fmt.channels)
+            ]
+            if fmt.sample_rate_hz != SAMPLE_RATE
+            else None
+        )
+        self.input_samples = 0  # per channel, at the input rate
+
+    def decode(self, data: bytes) -> list[np.ndarray]:
+        """One audio message → one 16 kHz array per channel."""
+        if len(data) % self.format.frame_bytes:
+            raise AudioFormatError(
+                f"audio message of {len(data)} bytes is not a whole number of "
+                f"{self.format.frame_bytes}-byte frames ({self.format.encoding.name}, "
+                f"{self.format.channels} channel(s))"
+            )
+        samples = decode_samples(data, self.format.encoding)
+        frames = samples.reshape(-1, self.format.channels)
+        self.input_samples += frames.shape[0]
+        return self._resample([frames[:, c] for c in range(self.format.channels)], last=False)
+
+    def flush(self) -> list[np.ndarray]:
+        """The resamplers' tail at end of stream."""
+        empty = np.zeros(0, dtype=np.float32)
+        return self._resample([empty] * self.format.channels, last=True)
+
+    def _resample(self, channels: list[np.ndarray], *, last: bool) -> list[np.ndarray]:
+        if self._resamplers is None:
+            return [np.ascontiguousarray(c, dtype=np.float32) for c in channels]
+        return [
+            r.resample_chunk(np.ascontiguousarray(c, dtype=np.float32), last=last)
+            for r, c in zip(self._resamplers, channels, strict=True)
+        ]

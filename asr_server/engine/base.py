@@ -1,0 +1,61 @@
+"""The engine boundary: a batch of 16 kHz float32 utterances in, hypotheses out."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+
+class DecodeKind(enum.IntEnum):
+    """Lower value = higher priority in the scheduler."""
+
+    FINAL = 0
+    PARTIAL = 1
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    audio: np.ndarray  # float32, 16 kHz, mono
+    kind: DecodeKind
+    language: str | None = None  # None = detect
+    #: preceding context (initial prompt, hotwords); conditions but is not output
+    prompt: str = ""
+    #: text already committed for this audio; decoding continues after it and it is kept verbatim
+    prefix: str = ""
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class WordTiming:
+    word: str
+    start_s: float  # relative to the start of the request's audio
+    end_s: float
+    probability: float
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    text: str  # prefix + newly decoded text, stripped
+    language: str
+    words: list[WordTiming] = field(default_factory=list)
+    no_speech_prob: float = 0.0
+    avg_logprob: float = 0.0
+    #: the decoder judged this to be non-speech or a hallucination; text is empty then
+    rejected: bool = False
+
+
+class Engine(Protocol):
+    """A speech recognizer. ``transcribe`` blocks and must be safe to call from several threads."""
+
+    name: str
+    is_multilingual: bool
+    #: how many requests one call may take; the scheduler never sends more
+    max_batch_size: int
+    #: how many calls may run at once (the scheduler's worker count)
+    workers: int
+
+    def transcribe(self, requests: Sequence[DecodeRequest]) -> list[Hypothesis]: ...

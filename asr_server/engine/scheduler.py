@@ -1,0 +1,174 @@
+"""Shares one engine between all streams: priorities, coalescing, batching, workers.
+
+* Finals run before partials: a final is what the user waits for.
+* Partials are coalesced per key (a stream's channel): a newer partial replaces a
+  queued older one, whose caller receives ``None``, and keeps its queue position
+  so a busy stream cannot push others back.
+* Up to ``max_batch_size`` requests of the same kind go to one engine call; a
+  worker waits at most ``batch_wait_s`` for a batch to fill.
+* Engine calls run in a thread pool (CTranslate2 releases the GIL), never on the
+  event loop. A caller that goes away while its job is queued removes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Hashable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from asr_server.engine.base import DecodeKind, DecodeRequest, Engine, Hypothesis
+from asr_server.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+
+class EngineError(RuntimeError):
+    """The engine failed on a request."""
+
+
+@dataclass
+class _Job:
+    request: DecodeRequest
+    future: asyncio.Future[Hypothesis | None]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class EngineScheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: Metrics,
+        *,
+        workers: int = 1,
+        max_batch_size: int | None = None,
+        batch_wait_s: float = 0.0,
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.workers = workers
+        self.max_batch_size = max(
+            1, min(max_batch_size or engine.max_batch_size, engine.max_batch_size)
+        )
+        self.batch_wait_s = batch_wait_s
+        self._finals: deque[_Job] = deque()
+        self._partials: OrderedDict[Hashable, _Job] = OrderedDict()
+        self._anonymous = 0
+        self._wakeup = asyncio.Event()
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="asr-engine")
+        self._tasks: list[asyncio.Task[None]] = []
+        self.calls = 0
+        self.running = 0  # requests inside the engine right now
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._worker(), name=f"engine-worker-{i}")
+            for i in range(self.workers)
+        ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for job in [*self._finals, *self._partials.values()]:
+            job.future.cancel()
+        self._finals.clear()
+        self._partials.clear()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def queued(self) -> int:
+        return len(self._finals) + len(self._partials)
+
+    @property
+    def idle(self) -> bool:
+        return self.running == 0 and not any(
+            not j.future.done() for j in (*self._finals, *self._partials.values())
+        )
+
+    async def decode(
+        self, request: DecodeRequest, *, coalesce_key: Hashable | None = None
+    ) -> Hypothesis | None:
+        """Queue ``request`` and wait for its hypothesis.
+
+        Returns ``None`` when a newer partial with the same ``coalesce_key`` replaced it.
+        """
+        job = _Job(request, asyncio.get_running_loop().create_future())
+        if request.kind is DecodeKind.FINAL:
+            self._finals.append(job)
+        else:
+            if coalesce_key is None:
+                self._anonymous += 1
+                coalesce_key = ("anonymous", self._anonymous)
+            old = self._partials.get(coalesce_key)
+            if old is not None and not old.future.done():
+                old.future.set_result(None)
+                self.metrics.partials_superseded.inc()
+            self._partials[coalesce_key] = job
+        self.metrics.engine_queue_depth.set(self.queued)
+        self._wakeup.set()
+        try:
+            return await job.future
+        finally:
+            if not job.future.done():
+                job.future.cancel()  # the caller went away: the worker skips this job
+
+    def _pop(self, kind: DecodeKind, n: int) -> list[_Job]:
+        """Up to ``n`` live jobs of ``kind``, oldest first; cancelled ones are dropped."""
+        jobs: list[_Job] = []
+        while len(jobs) < n:
+            if kind is DecodeKind.FINAL:
+                if not self._finals:
+                    break
+                job = self._finals.popleft()
+            else:
+                if not self._partials:
+                    break
+                _, job = self._partials.popitem(last=False)
+            if not job.future.done():
+                jobs.append(job)
+        return jobs
+
+    def _take_batch(self) -> list[_Job]:
+        return self._pop(DecodeKind.FINAL, self.max_batch_size) or self._pop(
+            DecodeKind.PARTIAL, self.max_batch_size
+        )
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            if len(batch) < self.max_batch_size and self.batch_wait_s > 0:
+                await asyncio.sleep(self.batch_wait_s)  # let other streams' requests join
+                batch += self._pop(batch[0].request.kind, self.max_batch_size - len(batch))
+            self.metrics.engine_queue_depth.set(self.queued)
+            kind = batch[0].request.kind.name.lower()
+            started = time.perf_counter()
+            for job in batch:
+                self.metrics.engine_queue_wait.labels(kind).observe(started - job.enqueued)
+            self.running += len(batch)
+            try:
+                hyps = await loop.run_in_executor(
+                    self._executor, self.engine.transcribe, [j.request for j in batch]
+                )
+            except Exception as exc:
+                logger.exception("engine call failed on a batch of %d", len(batch))
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(EngineError(str(exc)))
+                continue
+            finally:
+                self.running -= len(batch)
+                self.calls += 1
+                self.metrics.engine_inference.labels(kind).observe(time.perf_counter() - started)
+                self.metrics.engine_batch_size.observe(len(batch))
+            for job, hyp in zip(batch, hyps, strict=True):
+                if not job.future.done():
+                    job.future.set_result(hyp)

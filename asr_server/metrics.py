@@ -1,0 +1,85 @@
+"""Every Prometheus collector of the server, in one place, on an injectable registry.
+
+Labels stay bounded: kinds, status codes and channels counts, never stream ids.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.active_streams = Gauge("asr_active_streams", "Open recognition streams.", registry=r)
+        self.max_streams = Gauge("asr_max_streams", "Configured stream limit.", registry=r)
+        self.streams = Counter(
+            "asr_streams_total", "Streams by outcome (status code name).", ["code"], registry=r
+        )
+        self.stream_errors = Counter(
+            "asr_stream_errors_total",
+            "Calls that ended with an error, by status.",
+            ["code"],
+            registry=r,
+        )
+        self.audio_received = Counter(
+            "asr_audio_received_seconds_total",
+            "Audio received (seconds, all channels).",
+            registry=r,
+        )
+        self.audio_processed = Counter(
+            "asr_audio_processed_seconds_total",
+            "Audio through VAD (seconds, all channels).",
+            registry=r,
+        )
+        self.buffered_audio = Gauge(
+            "asr_buffered_audio_seconds",
+            "Audio received but not yet processed, all streams.",
+            registry=r,
+        )
+        self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
+        self.speech_events = Counter(
+            "asr_speech_events_total", "Speech start/end events sent.", ["type"], registry=r
+        )
+        self.engine_queue_wait = Histogram(
+            "asr_engine_queue_wait_seconds",
+            "Time a request waited for the engine.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_inference = Histogram(
+            "asr_engine_inference_seconds",
+            "Engine call duration.",
+            ["kind"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.engine_batch_size = Histogram(
+            "asr_engine_batch_size",
+            "Requests per engine call.",
+            buckets=(1, 2, 4, 8, 16, 32),
+            registry=r,
+        )
+        self.engine_queue_depth = Gauge(
+            "asr_engine_queue_depth", "Requests waiting for the engine.", registry=r
+        )
+        self.partials_superseded = Counter(
+            "asr_partials_superseded_total", "Queued partials replaced by a newer one.", registry=r
+        )
+        self.time_to_first_partial = Histogram(
+            "asr_time_to_first_partial_seconds",
+            "From speech start (audio arrival) to the utterance's first partial.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.final_latency = Histogram(
+            "asr_final_latency_seconds",
+            "From the arrival of the audio that ended an utterance to its final result.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.model_loaded = Gauge("asr_model_loaded", "1 once the model is loaded.", registry=r)

@@ -1,0 +1,22 @@
+"""One recognition stream: reader, per-channel processors and writer under one TaskGroup."""
+
+from asr_server.session.stream import SessionServices, StreamSession
+from asr_server.session.types import (
+    Finalize,
+    OutEvent,
+    Progress,
+    RecognitionResult,
+    SpeechBoundary,
+    StreamConfig,
+)
+
+__all__ = [
+    "Finalize",
+    "OutEvent",
+    "Progress",
+    "RecognitionResult",
+    "SessionServices",
+    "SpeechBoundary",
+    "StreamConfig",
+    "StreamSession",
+]

@@ -1,0 +1,63 @@
+"""LocalAgreement-n (as in whisper_streaming): commit what consecutive hypotheses agree on.
+
+Each partial hypothesis of the growing utterance is compared with the previous
+one; the words both agree on after the committed prefix become committed and
+are never changed again (later decodes are forced to continue after them).
+Words compare case- and punctuation-insensitively.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from asr_server.engine.base import WordTiming
+
+_NON_WORD = re.compile(r"[^\w']+")
+
+
+def _norm(word: str) -> str:
+    return _NON_WORD.sub("", word.lower())
+
+
+@dataclass
+class LocalAgreement:
+    committed: list[str] = field(default_factory=list)
+    #: timing of committed words where a hypothesis carried it (utterance-relative)
+    committed_timing: list[WordTiming | None] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)  # the latest uncommitted words
+    _previous_tail: list[str] | None = None
+
+    def update(self, words: list[str], timings: list[WordTiming] | None = None) -> bool:
+        """Apply a hypothesis (committed prefix included); False if it is stale and ignored."""
+        n = len(self.committed)
+        if [_norm(w) for w in words[:n]] != [_norm(w) for w in self.committed]:
+            return False  # decoded with an older prefix that no longer matches
+        tail = words[n:]
+        if timings is not None and len(timings) == len(words):
+            # refresh timings of committed words the hypothesis carries
+            for i in range(n):
+                if self.committed_timing[i] is None:
+                    self.committed_timing[i] = timings[i]
+        agreed = 0
+        if self._previous_tail is not None:
+            for a, b in zip(self._previous_tail, tail, strict=False):
+                if _norm(a) != _norm(b) or not _norm(b):
+                    break
+                agreed += 1
+        self.committed.extend(tail[:agreed])
+        if timings is not None and len(timings) == len(words):
+            self.committed_timing.extend(timings[n : n + agreed])
+        else:
+            self.committed_timing.extend([None] * agreed)
+        self.tail = tail[agreed:]
+        self._previous_tail = self.tail
+        return True
+
+    @property
+    def committed_text(self) -> str:
+        return " ".join(self.committed)
+
+    @property
+    def tail_text(self) -> str:
+        return " ".join(self.tail)

@@ -1,0 +1,330 @@
+"""Recognition of one audio channel: VAD → utterance audio → engine → agreement → events.
+
+The processor pulls 16 kHz audio from the channel's bounded inbox and runs the
+endpointer. While someone speaks it asks the scheduler for a partial every
+``partial_interval`` of new speech (without waiting for it: a newer request
+replaces a queued one) and commits the words two consecutive partials agree on.
+When the endpointer hears the end of speech — or the client asks to finalize,
+or the audio ends — the processor *waits* for the final: if the engine is
+behind, the inbox fills and the reader stops reading, which is the backpressure.
+
+An utterance longer than ``max_utterance`` is split where no word is cut: after
+the last committed word when their timing is known, else at the quietest point
+of its last third. The audio after the cut begins the next utterance; nothing
+is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
+from asr_server.engine.scheduler import EngineScheduler
+from asr_server.metrics import Metrics
+from asr_server.session.agreement import LocalAgreement
+from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
+from asr_server.session.types import OutEvent, RecognitionResult, SpeechBoundary, StreamConfig
+from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
+from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
+
+logger = logging.getLogger(__name__)
+
+#: trailing silence kept after the last voiced frame: the end of a word fades slowly
+TRAILING_PAD_S = 0.2
+#: how close to the utterance limit partials start asking for word timing (for a clean split)
+TIMING_LEAD_S = 4.0
+#: trailing silence after which the final is decoded speculatively, before the endpoint
+#: confirms it; if speech resumes the result is dropped. Hides decode time from latency.
+SPECULATE_AFTER_S = 0.2
+#: no partials once this much trailing silence is heard: silence adds no words
+PARTIAL_SILENCE_CUTOFF_S = 0.15
+
+
+@dataclass
+class _Utterance:
+    utterance_id: int
+    audio: UtteranceAudio
+    speech_arrived: float  # wall time when the audio where speech starts arrived
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    samples_since_partial: int = 0
+    partials_sent: int = 0
+    last_partial_text: str = ""
+    finalizing: bool = False
+    partial_language: str = ""
+    #: (end sample, decode task) of a final decoded ahead of the endpoint
+    speculation: tuple[int, asyncio.Task[Hypothesis | None]] | None = None
+
+    def drop_speculation(self) -> None:
+        if self.speculation is not None:
+            self.speculation[1].cancel()
+            self.speculation = None
+
+
+class ChannelRecognizer:
+    def __init__(
+        self,
+        *,
+        channel: int,
+        config: StreamConfig,
+        endpointer: Endpointer,
+        scheduler: EngineScheduler,
+        metrics: Metrics,
+        emit: Callable[[OutEvent], Awaitable[None]],
+        spawn: Callable[[Awaitable[None]], object],
+        partial_interval_s: float,
+        coalesce_key: object,
+    ) -> None:
+        self.channel = channel
+        self.config = config
+        self.endpointer = endpointer
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self._emit = emit
+        self._spawn = spawn
+        self._partial_interval = int(partial_interval_s * SAMPLE_RATE)
+        self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
+        self._key = coalesce_key
+        self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
+        self._next_id = 0
+        self._utt: _Utterance | None = None
+        self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
+        self.position = 0  # samples received into the endpointer
+
+    # -- main loop ------------------------------------------------------------------------
+
+    async def run(self, inbox: AudioInbox) -> None:
+        try:
+            await self._run(inbox)
+        finally:
+            if self._utt is not None:
+                self._utt.drop_speculation()
+
+    async def _run(self, inbox: AudioInbox) -> None:
+        while True:
+            item = await inbox.get()
+            if isinstance(item, AudioChunk):
+                self.position += item.samples.size
+                self._arrivals.append((self.position, item.arrived))
+                self.metrics.audio_processed.inc(item.samples.size / SAMPLE_RATE)
+                await self._handle(await self._vad(self.endpointer.feed, item.samples))
+            elif isinstance(item, EndOfAudio):
+                await self._handle(await self._vad(self.endpointer.flush))
+                if self._utt is not None:  # ended inside speech
+                    await self._finalize(self.endpointer.position)
+                return
+            else:  # Finalize
+                await self._handle(self.endpointer.force_end())
+
+    async def _vad(self, fn, *args):  # type: ignore[no-untyped-def]
+        if self.endpointer.detector.blocking:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _handle(self, events: list) -> None:  # type: ignore[type-arg]
+        for ev in events:
+            if isinstance(ev, SpeechStarted):
+                await self._start(ev.start_sample)
+            elif isinstance(ev, SpeechAudio):
+                await self._audio(ev)
+            elif isinstance(ev, SpeechEnded):
+                await self._end(ev.end_sample)
+
+    # -- utterance life cycle -------------------------------------------------------------
+
+    async def _start(self, start_sample: int, *, announce: bool = True) -> None:
+        self._utt = _Utterance(
+            self._next_id, UtteranceAudio(start_sample), speech_arrived=self._arrival(start_sample)
+        )
+        self._next_id += 1
+        if announce:
+            await self._emit(
+                SpeechBoundary(
+                    True, start_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id
+                )
+            )
+            self.metrics.speech_events.labels("started").inc()
+
+    async def _audio(self, ev: SpeechAudio) -> None:
+        utt = self._utt
+        if utt is None:
+            return
+        utt.audio.append(ev.samples)
+        utt.samples_since_partial += ev.samples.size
+        if len(utt.audio) >= self._max_utterance:
+            utt.drop_speculation()
+            await self._split()
+            return
+        silence = ev.trailing_silence
+        if silence == 0:
+            utt.drop_speculation()  # speech resumed: the early final is moot
+        elif silence >= SPECULATE_AFTER_S * SAMPLE_RATE and utt.speculation is None:
+            self._speculate(utt, ev.last_voiced_end)
+        if (
+            self.config.interim_results
+            and utt.samples_since_partial >= self._partial_interval
+            and silence < PARTIAL_SILENCE_CUTOFF_S * SAMPLE_RATE
+        ):
+            utt.samples_since_partial = 0
+            self._request_partial(utt)
+
+    def _final_request(self, utt: _Utterance, end_sample: int | None = None) -> DecodeRequest:
+        return DecodeRequest(
+            utt.audio.snapshot(end_sample),
+            DecodeKind.FINAL,
+            language=self.config.language,
+            prompt=self.config.prompt,
+            prefix=utt.agreement.committed_text,
+            word_timestamps=self.config.word_timestamps,
+        )
+
+    def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
+        end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
+        request = self._final_request(utt, end)
+        task = asyncio.create_task(self.scheduler.decode(request), name="speculative-final")
+        utt.speculation = (end, task)
+
+    async def _end(self, end_sample: int) -> None:
+        if self._utt is None:
+            return
+        await self._emit(
+            SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id)
+        )
+        self.metrics.speech_events.labels("ended").inc()
+        await self._finalize(min(self._utt.audio.end_sample, end_sample + self._trailing_pad))
+
+    async def _split(self) -> None:
+        """The utterance reached the limit: finalize up to a safe cut, carry the rest over."""
+        utt = self._utt
+        assert utt is not None
+        committed = utt.agreement.committed
+        timings = utt.agreement.committed_timing
+        if committed and timings and timings[-1] is not None:
+            cut = utt.audio.start_sample + int(timings[-1].end_s * SAMPLE_RATE)
+            cut = max(cut, utt.audio.start_sample + SAMPLE_RATE)  # never an empty first part
+            rest = utt.audio.split_off(cut)
+            await self._emit_final(
+                utt, Hypothesis(utt.agreement.committed_text, utt.partial_language)
+            )
+        else:
+            cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
+            rest = utt.audio.split_off(cut)
+            await self._decode_final(utt)
+        self._utt = _Utterance(self._next_id, rest, speech_arrived=self._arrival(rest.start_sample))
+        self._next_id += 1
+
+    async def _finalize(self, end_sample: int) -> None:
+        utt = self._utt
+        if utt is None:
+            return
+        self._utt = None
+        utt.audio.split_off(end_sample)  # drop trailing silence past the pad
+        await self._decode_final(utt)
+
+    async def _decode_final(self, utt: _Utterance) -> None:
+        utt.finalizing = True
+        if len(utt.audio) == 0:
+            utt.drop_speculation()
+            return
+        if utt.speculation is not None and utt.speculation[0] == utt.audio.end_sample:
+            hyp = await utt.speculation[1]  # decoded while the endpoint was being confirmed
+            utt.speculation = None
+        else:
+            utt.drop_speculation()
+            hyp = await self.scheduler.decode(self._final_request(utt))
+        if hyp is not None:
+            await self._emit_final(utt, hyp)
+
+    async def _emit_final(self, utt: _Utterance, hyp: Hypothesis) -> None:
+        utt.finalizing = True
+        if hyp.rejected or not hyp.text:
+            return
+        offset = utt.audio.start_sample / SAMPLE_RATE
+        words = [
+            WordTiming(w.word, offset + w.start_s, offset + w.end_s, w.probability)
+            for w in hyp.words
+        ]
+        if self.config.word_timestamps and not words:
+            words = [
+                WordTiming(w, offset + t.start_s, offset + t.end_s, t.probability)
+                for w, t in zip(
+                    utt.agreement.committed, utt.agreement.committed_timing, strict=True
+                )
+                if t is not None
+            ]
+        await self._emit(
+            RecognitionResult(
+                is_final=True,
+                stable_text=hyp.text,
+                unstable_text="",
+                start_s=offset,
+                end_s=utt.audio.end_sample / SAMPLE_RATE,
+                utterance_id=utt.utterance_id,
+                channel=self.channel,
+                language=hyp.language,
+                words=words,
+            )
+        )
+        self.metrics.results.labels("final").inc()
+        self.metrics.final_latency.observe(max(0.0, now() - self._arrival(utt.audio.end_sample)))
+
+    # -- partials -------------------------------------------------------------------------
+
+    def _request_partial(self, utt: _Utterance) -> None:
+        near_limit = len(utt.audio) >= self._max_utterance - int(TIMING_LEAD_S * SAMPLE_RATE)
+        request = DecodeRequest(
+            utt.audio.snapshot(),
+            DecodeKind.PARTIAL,
+            language=self.config.language,
+            prompt=self.config.prompt,
+            prefix=utt.agreement.committed_text,
+            word_timestamps=near_limit,
+        )
+        self._spawn(self._partial(utt, request))
+
+    async def _partial(self, utt: _Utterance, request: DecodeRequest) -> None:
+        hyp = await self.scheduler.decode(request, coalesce_key=self._key)
+        if hyp is None or hyp.rejected or utt.finalizing or utt is not self._utt:
+            return
+        if utt.speculation is not None:
+            # a final is being decoded with the current committed prefix: committing more
+            # now could contradict it; the partial resumes if speech does
+            return
+        words = hyp.text.split()
+        timings = hyp.words if len(hyp.words) == len(words) else None
+        if not utt.agreement.update(words, timings):
+            return
+        utt.partial_language = hyp.language
+        stable, unstable = utt.agreement.committed_text, utt.agreement.tail_text
+        text = f"{stable} {unstable}".strip()
+        if not text or text == utt.last_partial_text:
+            return
+        utt.last_partial_text = text
+        if utt.partials_sent == 0:
+            self.metrics.time_to_first_partial.observe(max(0.0, now() - utt.speech_arrived))
+        utt.partials_sent += 1
+        await self._emit(
+            RecognitionResult(
+                is_final=False,
+                stable_text=stable,
+                unstable_text=unstable,
+                start_s=utt.audio.start_sample / SAMPLE_RATE,
+                end_s=(utt.audio.start_sample + request.audio.size) / SAMPLE_RATE,
+                utterance_id=utt.utterance_id,
+                channel=self.channel,
+                language=hyp.language,
+            )
+        )
+        self.metrics.results.labels("partial").inc()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _arrival(self, sample: int) -> float:
+        """Wall time at which audio position ``sample`` arrived (for latency metrics)."""
+        for end, arrived in self._arrivals:
+            if end >= sample:
+                return arrived
+        return now()

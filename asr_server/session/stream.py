@@ -1,0 +1,206 @@
+"""A stream session: named reader, per-channel processor and writer tasks in one TaskGroup.
+
+The session is transport-agnostic: it pulls requests (``bytes`` of audio or
+``Finalize``) from an async iterator and hands events to an async ``send``. The
+reader decodes audio onto each channel's bounded inbox and stops pulling when
+an inbox is full; processors turn audio into events; the writer sends them from
+a bounded queue, attaching the current progress (how far behind the server is).
+A client disconnect cancels the TaskGroup; ``finally`` blocks release the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from asr_server.audio.decode import SAMPLE_RATE, AudioDecoder, AudioFormatError
+from asr_server.engine.scheduler import EngineScheduler
+from asr_server.errors import AsrError, Status
+from asr_server.metrics import Metrics
+from asr_server.session.channel import ChannelRecognizer
+from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
+from asr_server.session.types import Finalize, OutEvent, Progress, StreamConfig
+from asr_server.settings import Settings
+from asr_server.vad.base import VoiceDetector
+from asr_server.vad.endpointer import Endpointer, EndpointerConfig
+from asr_server.vad.factory import make_voice_detector
+
+logger = logging.getLogger(__name__)
+
+Send = Callable[[OutEvent, Progress], Awaitable[None]]
+
+#: how long a stream being torn down waits for an in-flight write to complete
+WRITE_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class SessionServices:
+    """What every session shares: built once by the app, passed down explicitly."""
+
+    settings: Settings
+    scheduler: EngineScheduler
+    metrics: Metrics
+    #: builds one channel's voice detector; None = the configured webrtc/silero detector
+    vad_factory: Callable[[], VoiceDetector] | None = None
+
+
+class _Closed:
+    """Writer sentinel: every processor has finished."""
+
+
+class StreamSession:
+    def __init__(self, config: StreamConfig, services: SessionServices, stream_id: str) -> None:
+        self.config = config
+        self.services = services
+        self.stream_id = stream_id
+        s = services.settings
+        self._decoder = AudioDecoder(config.format)
+        self._out: asyncio.Queue[OutEvent | _Closed] = asyncio.Queue(s.streaming.result_queue_size)
+        max_samples = int(s.streaming.max_buffered_audio_s * SAMPLE_RATE)
+        self._inboxes = [
+            AudioInbox(max_samples, on_change=self._buffered_changed)
+            for _ in range(config.format.channels)
+        ]
+        self._buffered_samples = 0
+        self._channels: list[ChannelRecognizer] = []
+        self._partial_tasks: set[asyncio.Task[None]] = set()
+
+    def _buffered_changed(self, n: int) -> None:
+        self._buffered_samples += n
+        self.services.metrics.buffered_audio.inc(n / SAMPLE_RATE)
+
+    @property
+    def progress(self) -> Progress:
+        received = self._decoder.input_samples / self.config.format.sample_rate_hz
+        processed = min((c.position for c in self._channels), default=0) / SAMPLE_RATE
+        return Progress(received, min(processed, received))
+
+    async def run(self, requests: AsyncIterator[bytes | Finalize], send: Send) -> None:
+        """Process the whole stream; raises ``AsrError`` for anything the client must be told."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._channels = [
+                    self._make_channel(c, tg) for c in range(self.config.format.channels)
+                ]
+                tg.create_task(self._read(requests), name=f"{self.stream_id}-reader")
+                workers = [
+                    tg.create_task(ch.run(inbox), name=f"{self.stream_id}-channel-{ch.channel}")
+                    for ch, inbox in zip(self._channels, self._inboxes, strict=True)
+                ]
+                writer = tg.create_task(self._write(send), name=f"{self.stream_id}-writer")
+                await asyncio.wait(workers)
+                # partials still queued or running are moot once every utterance is final
+                for task in self._partial_tasks:
+                    task.cancel()
+                await self._out.put(_Closed())
+                await writer
+        except BaseExceptionGroup as group:
+            raise _most_telling(group) from None
+        finally:
+            # whatever is still buffered leaves the gauge with the stream
+            self.services.metrics.buffered_audio.dec(self._buffered_samples / SAMPLE_RATE)
+            self._buffered_samples = 0
+
+    def _make_channel(self, channel: int, tg: asyncio.TaskGroup) -> ChannelRecognizer:
+        s = self.services.settings
+        detector = (
+            self.services.vad_factory() if self.services.vad_factory else make_voice_detector(s.vad)
+        )
+        endpointer = Endpointer(
+            detector,
+            EndpointerConfig(
+                threshold=s.vad.silero_threshold if s.vad.backend == "silero" else 0.5,
+                start_ms=s.vad.start_ms,
+                pre_roll_ms=s.vad.pre_roll_ms,
+                silence_ms=self.config.silence_ms,
+            ),
+        )
+        return ChannelRecognizer(
+            channel=channel,
+            config=self.config,
+            endpointer=endpointer,
+            scheduler=self.services.scheduler,
+            metrics=self.services.metrics,
+            emit=self._out.put,
+            spawn=lambda coro: self._spawn_partial(tg, coro),
+            partial_interval_s=s.streaming.partial_interval_ms / 1000,
+            coalesce_key=(self.stream_id, channel),
+        )
+
+    def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Awaitable[None]) -> None:
+        task = tg.create_task(coro, name=f"{self.stream_id}-partial")  # type: ignore[arg-type]
+        self._partial_tasks.add(task)
+        task.add_done_callback(self._partial_tasks.discard)
+
+    async def _read(self, requests: AsyncIterator[bytes | Finalize]) -> None:
+        limits = self.services.settings.streaming
+        rate = self.config.format.sample_rate_hz
+        async for request in requests:
+            if isinstance(request, Finalize):
+                for inbox in self._inboxes:
+                    await inbox.put(request)
+                continue
+            if len(request) > limits.max_audio_message_bytes:
+                raise AsrError.invalid(
+                    f"audio message of {len(request)} bytes exceeds the limit of "
+                    f"{limits.max_audio_message_bytes}; send smaller chunks (20-250 ms is typical)"
+                )
+            try:
+                per_channel = self._decoder.decode(request)
+            except AudioFormatError as exc:
+                raise AsrError.invalid(str(exc)) from None
+            received_s = self._decoder.input_samples / rate
+            self.services.metrics.audio_received.inc(
+                len(request) / self.config.format.frame_bytes / rate * self.config.format.channels
+            )
+            if received_s > limits.max_stream_duration_s:
+                raise AsrError(
+                    Status.OUT_OF_RANGE,
+                    f"stream exceeded the maximum duration of {limits.max_stream_duration_s:.0f} s",
+                )
+            await self._deliver(per_channel)
+        await self._deliver(self._decoder.flush())
+        for inbox in self._inboxes:
+            await inbox.put(EndOfAudio())
+
+    async def _deliver(self, per_channel: list) -> None:  # type: ignore[type-arg]
+        arrived = now()
+        for inbox, samples in zip(self._inboxes, per_channel, strict=True):
+            if samples.size:
+                await inbox.put(AudioChunk(samples, arrived))
+
+    async def _write(self, send: Send) -> None:
+        while True:
+            event = await self._out.get()
+            if isinstance(event, _Closed):
+                return
+            # A write cancelled half-way leaves the gRPC call broken ("Internal error from
+            # Core") and the client never sees the real status: let it finish first.
+            write = asyncio.ensure_future(send(event, self.progress))
+            try:
+                await asyncio.shield(write)
+            except asyncio.CancelledError:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(write, WRITE_GRACE_S)
+                raise
+
+
+def _most_telling(group: BaseExceptionGroup) -> BaseException:  # type: ignore[type-arg]
+    """The exception to surface from a failed TaskGroup: an AsrError first, else the first one."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for exc in leaves:
+        if isinstance(exc, AsrError):
+            return exc
+    return next((e for e in leaves if not isinstance(e, asyncio.CancelledError)), leaves[0])

@@ -1,0 +1,69 @@
+"""Domain types of a stream: its validated config, what comes in and what goes out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from asr_server.audio.decode import AudioFormat
+from asr_server.engine.base import WordTiming
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    format: AudioFormat
+    language: str | None = None  # None = detect
+    interim_results: bool = True
+    silence_ms: int = 500
+    max_utterance_ms: int = 15_000
+    prompt: str = ""  # initial prompt and hotwords, given to the model as context
+    word_timestamps: bool = False
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """The client asked to finalize the current utterance now."""
+
+
+@dataclass(frozen=True)
+class SpeechBoundary:
+    started: bool  # False = speech ended
+    offset_s: float
+    channel: int
+    utterance_id: int
+
+
+@dataclass(frozen=True)
+class RecognitionResult:
+    is_final: bool
+    stable_text: str
+    unstable_text: str
+    start_s: float
+    end_s: float
+    utterance_id: int
+    channel: int
+    language: str
+    words: list[WordTiming] = field(default_factory=list)  # stream time
+
+    @property
+    def text(self) -> str:
+        return " ".join(t for t in (self.stable_text, self.unstable_text) if t)
+
+    @property
+    def stability(self) -> float:
+        if self.is_final:
+            return 1.0
+        text = self.text
+        return len(self.stable_text) / len(text) if text else 0.0
+
+
+@dataclass(frozen=True)
+class Progress:
+    audio_received_s: float
+    audio_processed_s: float
+
+    @property
+    def lag_s(self) -> float:
+        return max(0.0, self.audio_received_s - self.audio_processed_s)
+
+
+OutEvent = SpeechBoundary | RecognitionResult

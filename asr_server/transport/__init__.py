@@ -1,0 +1,1 @@
+"""gRPC transport: protobuf ⇄ domain types, status mapping, the Recognizer servicer."""

@@ -1,0 +1,122 @@
+"""Protobuf ⇄ domain conversion, with config validation that names the bad field."""
+
+from __future__ import annotations
+
+from asr_api.v1 import asr_pb2
+from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
+from asr_server.errors import AsrError
+from asr_server.session.types import (
+    OutEvent,
+    Progress,
+    RecognitionResult,
+    SpeechBoundary,
+    StreamConfig,
+)
+from asr_server.settings import Settings
+
+_ENCODINGS = {
+    asr_pb2.AudioFormat.LINEAR16: Encoding.LINEAR16,
+    asr_pb2.AudioFormat.FLOAT32: Encoding.FLOAT32,
+    asr_pb2.AudioFormat.MULAW: Encoding.MULAW,
+    asr_pb2.AudioFormat.ALAW: Encoding.ALAW,
+}
+
+
+def stream_config_from_proto(
+    msg: asr_pb2.StreamingConfig,
+    settings: Settings,
+    *,
+    model_name: str,
+    languages: frozenset[str] | None,
+) -> StreamConfig:
+    """Validate a client's config; ``languages`` is None when any code the model knows is fine."""
+    if not msg.HasField("format"):
+        raise AsrError.invalid("config.format is required (encoding, sample_rate_hz)")
+    encoding = _ENCODINGS.get(msg.format.encoding)
+    if encoding is None:
+        name = (
+            asr_pb2.AudioFormat.Encoding.Name(msg.format.encoding)
+            if msg.format.encoding in (asr_pb2.AudioFormat.Encoding.values())
+            else str(msg.format.encoding)
+        )
+        raise AsrError.invalid(
+            f"config.format.encoding {name} is not supported; use LINEAR16, FLOAT32, MULAW or ALAW"
+        )
+    fmt = AudioFormat(encoding, msg.format.sample_rate_hz, msg.format.channels or 1)
+    try:
+        fmt.validate()
+    except AudioFormatError as exc:
+        raise AsrError.invalid(f"config.format: {exc}") from None
+    if msg.model and msg.model != model_name:
+        raise AsrError.invalid(
+            f"config.model {msg.model!r} is not served here; this server runs {model_name!r} "
+            "(leave model empty to use it)"
+        )
+    language = msg.language.strip().lower() or None
+    if language is not None and languages is not None and language not in languages:
+        allowed = ", ".join(sorted(languages)) if len(languages) < 5 else "a Whisper language code"
+        raise AsrError.invalid(
+            f"config.language {msg.language!r} is not supported by model {model_name!r} "
+            f"(use {allowed}, or leave empty to detect)"
+        )
+    vad = settings.vad
+    silence = msg.endpointing.silence_ms or vad.silence_ms
+    max_utt = msg.endpointing.max_utterance_ms or vad.max_utterance_ms
+    if not 100 <= silence <= 10_000:
+        raise AsrError.invalid(f"config.endpointing.silence_ms {silence} is out of range 100-10000")
+    if not 2_000 <= max_utt <= 28_000:
+        raise AsrError.invalid(
+            f"config.endpointing.max_utterance_ms {max_utt} is out of range 2000-28000"
+        )
+    prompt_parts = [msg.initial_prompt.strip()] if msg.initial_prompt.strip() else []
+    if msg.hotwords:
+        prompt_parts.append(", ".join(h.strip() for h in msg.hotwords if h.strip()))
+    return StreamConfig(
+        format=fmt,
+        language=language,
+        interim_results=msg.interim_results,
+        silence_ms=silence,
+        max_utterance_ms=max_utt,
+        prompt=" ".join(prompt_parts),
+        word_timestamps=msg.word_timestamps,
+    )
+
+
+def result_to_proto(result: RecognitionResult) -> asr_pb2.Result:
+    return asr_pb2.Result(
+        is_final=result.is_final,
+        text=result.text,
+        stability=result.stability,
+        start_s=result.start_s,
+        end_s=result.end_s,
+        utterance_id=result.utterance_id,
+        channel=result.channel,
+        language=result.language,
+        words=[
+            asr_pb2.Word(word=w.word, start_s=w.start_s, end_s=w.end_s, probability=w.probability)
+            for w in result.words
+        ],
+        stable_text=result.stable_text,
+        unstable_text=result.unstable_text,
+    )
+
+
+def event_to_proto(event: OutEvent, progress: Progress) -> asr_pb2.StreamingRecognizeResponse:
+    progress_msg = asr_pb2.Progress(
+        audio_received_s=progress.audio_received_s,
+        audio_processed_s=progress.audio_processed_s,
+        lag_s=progress.lag_s,
+    )
+    if isinstance(event, SpeechBoundary):
+        return asr_pb2.StreamingRecognizeResponse(
+            speech_event=asr_pb2.SpeechEvent(
+                type=asr_pb2.SpeechEvent.SPEECH_STARTED
+                if event.started
+                else asr_pb2.SpeechEvent.SPEECH_ENDED,
+                offset_s=event.offset_s,
+                channel=event.channel,
+                utterance_id=event.utterance_id,
+            ),
+            progress=progress_msg,
+        )
+    return asr_pb2.StreamingRecognizeResponse(result=result_to_proto(event), progress=progress_msg)

@@ -1,0 +1,16 @@
+"""The one table from our error statuses to gRPC status codes."""
+
+from __future__ import annotations
+
+import grpc
+
+from asr_server.errors import Status
+
+GRPC_CODES: dict[Status, grpc.StatusCode] = {
+    Status.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Status.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Status.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Status.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,
+    Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Status.INTERNAL: grpc.StatusCode.INTERNAL,
+}

@@ -1,0 +1,154 @@
+"""Endpointing: turns per-frame speech probabilities into utterance boundaries.
+
+A small hysteresis state machine in the spirit of pipecat's VAD analyser:
+
+    QUIET --(enough voiced frames in a short window)--> SPEAKING
+    SPEAKING --(configured trailing silence)--> QUIET
+
+While quiet it keeps a pre-roll of recent audio so the first syllable is never
+cut. While speaking every frame is passed on as ``SpeechAudio``, silence
+included, since a pause may turn out to be inside the utterance. Offsets are
+sample counts at 16 kHz since the channel's first sample.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from asr_server.vad.base import VoiceDetector
+
+#: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
+ENERGY_FLOOR = 10 ** (-60 / 20)
+
+
+@dataclass(frozen=True)
+class EndpointerConfig:
+    threshold: float = 0.5
+    start_ms: int = 150
+    pre_roll_ms: int = 300
+    silence_ms: int = 500
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    start_sample: int
+
+
+@dataclass(frozen=True)
+class SpeechAudio:
+    start_sample: int
+    samples: np.ndarray
+    #: silence heard since the last voiced frame, as of the end of these samples
+    trailing_silence: int = 0
+    #: end of the last voiced frame, as of the end of these samples
+    last_voiced_end: int = 0
+
+
+@dataclass(frozen=True)
+class SpeechEnded:
+    #: end of the last voiced frame; audio after it that was already passed on is trailing silence
+    end_sample: int
+
+
+EndpointEvent = SpeechStarted | SpeechAudio | SpeechEnded
+
+
+class Endpointer:
+    def __init__(self, detector: VoiceDetector, config: EndpointerConfig) -> None:
+        self.detector = detector
+        self.config = config
+        frame = detector.frame_samples
+        ms_to_frames = lambda ms: max(1, round(ms * 16 / frame))  # noqa: E731
+        self._start_frames = ms_to_frames(config.start_ms)
+        self._start_window = self._start_frames + max(1, self._start_frames // 2)
+        self._silence_frames = ms_to_frames(config.silence_ms)
+        self._pre_roll_frames = round(config.pre_roll_ms * 16 / frame)
+        self._pre_roll: deque[np.ndarray] = deque(maxlen=self._pre_roll_frames + self._start_window)
+        self._recent_voiced: deque[bool] = deque(maxlen=self._start_window)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self.position = 0  # samples scored so far
+        self.speaking = False
+        self._silent_run = 0
+        self._last_voiced_end = 0
+
+    def feed(self, samples: np.ndarray) -> list[EndpointEvent]:
+        """Score whole frames of ``samples``; the remainder waits for the next call."""
+        frame = self.detector.frame_samples
+        buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
+        whole = (buf.size // frame) * frame
+        self._pending = buf[whole:].copy()
+        events: list[EndpointEvent] = []
+        for i in range(0, whole, frame):
+            self._frame(buf[i : i + frame], events)
+        return events
+
+    def flush(self) -> list[EndpointEvent]:
+        """End of audio: score the partial frame and close an open utterance."""
+        events: list[EndpointEvent] = []
+        if self._pending.size:
+            tail = self._pending
+            padded = np.zeros(self.detector.frame_samples, dtype=np.float32)
+            padded[: tail.size] = tail
+            self._pending = np.zeros(0, dtype=np.float32)
+            self._frame(padded, events, real_samples=tail.size)
+        if self.speaking:
+            events.append(SpeechEnded(self._last_voiced_end))
+            self.speaking = False
+        return events
+
+    def force_end(self) -> list[EndpointEvent]:
+        """The client asked to finalize now: end the open utterance at the current position."""
+        if not self.speaking:
+            return []
+        self.speaking = False
+        self._silent_run = 0
+        self._recent_voiced.clear()
+        self._pre_roll.clear()
+        return [SpeechEnded(self.position)]
+
+    def _frame(
+        self, frame: np.ndarray, events: list[EndpointEvent], real_samples: int | None = None
+    ) -> None:
+        n = frame.size if real_samples is None else real_samples
+        start = self.position
+        self.position += n
+        voiced = (
+            float(np.sqrt(np.mean(frame * frame))) > ENERGY_FLOOR
+            and self.detector.speech_probability(frame) >= self.config.threshold
+        )
+        audio = frame[:n]
+        if self.speaking:
+            if voiced:
+                self._silent_run = 0
+                self._last_voiced_end = self.position
+            else:
+                self._silent_run += 1
+            events.append(
+                SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)
+            )
+            if not voiced:
+                if self._silent_run >= self._silence_frames:
+                    events.append(SpeechEnded(self._last_voiced_end))
+                    self.speaking = False
+                    self._silent_run = 0
+                    self._recent_voiced.clear()
+            return
+        self._pre_roll.append(audio)
+        self._recent_voiced.append(voiced)
+        if voiced and sum(self._recent_voiced) >= self._start_frames:
+            # the utterance starts pre_roll before the first voiced frame of the window
+            window = list(self._recent_voiced)
+            onset = len(window) - window.index(True)  # frames back from the newest
+            keep = min(len(self._pre_roll), onset + self._pre_roll_frames)
+            kept = list(self._pre_roll)[-keep:]
+            first = self.position - sum(a.size for a in kept)
+            self.speaking = True
+            self._silent_run = 0
+            self._last_voiced_end = self.position
+            self._pre_roll.clear()
+            self._recent_voiced.clear()
+            events.append(SpeechStarted(first))
+            events.append(SpeechAudio(first, np.concatenate(kept), 0, self.position))

@@ -1,0 +1,28 @@
+"""Fixtures: in-process servers on 127.0.0.1 port 0, stopped by the test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from asr_server.app import RunningServer
+from tests.helpers import running_server
+
+ServerFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[ServerFactory]:
+    """``await make_server(engine_factory=..., **settings)``; every server is closed after."""
+    servers: list[RunningServer] = []
+
+    async def factory(*args: Any, **kwargs: Any) -> RunningServer:
+        server = await running_server(*args, **kwargs)
+        servers.append(server)
+        return server
+
+    yield factory
+    for server in servers:
+        await server.close()

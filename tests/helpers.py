@@ -1,0 +1,181 @@
+"""Shared test helpers: the recorded corpus, servers on port 0, streaming a file."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from asr_api.v1 import asr_pb2
+from asr_client import AsrClient, audio_config
+from asr_server.app import RunningServer, start_server
+from asr_server.engine.base import Engine
+from asr_server.metrics import Metrics
+from asr_server.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_AUDIO = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
+
+
+@dataclass(frozen=True)
+class Recording:
+    id: str
+    path: Path
+    duration_s: float
+    sample_rate: int
+    channels: int
+    language: str
+    category: str
+    transcript: str
+
+
+def corpus() -> dict[str, Recording]:
+    """The shared recordings with their categories (MANIFEST.tsv joined with NOTES.tsv)."""
+    with open(SHARED_AUDIO / "NOTES.tsv", newline="") as f:
+        categories = {r["id"]: r["category"] for r in csv.DictReader(f, delimiter="\t")}
+    out = {}
+    with open(SHARED_AUDIO / "MANIFEST.tsv", newline="") as f:
+        for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            out[r["id"]] = Recording(
+                r["id"],
+                SHARED_AUDIO / r["file"],
+                float(r["duration_s"]),
+                int(r["sample_rate"]),
+                int(r["channels"]),
+                r["language"],
+                categories.get(r["id"], ""),
+                r["transcript"],
+            )
+    return out
+
+
+def read_pcm16(path: Path) -> tuple[np.ndarray, int]:
+    """(frames × channels int16, sample rate)."""
+    import soundfile as sf
+
+    data, sr = sf.read(str(path), dtype="int16", always_2d=True)
+    return data, sr
+
+
+def settings(**overrides: object) -> Settings:
+    base: dict[str, object] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0}
+    base.update(overrides)
+    return Settings.model_validate(base)
+
+
+async def running_server(
+    engine_factory: Callable[[Settings], Engine] | None = None, **overrides: object
+) -> RunningServer:
+    kwargs = {} if engine_factory is None else {"engine_factory": engine_factory}
+    server = await start_server(settings(**overrides), metrics=Metrics(), **kwargs)  # type: ignore[arg-type]
+    await asyncio.wait_for(server.ready.wait(), 60)
+    return server
+
+
+@dataclass
+class Received:
+    t: float  # seconds since the first audio was sent
+    response: asr_pb2.StreamingRecognizeResponse
+
+
+async def stream_audio(
+    port: int,
+    pcm: np.ndarray,
+    sample_rate: int,
+    *,
+    speed: float | None = 4.0,
+    chunk_ms: int = 100,
+    config: asr_pb2.StreamingConfig | None = None,
+    encoding: str = "LINEAR16",
+    payload: bytes | None = None,
+) -> list[Received]:
+    """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced)."""
+    channels = pcm.shape[1] if pcm.ndim == 2 else 1
+    config = config or audio_config(
+        sample_rate_hz=sample_rate, channels=channels, encoding=encoding
+    )
+    data = payload if payload is not None else pcm.astype("<i2").tobytes()
+    bytes_per_frame = len(data) // max(1, pcm.shape[0])
+    chunk = max(1, int(sample_rate * chunk_ms / 1000)) * bytes_per_frame
+    received: list[Received] = []
+    async with AsrClient(f"127.0.0.1:{port}") as client:
+        async with client.stream(config) as stream:
+            t0 = time.monotonic()
+
+            async def send() -> None:
+                for i, start in enumerate(range(0, len(data), chunk)):
+                    await stream.send_audio(data[start : start + chunk])
+                    if speed:
+                        due = t0 + (i + 1) * chunk_ms / 1000 / speed
+                        await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await stream.end()
+
+            sender = asyncio.create_task(send())
+            try:
+                async for response in stream:
+                    received.append(Received(time.monotonic() - t0, response))
+            finally:
+                await sender
+    return received
+
+
+def finals(received: list[Received], channel: int | None = None) -> list[asr_pb2.Result]:
+    return [
+        r.response.result
+        for r in received
+        if r.response.HasField("result")
+        and r.response.result.is_final
+        and (channel is None or r.response.result.channel == channel)
+    ]
+
+
+def final_text(received: list[Received], channel: int | None = None) -> str:
+    return " ".join(r.text for r in finals(received, channel))
+
+
+def tone(seconds: float, sr: int = 16_000, freq: float = 440.0, amp: float = 0.3) -> np.ndarray:
+    t = np.arange(int(seconds * sr)) / sr
+    return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def silence(seconds: float, sr: int = 16_000) -> np.ndarray:
+    return np.zeros(int(seconds * sr), dtype=np.float32)
+
+
+def to_pcm16(x: np.ndarray) -> np.ndarray:
+    return (
+        (np.clip(x, -1, 1) * 32767).astype(np.int16).reshape(-1, 1)
+        if x.ndim == 1
+        else (np.clip(x, -1, 1) * 32767).astype(np.int16)
+    )
+
+
+async def eventually(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    """Wait until ``predicate()`` holds, for state changed by threads or gRPC internals that
+    offer no event to wait on; fails the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # noqa: ASYNC110 - no event exists for these conditions
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        await asyncio.sleep(0.005)
+
+
+def entered(engine: object) -> asyncio.Event:
+    """An event set (thread-safely) the first time the fake engine is called."""
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    previous = engine.on_call  # type: ignore[attr-defined]
+
+    def hook(requests: object) -> None:
+        loop.call_soon_threadsafe(event.set)
+        if previous is not None:
+            previous(requests)
+
+    engine.on_call = hook  # type: ignore[attr-defined]
+    return event

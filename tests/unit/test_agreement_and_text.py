@@ -1,0 +1,77 @@
+"""LocalAgreement commits and text hygiene (repetition loops)."""
+
+from __future__ import annotations
+
+from asr_server.engine.base import WordTiming
+from asr_server.engine.text import compression_ratio, trim_trailing_repeats
+from asr_server.session.agreement import LocalAgreement
+
+
+def test_commits_what_two_hypotheses_agree_on() -> None:
+    la = LocalAgreement()
+    assert la.update("he hoped there".split())
+    assert la.committed == []  # one hypothesis proves nothing
+    assert la.update("He hoped there would".split())
+    assert la.committed == ["He", "hoped", "there"]  # case-insensitive agreement
+    assert la.tail == ["would"]
+
+
+def test_committed_words_never_change() -> None:
+    la = LocalAgreement()
+    history = []
+    for hyp in [
+        "the cat",
+        "the cat sat on",
+        "the cat sat on the mat",
+        "the cat sat on the mat today",
+        "the cat sat on the hat today",  # disagrees with nothing committed? (prefix check)
+    ]:
+        la.update(hyp.split())
+        history.append(list(la.committed))
+    for earlier, later in zip(history, history[1:], strict=False):
+        assert later[: len(earlier)] == earlier
+
+
+def test_hypothesis_contradicting_committed_words_is_stale() -> None:
+    la = LocalAgreement()
+    la.update("a b c".split())
+    la.update("a b c d".split())
+    assert la.committed == ["a", "b", "c"]
+    assert not la.update("x b c d e".split())
+    assert la.committed == ["a", "b", "c"]
+
+
+def test_punctuation_does_not_block_agreement() -> None:
+    la = LocalAgreement()
+    la.update("stew for dinner.".split())
+    la.update("stew for dinner, turnips".split())
+    assert la.committed == ["stew", "for", "dinner,"]
+
+
+def test_timings_follow_committed_words() -> None:
+    la = LocalAgreement()
+    words = "one two three".split()
+    timings = [WordTiming(w, i * 0.5, i * 0.5 + 0.4, 0.9) for i, w in enumerate(words)]
+    la.update(words[:2], timings[:2])
+    la.update(words, timings)
+    assert [t.end_s for t in la.committed_timing if t] == [0.4, 0.9]
+
+
+def test_trailing_sentence_loop_is_trimmed_but_prefix_protected() -> None:
+    text = "the narrative would be tedious. the narrative would be tedious."
+    assert trim_trailing_repeats(text.split(), protected=2) == text.split()[:5]
+    # never cuts into committed words
+    assert trim_trailing_repeats("a b c a b c".split(), protected=5) == "a b c a b c".split()
+
+
+def test_short_phrases_need_many_repeats() -> None:
+    assert trim_trailing_repeats("no, no".split()) == ["no,", "no"]
+    assert trim_trailing_repeats("thank you thank you thank you thank you".split()) == [
+        "thank",
+        "you",
+    ]
+
+
+def test_compression_ratio_flags_loops() -> None:
+    assert compression_ratio("He hoped there would be stew for dinner.") < 2.0
+    assert compression_ratio("I'm going to go. " * 20) > 2.4

@@ -1,0 +1,115 @@
+"""The engine scheduler: priorities, coalescing, batching, cancellation, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from asr_server.engine.base import DecodeKind, DecodeRequest
+from asr_server.engine.fake import FakeEngine
+from asr_server.engine.scheduler import EngineError, EngineScheduler
+from asr_server.metrics import Metrics
+from tests.helpers import eventually
+
+
+def req(kind: DecodeKind, seconds: float = 1.0, tag: str = "") -> DecodeRequest:
+    return DecodeRequest(np.full(int(seconds * 16_000), 0.1, np.float32), kind, prompt=tag)
+
+
+async def started(engine: FakeEngine, n: int) -> None:
+    await eventually(lambda: len(engine.calls) >= n)  # the worker thread entered the engine
+
+
+@pytest.fixture
+def gate() -> threading.Event:
+    return threading.Event()
+
+
+async def test_finals_run_before_partials_and_partials_coalesce(gate: threading.Event) -> None:
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        blocker = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="blocker")))
+        await started(engine, 1)
+        old = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="old"), coalesce_key="s1")
+        )
+        other = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="other"), coalesce_key="s2")
+        )
+        await asyncio.sleep(0)
+        new = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="new"), coalesce_key="s1")
+        )
+        final = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="final")))
+        await asyncio.sleep(0)
+        assert await old is None  # replaced by the newer partial of the same stream
+        gate.set()
+        results = await asyncio.gather(blocker, other, new, final)
+        assert all(r is not None for r in results)
+        order = [c[0].prompt for c in engine.calls]
+        # the final jumps the queue; the replaced partial keeps s1's place before s2
+        assert order == ["blocker", "final", "new", "other"]
+    finally:
+        gate.set()
+        await sched.close()
+
+
+async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) -> None:
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        blocker = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="blocker")))
+        await started(engine, 1)
+        doomed = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="doomed")))
+        await asyncio.sleep(0)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        gate.set()
+        await blocker
+        after = await sched.decode(req(DecodeKind.FINAL, tag="after"))
+        assert after is not None
+        assert [c[0].prompt for c in engine.calls] == ["blocker", "after"]
+    finally:
+        gate.set()
+        await sched.close()
+
+
+async def test_batches_requests_from_different_streams(gate: threading.Event) -> None:
+    engine = FakeEngine(gate=gate, max_batch_size=4)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        first = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="first")))
+        await started(engine, 1)
+        rest = [
+            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag=f"p{i}"), coalesce_key=i))
+            for i in range(6)
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *rest)
+        sizes = [len(c) for c in engine.calls]
+        assert sizes == [1, 4, 2]
+    finally:
+        gate.set()
+        await sched.close()
+
+
+async def test_engine_failure_reaches_the_caller_and_the_worker_survives() -> None:
+    engine = FakeEngine(fail_with=RuntimeError("boom"))
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        with pytest.raises(EngineError, match="boom"):
+            await sched.decode(req(DecodeKind.FINAL))
+        engine.fail_with = None
+        assert (await sched.decode(req(DecodeKind.FINAL))) is not None
+    finally:
+        await sched.close()

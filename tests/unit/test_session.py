@@ -1,0 +1,256 @@
+"""A stream session driven chunk by chunk with the fake engine and an energy VAD (no grpc)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+
+from asr_server.audio.decode import AudioFormat, Encoding
+from asr_server.engine.fake import FakeEngine
+from asr_server.engine.scheduler import EngineError, EngineScheduler
+from asr_server.errors import AsrError, Status
+from asr_server.metrics import Metrics
+from asr_server.session import (
+    Finalize,
+    Progress,
+    RecognitionResult,
+    SessionServices,
+    SpeechBoundary,
+    StreamConfig,
+    StreamSession,
+)
+from asr_server.settings import Settings
+from asr_server.vad.energy import EnergyVoiceDetector
+from tests.helpers import entered, eventually, silence, tone
+
+SR = 16_000
+
+
+def pcm16(x: np.ndarray) -> bytes:
+    return (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def chunks(
+    data: bytes,
+    chunk_bytes: int = 3200,
+    *,
+    pulled: list[int] | None = None,
+    extra: list[object] | None = None,
+) -> AsyncIterator[object]:
+    for i in range(0, len(data), chunk_bytes):
+        if pulled is not None:
+            pulled.append(i + chunk_bytes)
+        yield data[i : i + chunk_bytes]
+    for item in extra or []:
+        yield item
+
+
+class Harness:
+    """Runs a session; with ``lockstep`` each chunk waits until the previous one is fully
+    processed and the engine is idle, so partials are deterministic without real time."""
+
+    def __init__(self, engine: FakeEngine | None = None, **streaming: object) -> None:
+        self.engine = engine or FakeEngine()
+        self.metrics = Metrics()
+        s = Settings()
+        self.settings = s.model_copy(update={"streaming": s.streaming.model_copy(update=streaming)})
+        self.events: list[object] = []
+        self.progress: list[Progress] = []
+        self.session: StreamSession | None = None
+        self.scheduler: EngineScheduler | None = None
+
+    async def settle(self) -> None:
+        assert self.session is not None and self.scheduler is not None
+        sent = self.session._decoder.input_samples / SR
+        session, scheduler = self.session, self.scheduler
+        await eventually(
+            lambda: session.progress.audio_processed_s >= sent - 1e-6 and scheduler.idle
+        )
+        for _ in range(10):  # let result callbacks run and emit
+            await asyncio.sleep(0)
+
+    async def lockstep(self, source: AsyncIterator[object]) -> AsyncIterator[object]:
+        async for item in source:
+            yield item
+            await self.settle()
+
+    async def run(
+        self,
+        source: AsyncIterator[object],
+        *,
+        channels: int = 1,
+        interim: bool = True,
+        max_utterance_ms: int = 15_000,
+    ) -> list[object]:
+        scheduler = EngineScheduler(self.engine, self.metrics)
+        await scheduler.start()
+        config = StreamConfig(
+            AudioFormat(Encoding.LINEAR16, SR, channels),
+            interim_results=interim,
+            max_utterance_ms=max_utterance_ms,
+        )
+        services = SessionServices(self.settings, scheduler, self.metrics, EnergyVoiceDetector)
+        session = StreamSession(config, services, "test")
+        self.session, self.scheduler = session, scheduler
+
+        async def send(event: object, progress: Progress) -> None:
+            self.events.append(event)
+            self.progress.append(progress)
+
+        try:
+            await session.run(source, send)  # type: ignore[arg-type]
+        finally:
+            await scheduler.close()
+        return self.events
+
+
+def results(events: list[object], final: bool | None = None) -> list[RecognitionResult]:
+    return [
+        e
+        for e in events
+        if isinstance(e, RecognitionResult) and (final is None or e.is_final == final)
+    ]
+
+
+async def test_partials_then_final_with_stable_prefix_that_never_changes() -> None:
+    audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    kinds = [
+        type(e).__name__ + (str(e.is_final) if isinstance(e, RecognitionResult) else "")
+        for e in events
+    ]
+    assert kinds[0] == "SpeechBoundary"
+    assert kinds[-1] == "RecognitionResultTrue"
+    assert kinds.count("RecognitionResultTrue") == 1
+    assert kinds.count("RecognitionResultFalse") >= 1
+    assert events[-2] == SpeechBoundary(False, pytest.approx(3.5, abs=0.05), 0, 0)
+    final = results(events, final=True)[0]
+    assert final.text == " ".join(f"w{i}" for i in range(12))  # 3 s / 0.25 s per word
+    stable_seen = ""
+    for partial in results(events, final=False):
+        assert partial.stable_text.startswith(stable_seen)
+        assert partial.text.startswith(partial.stable_text)
+        stable_seen = partial.stable_text
+    assert final.text.startswith(stable_seen)
+    assert final.start_s == pytest.approx(0.2, abs=0.05)  # speech at 0.5 s minus pre-roll
+
+
+async def test_silence_produces_no_events_and_no_engine_calls() -> None:
+    h = Harness()
+    events = await h.run(chunks(pcm16(silence(5.0))))
+    assert events == []
+    assert h.engine.calls == []
+
+
+async def test_without_interim_results_only_finals() -> None:
+    audio = np.concatenate([tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(chunks(pcm16(audio)), interim=False)
+    assert results(events, final=False) == []
+    assert [r.text for r in results(events, final=True)] == [
+        "w0 w1 w2 w3",
+        " ".join(f"w{i}" for i in range(8)),
+    ]
+    assert [r.utterance_id for r in results(events)] == [0, 1]
+
+
+async def test_finalize_control_ends_the_utterance_without_closing() -> None:
+    first = pcm16(tone(1.0))
+    second = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(first):
+            yield c
+        yield Finalize()
+        async for c in chunks(second):
+            yield c
+
+    events = await Harness().run(source(), interim=False)
+    finals = results(events, final=True)
+    assert [f.text for f in finals] == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
+    assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
+
+
+async def test_audio_ending_inside_speech_is_finalized() -> None:
+    events = await Harness().run(chunks(pcm16(tone(1.5))))
+    assert results(events, final=True)[-1].text == " ".join(f"w{i}" for i in range(6))
+
+
+@pytest.mark.parametrize("interim", [True, False])
+async def test_long_speech_is_split_and_nothing_is_lost(interim: bool) -> None:
+    audio = np.concatenate([tone(40.0), silence(1.0)])
+    events = await Harness().run(chunks(pcm16(audio)), interim=interim, max_utterance_ms=10_000)
+    finals = results(events, final=True)
+    assert len(finals) >= 4
+    assert all(f.end_s - f.start_s <= 10.05 for f in finals)
+    # utterances tile the audio: each starts where the previous ended
+    for a, b in zip(finals, finals[1:], strict=False):
+        assert b.start_s == pytest.approx(a.end_s, abs=0.01)
+    words = sum(len(f.text.split()) for f in finals)
+    assert abs(words - 160) <= len(finals)  # 40 s at 0.25 s per word, ±1 per cut
+
+
+async def test_stereo_channels_are_recognized_separately() -> None:
+    left = np.concatenate([tone(1.0), silence(2.0)])
+    right = np.concatenate([silence(0.5), tone(2.0), silence(0.5)])
+    stereo = np.stack([left, right], axis=1)
+    events = await Harness().run(chunks(pcm16(stereo), 6400), channels=2, interim=False)
+    by_channel = {f.channel: f.text for f in results(events, final=True)}
+    assert by_channel == {0: "w0 w1 w2 w3", 1: " ".join(f"w{i}" for i in range(8))}
+
+
+async def test_engine_failure_surfaces() -> None:
+    h = Harness(FakeEngine(fail_with=RuntimeError("model exploded")))
+    with pytest.raises(EngineError):
+        await h.run(chunks(pcm16(np.concatenate([tone(1.0), silence(1.0)]))), interim=False)
+
+
+async def test_odd_byte_count_is_invalid_argument() -> None:
+    with pytest.raises(AsrError) as err:
+        await Harness().run(chunks(b"\x00" * 3201, 3201))
+    assert err.value.status is Status.INVALID_ARGUMENT
+    assert "3201 bytes" in err.value.message
+
+
+async def test_oversized_message_is_invalid_argument() -> None:
+    with pytest.raises(AsrError) as err:
+        await Harness(max_audio_message_bytes=4096).run(chunks(bytes(8192), 8192))
+    assert err.value.status is Status.INVALID_ARGUMENT
+
+
+async def test_stream_longer_than_the_limit_is_out_of_range() -> None:
+    with pytest.raises(AsrError) as err:
+        await Harness(max_stream_duration_s=2.0).run(chunks(pcm16(silence(3.0))))
+    assert err.value.status is Status.OUT_OF_RANGE
+
+
+async def test_backpressure_stops_reading_and_loses_nothing() -> None:
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate)
+    entered_event = entered(engine)
+    h = Harness(engine, max_buffered_audio_s=2.0)
+    # speech, then a pause (its final blocks on the stalled engine), then 30 s more
+    audio = np.concatenate([tone(1.0), silence(1.0), tone(30.0), silence(1.0)])
+    data = pcm16(audio)
+    pulled: list[int] = []
+    run = asyncio.create_task(h.run(chunks(data, pulled=pulled), interim=False))
+    await entered_event.wait()  # the first final has reached the (stalled) engine
+    for _ in range(200):  # give the reader every chance to run ahead
+        await asyncio.sleep(0)
+    pulled_s = pulled[-1] / 2 / SR
+    # the processor stopped at ~2 s (the pause); the reader may run ahead by the 2 s cap
+    # plus one chunk, never through the remaining 30 s
+    assert pulled_s <= 2.0 + 2.0 + 0.2
+    buffered = h.metrics.buffered_audio._value.get()
+    assert buffered <= 2.0 + 0.1
+    gate.set()
+    events = await run
+    finals = results(events, final=True)
+    assert sum(len(f.text.split()) for f in finals) == pytest.approx(4 + 120, abs=len(finals))
+    assert h.progress[-1].audio_processed_s == pytest.approx(len(data) / 2 / SR, abs=0.05)
+    assert h.metrics.buffered_audio._value.get() == pytest.approx(0.0, abs=1e-6)

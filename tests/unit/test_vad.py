@@ -1,0 +1,136 @@
+"""Endpointing state machine with scripted detectors, and the real detectors on real audio."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_server.vad.endpointer import (
+    Endpointer,
+    EndpointerConfig,
+    SpeechAudio,
+    SpeechEnded,
+    SpeechStarted,
+)
+from asr_server.vad.silero import SileroVoiceDetector
+from asr_server.vad.webrtc import WebRtcVoiceDetector
+from tests.helpers import corpus, read_pcm16
+
+FRAME = 480  # 30 ms
+
+
+class ScriptedDetector:
+    """Says 'speech' for frames whose script character is '#'."""
+
+    frame_samples = FRAME
+    blocking = False
+
+    def __init__(self, script: str) -> None:
+        self.script = script
+        self.i = 0
+
+    def speech_probability(self, frame: np.ndarray) -> float:
+        voiced = self.i < len(self.script) and self.script[self.i] == "#"
+        self.i += 1
+        return 1.0 if voiced else 0.0
+
+    def reset(self) -> None:
+        self.i = 0
+
+
+def run(script: str, config: EndpointerConfig, *, chunk_frames: int = 3):  # type: ignore[no-untyped-def]
+    ep = Endpointer(ScriptedDetector(script), config)
+    audio = np.full(len(script) * FRAME, 0.1, dtype=np.float32)  # audible: above the energy floor
+    events = []
+    step = chunk_frames * FRAME
+    for i in range(0, audio.size, step):
+        events += ep.feed(audio[i : i + step])
+    events += ep.flush()
+    return events
+
+
+CONFIG = EndpointerConfig(start_ms=90, pre_roll_ms=150, silence_ms=300)
+
+
+def test_speech_start_includes_pre_roll_and_end_after_silence() -> None:
+    script = "." * 20 + "#" * 30 + "." * 20
+    events = run(script, CONFIG)
+    starts = [e for e in events if isinstance(e, SpeechStarted)]
+    ends = [e for e in events if isinstance(e, SpeechEnded)]
+    assert len(starts) == 1 and len(ends) == 1
+    # voice begins at frame 20; the utterance starts the 150 ms pre-roll (5 frames) before
+    assert starts[0].start_sample == (20 - 5) * FRAME
+    assert ends[0].end_sample == 50 * FRAME  # end of the last voiced frame
+    audio = [e for e in events if isinstance(e, SpeechAudio)]
+    covered = sum(e.samples.size for e in audio)
+    # contiguous audio from the start through the silence that confirmed the end
+    assert audio[0].start_sample == starts[0].start_sample
+    for a, b in zip(audio, audio[1:], strict=False):
+        assert b.start_sample == a.start_sample + a.samples.size
+    assert covered == 60 * FRAME - starts[0].start_sample
+
+
+def test_short_pause_does_not_end_the_utterance() -> None:
+    script = "." * 5 + "#" * 20 + "." * 5 + "#" * 20 + "." * 15
+    events = run(script, CONFIG)
+    assert sum(isinstance(e, SpeechStarted) for e in events) == 1
+    assert sum(isinstance(e, SpeechEnded) for e in events) == 1
+
+
+def test_isolated_clicks_do_not_start_speech() -> None:
+    script = ".#..#...#....#." * 4
+    assert not any(isinstance(e, SpeechStarted) for e in run(script, CONFIG))
+
+
+def test_two_utterances() -> None:
+    script = "#" * 15 + "." * 15 + "#" * 15 + "." * 15
+    events = run(script, CONFIG)
+    kinds = [type(e).__name__ for e in events if not isinstance(e, SpeechAudio)]
+    assert kinds == ["SpeechStarted", "SpeechEnded", "SpeechStarted", "SpeechEnded"]
+
+
+def test_flush_closes_open_speech() -> None:
+    events = run("." * 3 + "#" * 10, CONFIG)
+    assert isinstance(events[-1], SpeechEnded)
+    assert events[-1].end_sample == 13 * FRAME
+
+
+def test_force_end_then_speech_continues_as_new_utterance() -> None:
+    ep = Endpointer(ScriptedDetector("#" * 40), CONFIG)
+    loud = np.full(20 * FRAME, 0.1, dtype=np.float32)
+    first = ep.feed(loud)
+    assert any(isinstance(e, SpeechStarted) for e in first)
+    forced = ep.force_end()
+    assert forced == [SpeechEnded(20 * FRAME)]
+    again = ep.feed(loud)
+    assert any(isinstance(e, SpeechStarted) for e in again)
+
+
+def test_digital_silence_is_never_speech() -> None:
+    ep = Endpointer(ScriptedDetector("#" * 100), CONFIG)
+    assert not ep.feed(np.zeros(100 * FRAME, dtype=np.float32))
+
+
+def test_trailing_silence_is_reported_with_the_audio() -> None:
+    events = run("#" * 10 + "." * 8, CONFIG, chunk_frames=18)
+    audio = [e for e in events if isinstance(e, SpeechAudio)]
+    assert audio[-1].trailing_silence == 8 * FRAME
+    assert audio[-1].last_voiced_end == 10 * FRAME
+
+
+@pytest.mark.parametrize("detector", [WebRtcVoiceDetector, SileroVoiceDetector])
+def test_real_detectors_find_the_speech_in_a_recording(detector) -> None:  # type: ignore[no-untyped-def]
+    rec = corpus()["libri_1089-134691-0000"]  # 2.1 s: "HE COULD WAIT NO LONGER"
+    pcm, sr = read_pcm16(rec.path)
+    assert sr == 16_000
+    audio = np.concatenate([np.zeros(16_000), pcm[:, 0] / 32768.0, np.zeros(16_000)]).astype(
+        np.float32
+    )
+    ep = Endpointer(detector(), EndpointerConfig())
+    events = ep.feed(audio) + ep.flush()
+    starts = [e.start_sample / 16_000 for e in events if isinstance(e, SpeechStarted)]
+    ends = [e.end_sample / 16_000 for e in events if isinstance(e, SpeechEnded)]
+    assert len(starts) == 1 and len(ends) == 1
+    # speech sits between 1.0 s and 3.1 s of this padded signal
+    assert 0.8 <= starts[0] <= 1.6
+    assert 2.4 <= ends[0] <= 3.2
