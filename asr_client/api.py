@@ -62,6 +62,21 @@ class RecognitionStream:
         self._call = call
         self._config = config
         self._ended = False
+        self._first_status: tuple[grpc.StatusCode, str] | None = None
+        call.add_done_callback(self._remember_status)
+
+    def _remember_status(self, call: grpc.aio.Call) -> None:
+        # grpc-python bug (grpc/grpc#36066): when a write is in flight as the server ends
+        # the call, the failed write overwrites the server's status with "Internal error
+        # from Core". The status first delivered is the real one, so keep it.
+        status = getattr(getattr(call, "_cython_call", None), "_status", None)
+        if status is None:
+            return
+        from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
+
+        code = CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(status.code())
+        if code is not None:
+            self._first_status = (code, status.details() or "")
 
     async def open(self) -> RecognitionStream:
         """Send the config (``async with`` does this for you)."""
@@ -86,8 +101,8 @@ class RecognitionStream:
             self._ended = True
             try:
                 await self._call.done_writing()
-            except grpc.aio.AioRpcError as exc:
-                raise StreamClosedError(exc.code(), exc.details() or "") from None
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                raise await self._closed_error() from None
 
     def cancel(self) -> None:
         self._call.cancel()
@@ -101,8 +116,7 @@ class RecognitionStream:
             raise await self._closed_error() from None
 
     async def _closed_error(self) -> StreamClosedError:
-        code = await self._call.code()
-        details = await self._call.details()
+        code, details = self._first_status or (await self._call.code(), await self._call.details())
         if code == grpc.StatusCode.OK:
             return StreamClosedError(code, "the server closed the stream")
         return StreamClosedError(code, details or "")
@@ -111,12 +125,12 @@ class RecognitionStream:
         while True:
             try:
                 response = await self._call.read()
-            except grpc.aio.AioRpcError as exc:
-                raise StreamClosedError(exc.code(), exc.details() or "") from None
+            except grpc.aio.AioRpcError:
+                raise await self._closed_error() from None
             if response is grpc.aio.EOF:
-                code = await self._call.code()
-                if code != grpc.StatusCode.OK:
-                    raise StreamClosedError(code, await self._call.details() or "")
+                error = await self._closed_error()
+                if error.code != grpc.StatusCode.OK:
+                    raise error
                 return
             yield response
 

@@ -5,7 +5,15 @@ Labels stay bounded: kinds, status codes and channels counts, never stream ids.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
@@ -14,6 +22,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        if registry is None:  # a private registry still reports CPU, memory, GC of the process
+            for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+                r.register(collector)
         self.active_streams = Gauge("asr_active_streams", "Open recognition streams.", registry=r)
         self.max_streams = Gauge("asr_max_streams", "Configured stream limit.", registry=r)
         self.streams = Counter(

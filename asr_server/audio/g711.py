@@ -1,4 +1,5 @@
-"""G.711 μ-law and A-law expansion (ITU-T G.711) through 256-entry lookup tables."""
+"""G.711 μ-law and A-law (ITU-T G.711): expansion through 256-entry lookup tables, and
+the matching compression (used by clients and tests to make telephone audio)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,30 @@ def mulaw_decode(data: bytes) -> np.ndarray:
 def alaw_decode(data: bytes) -> np.ndarray:
     """A-law bytes → int16 samples."""
     return ALAW_TO_PCM16[np.frombuffer(data, dtype=np.uint8)]
+
+
+def mulaw_encode(pcm: np.ndarray) -> bytes:
+    """int16 samples → μ-law bytes (the G.711 segment encoder, vectorised)."""
+    x = pcm.astype(np.int32)
+    mask = np.where(x < 0, 0x7F, 0xFF)
+    mag = np.minimum(np.abs(x), 32635) + 0x84
+    seg = np.searchsorted(_MULAW_SEG_END, mag)  # first segment whose end >= mag
+    code = (seg << 4) | ((mag >> (seg + 3)) & 0x0F)
+    return (code ^ mask).astype(np.uint8).tobytes()
+
+
+def alaw_encode(pcm: np.ndarray) -> bytes:
+    """int16 samples → A-law bytes (the G.711 segment encoder, vectorised)."""
+    x = pcm.astype(np.int32) >> 3  # 13-bit
+    mask = np.where(x >= 0, 0xD5, 0x55)
+    mag = np.where(x >= 0, x, -x - 1)
+    seg = np.searchsorted(_ALAW_SEG_END, mag)
+    over = seg >= 8
+    seg = np.minimum(seg, 7)
+    mantissa = np.where(seg < 2, mag >> 1, mag >> seg) & 0x0F
+    code = np.where(over, 0x7F, (seg << 4) | mantissa)
+    return (code ^ mask).astype(np.uint8).tobytes()
+
+
+_MULAW_SEG_END = np.array([0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF, 0x3FFF, 0x7FFF])
+_ALAW_SEG_END = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF])

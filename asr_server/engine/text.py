@@ -1,15 +1,24 @@
 """Text hygiene after decoding: Whisper's known failure modes, caught cheaply.
 
 Whisper sometimes loops — re-emitting the sentence it just produced, or one
-short phrase many times — especially on short windows and near trailing
-silence. Two checks catch that without re-decoding: the compression ratio of
-the new text (Whisper's own test) and trailing tandem repeats of words.
+short phrase many times, or starting the utterance over once the speech in its
+window has run out — especially on short windows and near trailing silence.
+Three checks catch that without re-decoding: the compression ratio of the new
+text (Whisper's own test), trailing tandem repeats of words, and a tail that
+re-reads an earlier passage word for word.
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Sequence
+
+from asr_server.engine.base import WordTiming
+
+#: punctuation that belongs to the previous word ("me ," → "me,") or the next ("( a" → "(a")
+_APPEND = set("\"'.。,，!！?？:：”)]}、-")
+_PREPEND = set("\"'“¿([{")
 
 _NON_WORD = re.compile(r"[^\w']+")
 
@@ -17,6 +26,8 @@ _NON_WORD = re.compile(r"[^\w']+")
 LONG_REPEAT_WORDS = 3
 #: a shorter phrase is a loop only when repeated this many times ("no, no" is speech)
 SHORT_REPEAT_COUNT = 4
+#: a tail this long that repeats an earlier passage verbatim is a restart, not speech
+RESTART_MIN_WORDS = 5
 
 
 def compression_ratio(text: str) -> float:
@@ -52,3 +63,41 @@ def trim_trailing_repeats(words: list[str], protected: int = 0) -> list[str]:
                     changed = True
                     break
     return words
+
+
+def trim_restarted_passage(words: list[str], protected: int = 0) -> list[str]:
+    """Cut a tail that re-reads an earlier passage ("A B A…"): Whisper starting over.
+
+    The earliest cut wins, and the first ``protected`` words are never touched.
+    """
+    norm = [normalize_word(w) for w in words]
+    n = len(norm)
+    for p in range(max(1, protected), n - RESTART_MIN_WORDS + 1):
+        tail = norm[p:]
+        if not all(tail[:RESTART_MIN_WORDS]):
+            continue
+        for q in range(0, p):
+            earlier = norm[q : q + len(tail)]
+            # the last word of a restart is often cut off mid-word ("Subiac" for "Subiaco")
+            if earlier[:-1] == tail[:-1] and earlier[-1].startswith(tail[-1]):
+                return list(words[:p])
+    return list(words)
+
+
+def merge_punctuation(words: Sequence[WordTiming]) -> list[WordTiming]:
+    """Attach punctuation-only alignment words to their neighbours, as the text shows them."""
+    merged: list[WordTiming] = []
+    carry = ""
+    for w in words:
+        text = w.word.strip()
+        if not text:
+            continue
+        if merged and all(c in _APPEND for c in text) and not carry:
+            last = merged[-1]
+            merged[-1] = WordTiming(last.word + text, last.start_s, last.end_s, last.probability)
+        elif all(c in _PREPEND for c in text):
+            carry += text
+        else:
+            merged.append(WordTiming(carry + text, w.start_s, w.end_s, w.probability))
+            carry = ""
+    return merged

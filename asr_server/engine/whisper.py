@@ -25,7 +25,12 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.models import ModelLoadError, ResolvedModel
-from asr_server.engine.text import compression_ratio, trim_trailing_repeats
+from asr_server.engine.text import (
+    compression_ratio,
+    merge_punctuation,
+    trim_restarted_passage,
+    trim_trailing_repeats,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +267,9 @@ class WhisperEngine:
                 return Hypothesis("", language, [], no_speech, avg_logprob, rejected=True)
             new_text = ""
         text = f"{prefix_text} {new_text}".strip() if prefix_text else new_text
-        words = trim_trailing_repeats(text.split(), protected=len(prefix_text.split()))
+        protected = len(prefix_text.split())
+        words = trim_trailing_repeats(text.split(), protected=protected)
+        words = trim_restarted_passage(words, protected=protected)
         return Hypothesis(" ".join(words), language, [], no_speech, avg_logprob)
 
     def _add_words(  # type: ignore[no-untyped-def]
@@ -283,16 +290,19 @@ class WhisperEngine:
         )
         for i, words in zip(wanted, alignments, strict=True):
             h = hyps[i]
-            timings = [
-                WordTiming(
-                    word=w["word"].strip(),
-                    start_s=float(w["start"]),
-                    end_s=float(w["end"]),
-                    probability=float(w["probability"]),
-                )
-                for w in words
-                if w["word"].strip()
-            ]
+            timings = merge_punctuation(
+                [
+                    WordTiming(
+                        word=w["word"].strip(),
+                        start_s=float(w["start"]),
+                        end_s=float(w["end"]),
+                        probability=float(w["probability"]),
+                    )
+                    for w in words
+                ]
+            )
+            # the text may have lost a trimmed repetition: keep the timings it still has
+            timings = timings[: len(h.text.split())]
             hyps[i] = Hypothesis(
                 h.text, h.language, timings, h.no_speech_prob, h.avg_logprob, h.rejected
             )

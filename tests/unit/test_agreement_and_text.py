@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from asr_server.engine.base import WordTiming
-from asr_server.engine.text import compression_ratio, trim_trailing_repeats
+from asr_server.engine.text import (
+    compression_ratio,
+    merge_punctuation,
+    trim_restarted_passage,
+    trim_trailing_repeats,
+)
 from asr_server.session.agreement import LocalAgreement
 
 
@@ -75,3 +80,19 @@ def test_short_phrases_need_many_repeats() -> None:
 def test_compression_ratio_flags_loops() -> None:
     assert compression_ratio("He hoped there would be stew for dinner.") < 2.0
     assert compression_ratio("I'm going to go. " * 20) > 2.4
+
+
+def test_restarted_passage_is_cut() -> None:
+    text = (
+        "In 1465, Swainheim and Panerts began printing near Rome and used a beautiful type. "
+        "In 1465, Swainheim and Panerts began printing"
+    ).split()
+    assert trim_restarted_passage(text) == text[:14]
+    # a short echo is speech, and committed words are never cut
+    assert trim_restarted_passage("I said go. I said".split()) == "I said go. I said".split()
+    assert trim_restarted_passage(text, protected=len(text) - 2) == text
+
+
+def test_punctuation_joins_its_word() -> None:
+    words = [WordTiming(w, i, i + 1, 0.9) for i, w in enumerate(["me", ",", "(", "a", ")", "x"])]
+    assert [w.word for w in merge_punctuation(words)] == ["me,", "(a)", "x"]

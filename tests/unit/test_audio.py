@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioDecoder, AudioFormat, AudioFormatError, Encoding
-from asr_server.audio.g711 import ALAW_TO_PCM16, MULAW_TO_PCM16, alaw_decode, mulaw_decode
+from asr_server.audio.g711 import (
+    ALAW_TO_PCM16,
+    MULAW_TO_PCM16,
+    alaw_decode,
+    alaw_encode,
+    mulaw_decode,
+    mulaw_encode,
+)
 
 # Reference G.711 encoders, written from the ITU-T G.711 segment tables (the classic
 # Sun g711.c), independent of the decoder tables under test.
@@ -135,3 +142,9 @@ def test_resampling_keeps_duration_and_pitch(rate: int) -> None:
     spectrum = np.abs(np.fft.rfft(y[4000:-4000]))
     peak_hz = np.argmax(spectrum) * 16_000 / (y.size - 8000)
     assert abs(peak_hz - freq) < 2.0
+
+
+def test_vectorised_encoders_match_the_reference() -> None:
+    pcm = np.arange(-32768, 32768, 7, dtype=np.int16)
+    assert mulaw_encode(pcm) == bytes(_linear_to_ulaw(int(v)) for v in pcm)
+    assert alaw_encode(pcm) == bytes(_linear_to_alaw(int(v)) for v in pcm)

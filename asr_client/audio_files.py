@@ -1,0 +1,109 @@
+"""Read audio files into 16-bit PCM frames at their own rate and channel count, and cut chunks.
+
+The client never resamples or downmixes: it sends LINEAR16 at the file's native rate with
+``channels=N`` and lets the server resample and recognize each channel, so what the server
+hears is exactly what is in the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+class AudioFileError(Exception):
+    """The file is missing or in a format neither soundfile nor PyAV can decode."""
+
+
+@dataclass(frozen=True)
+class PcmAudio:
+    """Interleaved signed 16-bit samples, shape ``(frames, channels)``."""
+
+    frames: np.ndarray
+    sample_rate_hz: int
+
+    @property
+    def channels(self) -> int:
+        return int(self.frames.shape[1])
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.frames) / self.sample_rate_hz
+
+    def to_bytes(self) -> bytes:
+        """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""
+        return np.ascontiguousarray(self.frames, dtype="<i2").tobytes()
+
+    def chunks(self, chunk_ms: int) -> Iterator[bytes]:
+        """LINEAR16 chunks of ``chunk_ms`` each (the last one may be shorter)."""
+        step = max(1, self.sample_rate_hz * chunk_ms // 1000)
+        for start in range(0, len(self.frames), step):
+            block = self.frames[start : start + step]
+            yield np.ascontiguousarray(block, dtype="<i2").tobytes()
+
+
+def load_audio(path: str | Path) -> PcmAudio:
+    """Decode ``path`` (WAV, FLAC, OGG, MP3 … ) into int16 frames at its native rate."""
+    path = Path(path)
+    if not path.is_file():
+        raise AudioFileError(f"{path}: no such file")
+    try:
+        return _load_soundfile(path)
+    except Exception as sf_error:  # soundfile raises several unrelated types for "can't read"
+        try:
+            return _load_pyav(path)
+        except ImportError:
+            raise AudioFileError(
+                f"{path}: cannot decode ({sf_error}); for more formats install PyAV "
+                "(pip install av)"
+            ) from None
+        except Exception as av_error:
+            raise AudioFileError(
+                f"{path}: not a readable audio file (soundfile: {sf_error}; PyAV: {av_error})"
+            ) from None
+
+
+def _load_soundfile(path: Path) -> PcmAudio:
+    import soundfile
+
+    # Read as float and scale here: asking libsndfile for int16 truncates float files
+    # (0.5 becomes 0) instead of scaling them. float32 holds every int16 value exactly.
+    data, rate = soundfile.read(path, dtype="float32", always_2d=True)
+    return _checked(path, to_int16(data), int(rate))
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float samples in [-1, 1] to int16, rounded, with full scale clipped rather than wrapped."""
+    return np.clip(np.rint(samples * 32768.0), -32768, 32767).astype(np.int16)
+
+
+def _load_pyav(path: Path) -> PcmAudio:
+    import av
+
+    with av.open(str(path)) as container:
+        if not container.streams.audio:
+            raise AudioFileError("no audio stream")
+        stream = container.streams.audio[0]
+        channels = stream.codec_context.channels
+        rate = stream.codec_context.sample_rate
+        # packed s16 at the native rate and layout: a format change only, no resampling
+        resampler = av.AudioResampler(format="s16", layout=stream.codec_context.layout, rate=rate)
+        parts: list[np.ndarray] = []
+        for frame in container.decode(stream):
+            for converted in resampler.resample(frame):
+                parts.append(converted.to_ndarray().reshape(-1, channels))
+        for converted in resampler.resample(None):  # flush what the resampler buffered
+            parts.append(converted.to_ndarray().reshape(-1, channels))
+    data = np.concatenate(parts) if parts else np.zeros((0, channels), dtype=np.int16)
+    return _checked(path, data.astype(np.int16, copy=False), int(rate))
+
+
+def _checked(path: Path, data: np.ndarray, rate: int) -> PcmAudio:
+    if data.ndim != 2 or data.shape[1] == 0:
+        raise AudioFileError(f"{path}: no audio channels")
+    if len(data) == 0:
+        raise AudioFileError(f"{path}: the file holds no audio")
+    return PcmAudio(data, rate)

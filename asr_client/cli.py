@@ -1,0 +1,327 @@
+"""``asr-client``: stream an audio file to a streamasr server, or transcribe it in one call.
+
+Exit status: 0 done, 1 a local problem (unreadable file, no server at the address),
+2 the server ended the call with an error (or a usage error, as argparse does),
+130 interrupted. ``run(argv)`` is the whole command as a coroutine so tests can drive it
+in-process; ``main()`` is the console-script entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO
+
+from asr_api.v1 import asr_pb2
+from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
+from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
+from asr_client.render import (
+    JsonLines,
+    Renderer,
+    event_record,
+    event_type,
+    final_line,
+    make_renderer,
+    result_record,
+    words_line,
+)
+
+DEFAULT_SERVER = "localhost:50051"
+#: what AsrClient allows in one message by default; the server's default is the same
+MAX_RECOGNIZE_BYTES = 64 << 20
+
+
+class ClientError(Exception):
+    """A problem on this side (exit status 1), reported as one readable line."""
+
+
+# -- argument parsing ---------------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
+
+
+def _chunk_ms(text: str) -> int:
+    value = int(text)
+    if not 10 <= value <= 5000:
+        raise argparse.ArgumentTypeError(f"must be 10 to 5000 ms, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asr-client", description="Send audio files to a streamasr server."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
+    common.add_argument(
+        "--server", default=DEFAULT_SERVER, help=f"HOST:PORT (default {DEFAULT_SERVER})"
+    )
+    common.add_argument("--language", default="", help="language code such as en (default: detect)")
+    common.add_argument(
+        "--word-timestamps", action="store_true", help="per-word times on final results"
+    )
+    common.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the server to answer (default 10)",
+    )
+
+    f = sub.add_parser(
+        "file",
+        parents=[common],
+        help="stream a file in real time (or faster) and show results as they arrive",
+    )
+    pace = f.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--speed",
+        type=_positive_float,
+        default=1.0,
+        metavar="N",
+        help="playback speed: 1 = real time (default), 2 = twice as fast",
+    )
+    pace.add_argument(
+        "--fast", action="store_true", help="send as fast as the server's backpressure allows"
+    )
+    f.add_argument(
+        "--chunk-ms", type=_chunk_ms, default=100, metavar="MS", help="audio per message (100)"
+    )
+    f.add_argument("--no-interim", action="store_true", help="finals only, no partial results")
+    f.add_argument(
+        "--silence-ms", type=int, default=0, metavar="MS", help="silence that ends an utterance"
+    )
+    f.add_argument(
+        "--hotword",
+        action="append",
+        default=[],
+        metavar="W",
+        help="word or phrase to favour (repeatable)",
+    )
+    f.add_argument("--prompt", default="", metavar="TEXT", help="preceding context for the model")
+    f.add_argument(
+        "--json-out", metavar="FILE", help="write every event as a JSON line ('-' = stdout)"
+    )
+    f.add_argument("--quiet", action="store_true", help="no transcript and no summary")
+    f.add_argument(
+        "--verbose", action="store_true", help="outside a terminal, print partials and events too"
+    )
+
+    r = sub.add_parser("recognize", parents=[common], help="transcribe a whole file in one call")
+    r.add_argument("--json", action="store_true", help="print the response as one JSON object")
+    return parser
+
+
+# -- the commands -------------------------------------------------------------------------
+
+
+@dataclass
+class StreamStats:
+    audio_sent_s: float = 0.0
+    wall_s: float = 0.0
+    finals: int = 0
+
+
+async def _connect(client: AsrClient, args: argparse.Namespace) -> None:
+    try:
+        await client.wait_ready(args.connect_timeout)
+    except TimeoutError:
+        raise ClientError(
+            f"cannot connect to {args.server}: no answer within {args.connect_timeout:g} s "
+            "(is asr-server running there?)"
+        ) from None
+
+
+async def send_paced(
+    stream: RecognitionStream,
+    audio: PcmAudio,
+    *,
+    chunk_ms: int,
+    speed: float | None,
+    t0: float,
+    stats: StreamStats,
+) -> None:
+    """Send ``audio`` in chunks, chunk i at ``t0 + i*chunk/speed`` (``speed=None``: no waiting)."""
+    frame_bytes = 2 * audio.channels
+    try:
+        for i, chunk in enumerate(audio.chunks(chunk_ms)):
+            if speed is not None:
+                # an absolute schedule: a late wake-up shortens the next wait instead of
+                # accumulating, so long files stay in real time
+                delay = t0 + i * chunk_ms / 1000 / speed - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await stream.send_audio(chunk)
+            stats.audio_sent_s += len(chunk) / frame_bytes / audio.sample_rate_hz
+        await stream.end()
+    except StreamClosedError:
+        return  # the call is over; the receiver reports the server's status
+
+
+async def receive(
+    stream: RecognitionStream,
+    *,
+    t0: float,
+    renderer: Renderer,
+    json_out: JsonLines | None,
+    stats: StreamStats,
+) -> None:
+    async for response in stream:
+        t = time.monotonic() - t0
+        if json_out is not None:
+            json_out.write(event_record(response, recv_time=time.time(), t=round(t, 4)))
+        renderer.event(response)
+        if event_type(response) == "final":
+            stats.finals += 1
+
+
+async def stream_file(
+    client: AsrClient,
+    config: asr_pb2.StreamingConfig,
+    audio: PcmAudio,
+    *,
+    chunk_ms: int,
+    speed: float | None,
+    renderer: Renderer,
+    json_out: JsonLines | None,
+) -> StreamStats:
+    """Send from one task and receive in another, so backpressure on sending never delays
+    showing results; returns once the server has ended the stream after our half-close."""
+    stats = StreamStats()
+    async with client.stream(config) as stream:
+        t0 = time.monotonic()
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(
+                    send_paced(stream, audio, chunk_ms=chunk_ms, speed=speed, t0=t0, stats=stats),
+                    name="send-audio",
+                )
+                tasks.create_task(
+                    receive(stream, t0=t0, renderer=renderer, json_out=json_out, stats=stats),
+                    name="receive-events",
+                )
+        except BaseExceptionGroup as group:
+            # the sender swallows StreamClosedError, so a lone error is the usual case:
+            # raise it as itself so callers can catch StreamClosedError
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        stats.wall_s = time.monotonic() - t0
+    return stats
+
+
+async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    audio = load_audio(args.path)
+    config = audio_config(
+        sample_rate_hz=audio.sample_rate_hz,
+        channels=audio.channels,
+        language=args.language,
+        interim_results=not args.no_interim,
+        silence_ms=args.silence_ms,
+        hotwords=args.hotword,
+        initial_prompt=args.prompt,
+        word_timestamps=args.word_timestamps,
+    )
+    with contextlib.ExitStack() as stack:
+        json_out = None
+        if args.json_out == "-":
+            json_out = JsonLines(stdout)
+        elif args.json_out:
+            try:
+                out = stack.enter_context(open(args.json_out, "w", encoding="utf-8"))  # noqa: ASYNC230
+            except OSError as exc:
+                raise ClientError(f"cannot write {args.json_out}: {exc.strerror}") from None
+            json_out = JsonLines(out)
+        # JSON on stdout must stay parseable, so the transcript is not printed there too
+        quiet = args.quiet or args.json_out == "-"
+        async with AsrClient(args.server) as client:
+            await _connect(client, args)
+            with make_renderer(stdout, quiet=quiet, verbose=args.verbose) as renderer:
+                stats = await stream_file(
+                    client,
+                    config,
+                    audio,
+                    chunk_ms=args.chunk_ms,
+                    speed=None if args.fast else args.speed,
+                    renderer=renderer,
+                    json_out=json_out,
+                )
+    if not args.quiet:
+        pace = stats.audio_sent_s / stats.wall_s if stats.wall_s > 0 else 0.0
+        print(
+            f"sent {stats.audio_sent_s:.1f} s of audio in {stats.wall_s:.1f} s "
+            f"({pace:.1f}x real time); {stats.finals} final result(s)",
+            file=stderr,
+        )
+    return 0
+
+
+async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    audio = load_audio(args.path)
+    data = audio.to_bytes()
+    if len(data) > MAX_RECOGNIZE_BYTES:
+        raise ClientError(
+            f"{args.path} is {len(data) >> 20} MiB as PCM, more than one call may carry "
+            f"({MAX_RECOGNIZE_BYTES >> 20} MiB); stream it instead: asr-client file --fast"
+        )
+    config = audio_config(
+        sample_rate_hz=audio.sample_rate_hz,
+        channels=audio.channels,
+        language=args.language,
+        interim_results=False,
+        word_timestamps=args.word_timestamps,
+    )
+    async with AsrClient(args.server) as client:
+        await _connect(client, args)
+        response = await client.recognize(data, config)
+    if args.json:
+        document = {
+            "duration_s": round(response.duration_s, 3),
+            "results": [result_record(r) for r in response.results],
+        }
+        print(json.dumps(document, ensure_ascii=False, indent=2), file=stdout)
+    else:
+        for result in response.results:
+            print(final_line(result), file=stdout)
+            if result.words:
+                print(words_line(result), file=stdout)
+    return 0
+
+
+async def run(argv: Sequence[str] | None = None) -> int:
+    """The whole command; returns the exit status. Output goes to the current sys.stdout/stderr."""
+    args = build_parser().parse_args(argv)
+    stdout, stderr = sys.stdout, sys.stderr
+    command = _file_command if args.command == "file" else _recognize_command
+    try:
+        return await command(args, stdout, stderr)
+    except StreamClosedError as exc:
+        print(f"error: {exc.code.name}: {exc.details}", file=stderr)
+        return 2
+    except (ClientError, AudioFileError) as exc:
+        print(f"error: {exc}", file=stderr)
+        return 1
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        # asyncio.run turns Ctrl-C into cancellation of run(), so every ``async with``
+        # above cancels its call and closes its channel before we get here
+        code = asyncio.run(run(argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)

@@ -1,0 +1,201 @@
+"""Show recognition events: live lines on a terminal, plain lines in a pipe, JSON lines on request.
+
+On a terminal each channel gets one line that partials rewrite in place (stable text
+normal, the unstable tail dimmed) and every final is printed above them for good. In a
+pipe only finals are printed, one per line, so ``asr-client file x.wav > out.txt`` gives
+a clean transcript.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from asr_api.v1 import asr_pb2
+
+Response = asr_pb2.StreamingRecognizeResponse
+
+
+def clock(seconds: float) -> str:
+    """``mm:ss.d`` (``h:mm:ss.d`` past an hour) for stream audio time."""
+    tenths = max(0, round(seconds * 10))
+    minutes, tenths = divmod(tenths, 600)
+    hours, minutes = divmod(minutes, 60)
+    body = f"{minutes:02d}:{tenths // 10:02d}.{tenths % 10}"
+    return f"{hours}:{body}" if hours else body
+
+
+def final_line(result: asr_pb2.Result) -> str:
+    """``[00:03.2-00:07.9] ch0  text``: the one line a final result becomes."""
+    return f"[{clock(result.start_s)}-{clock(result.end_s)}] ch{result.channel}  {result.text}"
+
+
+def words_line(result: asr_pb2.Result) -> str:
+    """The indented line under a final with word timestamps: ``word@start-end`` each."""
+    return "    " + " ".join(
+        f"{w.word.strip()}@{w.start_s:.2f}-{w.end_s:.2f}" for w in result.words
+    )
+
+
+def event_type(response: Response) -> str:
+    if response.HasField("speech_event"):
+        if response.speech_event.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+            return "speech_ended"
+        return "speech_started"
+    return "final" if response.result.is_final else "partial"
+
+
+def result_record(result: asr_pb2.Result) -> dict[str, Any]:
+    # explicit fields rather than MessageToDict: that one drops zero values and
+    # renames to camelCase, which makes the records awkward to consume
+    return {
+        "text": result.text,
+        "stable_text": result.stable_text,
+        "unstable_text": result.unstable_text,
+        "stability": round(result.stability, 4),
+        "start_s": round(result.start_s, 3),
+        "end_s": round(result.end_s, 3),
+        "utterance_id": result.utterance_id,
+        "channel": result.channel,
+        "language": result.language,
+        "words": [
+            {
+                "word": w.word,
+                "start_s": round(w.start_s, 3),
+                "end_s": round(w.end_s, 3),
+                "probability": round(w.probability, 4),
+            }
+            for w in result.words
+        ],
+    }
+
+
+def event_record(response: Response, *, recv_time: float, t: float) -> dict[str, Any]:
+    """One ``--json-out`` line: type, receive times, the event's fields and the progress."""
+    record: dict[str, Any] = {"type": event_type(response), "recv_time": recv_time, "t": t}
+    if response.HasField("speech_event"):
+        ev = response.speech_event
+        record.update(
+            offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=ev.utterance_id
+        )
+    else:
+        record.update(result_record(response.result))
+    p = response.progress
+    record["progress"] = {
+        "audio_received_s": round(p.audio_received_s, 3),
+        "audio_processed_s": round(p.audio_processed_s, 3),
+        "lag_s": round(p.lag_s, 3),
+    }
+    return record
+
+
+class JsonLines:
+    """Writes one JSON object per line, flushed at once so ``tail -f`` and pipes see it live."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._out.flush()
+
+
+class Renderer:
+    """Does nothing: the base for the real ones and the renderer of ``--quiet``."""
+
+    def event(self, response: Response) -> None:
+        pass
+
+    def __enter__(self) -> Renderer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+class PlainRenderer(Renderer):
+    """Finals as plain lines; with ``verbose`` also partials and speech events."""
+
+    def __init__(self, out: IO[str], *, verbose: bool = False) -> None:
+        self._out = out
+        self._verbose = verbose
+
+    def event(self, response: Response) -> None:
+        kind = event_type(response)
+        if kind == "final":
+            line = final_line(response.result)
+            if response.result.words:
+                line += "\n" + words_line(response.result)
+        elif not self._verbose:
+            return
+        elif kind == "partial":
+            r = response.result
+            line = f"[{clock(r.start_s)}-{clock(r.end_s)}] ch{r.channel} ~ {r.text}"
+        else:
+            ev = response.speech_event
+            what = kind.replace("_", " ")
+            line = f"[{clock(ev.offset_s)}] ch{ev.channel}  ({what})"
+        self._out.write(line + "\n")
+        self._out.flush()
+
+
+class LiveRenderer(Renderer):
+    """One live line per channel for the utterance in progress; finals printed above them."""
+
+    def __init__(self, console: Console) -> None:
+        self._partials: dict[int, asr_pb2.Result] = {}
+        self._lag_s = 0.0
+        # transient: the live lines vanish at the end, leaving only the finals on screen
+        self._live = Live(console=console, auto_refresh=False, transient=True)
+
+    def __enter__(self) -> LiveRenderer:
+        self._live.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._live.stop()
+
+    def event(self, response: Response) -> None:
+        self._lag_s = response.progress.lag_s
+        kind = event_type(response)
+        r = response.result
+        if kind == "partial":
+            self._partials[r.channel] = r
+        elif kind == "final":
+            self._partials.pop(r.channel, None)
+        # redraw before printing: printing redraws the last drawn live lines, and the
+        # utterance that just became final must no longer be among them
+        self._live.update(self._view(), refresh=True)
+        if kind != "final":
+            return
+        # Text, not a markup string: transcripts can contain "[music]" and the like
+        self._live.console.print(Text(final_line(r)))
+        if r.words:
+            self._live.console.print(Text(words_line(r), style="dim"))
+
+    def _view(self) -> Group:
+        lines = [
+            Text.assemble(
+                (f"ch{channel}  ", "bold"),
+                r.stable_text,
+                # the server sends the two parts without the space that joins them
+                " " if r.stable_text and r.unstable_text else "",
+                (r.unstable_text, "dim"),
+            )
+            for channel, r in sorted(self._partials.items())
+        ]
+        lines.append(Text(f"lag {self._lag_s:.1f} s", style="dim"))
+        return Group(*lines)
+
+
+def make_renderer(out: IO[str], *, quiet: bool = False, verbose: bool = False) -> Renderer:
+    """Live on a terminal, plain lines otherwise, nothing when quiet."""
+    if quiet:
+        return Renderer()
+    if out.isatty():
+        return LiveRenderer(Console(file=out, highlight=False))
+    return PlainRenderer(out, verbose=verbose)

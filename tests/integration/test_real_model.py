@@ -1,0 +1,202 @@
+"""The real server with the real tiny.en model on recorded human speech (runs in CI).
+
+Audio is streamed faster than real time; when the engine falls behind, backpressure
+slows the sender, which is part of what is being tested.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import soxr
+
+from asr_client import AsrClient, audio_config
+from asr_client.scoring import wer
+from asr_server.audio.g711 import alaw_encode, mulaw_encode
+from tests.helpers import corpus, final_text, finals, read_pcm16, stream_audio
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
+
+#: a spread of readers and sources (LibriSpeech, LJ Speech, others), 2-15 s each
+WER_SET = [
+    "libri_1089-134686-0000",
+    "libri_1089-134691-0001",
+    "libri_1995-1837-0001",
+    "libri_2412-153948-0000",
+    "picovoice_leopard_test_en",
+    "ljspeech_LJ001-0001",
+    "ljspeech_LJ001-0005",
+    "ljspeech_LJ001-0014",
+    "jfk",
+    "riva_en-US_antiberta",
+    "cmusphinx_cards_005",
+]
+
+
+def mono(pcm: np.ndarray) -> np.ndarray:
+    return pcm if pcm.shape[1] == 1 else pcm.mean(axis=1, keepdims=True).astype(np.int16)
+
+
+def check_streaming_contract(received) -> None:  # type: ignore[no-untyped-def]
+    """Partials precede their final, stable text only grows, finals are never revised."""
+    stable: dict[tuple[int, int], str] = {}
+    finished: set[tuple[int, int]] = set()
+    started: set[tuple[int, int]] = set()
+    for item in received:
+        resp = item.response
+        if resp.HasField("speech_event"):
+            ev = resp.speech_event
+            if ev.type == ev.SPEECH_STARTED:
+                started.add((ev.channel, ev.utterance_id))
+            continue
+        r = resp.result
+        key = (r.channel, r.utterance_id)
+        assert key not in finished, f"result after the final of {key}"
+        assert r.text == " ".join(t for t in (r.stable_text, r.unstable_text) if t)
+        previous = stable.get(key, "")
+        assert r.stable_text.startswith(previous), (previous, r.stable_text)
+        if r.is_final:
+            assert r.stability == 1.0 and not r.unstable_text
+            finished.add(key)
+        stable[key] = r.stable_text
+        assert resp.progress.lag_s >= 0.0
+    assert finished, "no final result"
+
+
+async def test_streaming_wer_and_contract_on_recorded_speech(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    recordings = corpus()
+    refs, hyps = [], []
+    partials = 0
+    for rid in WER_SET:
+        rec = recordings[rid]
+        pcm, sr = read_pcm16(rec.path)
+        received = await stream_audio(server.port, mono(pcm), sr, speed=4.0)
+        check_streaming_contract(received)
+        partials += sum(
+            1 for r in received if r.response.result.text and not r.response.result.is_final
+        )
+        refs.append(rec.transcript)
+        hyps.append(final_text(received))
+    score = wer(refs, hyps)
+    print(f"streaming WER on {len(refs)} recordings: {score:.3f}")
+    assert partials > len(WER_SET)  # partials really flowed while audio arrived
+    assert score <= 0.12, list(zip(refs, hyps, strict=True))
+
+
+async def test_no_text_on_silence_and_noise(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    rng = np.random.default_rng(7)
+    sr = 16_000
+    quiet = np.zeros(3 * sr)
+    white = rng.normal(0, 0.03, 4 * sr)
+    hum = 0.05 * np.sin(2 * np.pi * 60 * np.arange(3 * sr) / sr)
+    clicks = np.zeros(3 * sr)
+    clicks[:: sr // 4] = 0.8
+    audio = np.concatenate([quiet, white, hum, clicks, quiet])
+    pcm = (audio * 32767).astype(np.int16).reshape(-1, 1)
+    received = await stream_audio(server.port, pcm, sr, speed=None)
+    texts = [r.response.result.text for r in received if r.response.HasField("result")]
+    assert texts == []
+
+
+def telephone_band(pcm: np.ndarray, sr: int) -> np.ndarray:
+    """300-3400 Hz band, 8 kHz: what a phone network delivers (before G.711)."""
+    x = pcm[:, 0].astype(np.float64)
+    spectrum = np.fft.rfft(x)
+    freqs = np.fft.rfftfreq(x.size, 1 / sr)
+    spectrum[(freqs < 300) | (freqs > 3400)] = 0
+    band = np.fft.irfft(spectrum, n=x.size)
+    return np.clip(soxr.resample(band, sr, 8000), -32768, 32767).astype(np.int16)
+
+
+@pytest.mark.parametrize(("encoding", "encode"), [("MULAW", mulaw_encode), ("ALAW", alaw_encode)])
+async def test_telephone_g711_8k(make_server, encoding, encode) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    rec = corpus()["libri_1089-134686-0000"]
+    pcm, sr = read_pcm16(rec.path)
+    narrow = telephone_band(pcm, sr)
+    payload = encode(narrow)
+    received = await stream_audio(
+        server.port,
+        narrow.reshape(-1, 1),
+        8000,
+        speed=4.0,
+        chunk_ms=20,  # the frame size gateways send
+        encoding=encoding,
+        payload=payload,
+    )
+    check_streaming_contract(received)
+    assert wer([rec.transcript], [final_text(received)]) <= 0.2
+
+
+async def test_stereo_channels_get_their_own_speech(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    recs = corpus()
+    left_rec, right_rec = recs["libri_1995-1837-0001"], recs["picovoice_leopard_test_en"]
+    left, sr = read_pcm16(left_rec.path)
+    right, _ = read_pcm16(right_rec.path)
+    n = max(left.shape[0], right.shape[0] + sr)
+    stereo = np.zeros((n, 2), dtype=np.int16)
+    stereo[: left.shape[0], 0] = left[:, 0]
+    stereo[sr : sr + right.shape[0], 1] = right[:, 0]  # the customer answers a second later
+    received = await stream_audio(server.port, stereo, sr, speed=4.0)
+    check_streaming_contract(received)
+    assert wer([left_rec.transcript], [final_text(received, 0)]) <= 0.15
+    assert wer([right_rec.transcript], [final_text(received, 1)]) <= 0.15
+
+
+async def test_word_timestamps_and_finalize(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    rec = corpus()["libri_2412-153948-0000"]
+    pcm, sr = read_pcm16(rec.path)
+    config = audio_config(sample_rate_hz=sr, word_timestamps=True)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(config) as stream:
+
+            async def send() -> None:
+                half = pcm.shape[0] // 2
+                await stream.send_audio(pcm[:half].tobytes())
+                await stream.finalize()  # cut here, mid-sentence, without closing
+                await stream.send_audio(pcm[half:].tobytes())
+                await stream.end()
+
+            sender = asyncio.create_task(send())
+            events = [e async for e in stream]
+            await sender
+    results = [e.result for e in events if e.HasField("result") and e.result.is_final]
+    assert len(results) >= 2
+    assert results[0].end_s <= pcm.shape[0] / 2 / sr + 0.05  # the FINALIZE cut
+    for r in results:
+        assert r.words, r
+        starts = [w.start_s for w in r.words]
+        assert starts == sorted(starts)
+        assert r.start_s - 0.05 <= r.words[0].start_s and r.words[-1].end_s <= r.end_s + 0.5
+        assert " ".join(w.word for w in r.words) == r.text
+    assert wer([rec.transcript], [" ".join(r.text for r in results)]) <= 0.2
+
+
+async def test_recognize_a_long_file_whole(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    rec = corpus()["concat_ljspeech_LJ001-0001_to_0032"]  # 231 s, one reader
+    pcm, sr = read_pcm16(rec.path)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        reply = await client.recognize(pcm.tobytes(), audio_config(sample_rate_hz=sr))
+    text = " ".join(r.text for r in reply.results)
+    assert reply.duration_s == pytest.approx(rec.duration_s, abs=0.01)
+    assert reply.results[-1].end_s > rec.duration_s - 2.0  # nothing cut off at the end
+    assert "roman" in text.lower().split()[-40:].__str__()  # the last sentences are there
+    assert wer([rec.transcript], [text]) <= 0.12
+
+
+async def test_silero_vad_option(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server(vad={"backend": "silero"})
+    rec = corpus()["libri_1089-134686-0000"]
+    pcm, sr = read_pcm16(rec.path)
+    silence = np.zeros((sr, 1), dtype=np.int16)
+    received = await stream_audio(server.port, np.concatenate([silence, pcm, silence]), sr)
+    check_streaming_contract(received)
+    assert wer([rec.transcript], [final_text(received)]) <= 0.15
+    assert finals(received)[0].start_s >= 0.6  # the leading second of silence is not speech

@@ -1,0 +1,97 @@
+"""``asr-server`` as a user runs it: a real process with the embedded model, health,
+metrics, a stream, and a graceful drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import sys
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from tests.helpers import ROOT, corpus, final_text, read_pcm16, stream_audio
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(180)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_server_process_serves_reports_and_drains() -> None:
+    metrics_port = free_port()
+    env = {**os.environ, "ASR_STREAMING__MAX_BUFFERED_AUDIO_S": "3", "PYTHONUNBUFFERED": "1"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "asr_server",
+        "--port",
+        "0",
+        "--metrics-port",
+        str(metrics_port),
+        cwd=ROOT,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    port_found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def read_log() -> None:  # keep draining stderr so the server never blocks on it
+        assert proc.stderr is not None
+        async for raw in proc.stderr:
+            line = raw.decode(errors="replace")
+            log.append(line)
+            match = re.search(r"gRPC on 127\.0\.0\.1:(\d+)", line)
+            if match and not port_found.done():
+                port_found.set_result(int(match.group(1)))
+
+    reader = asyncio.create_task(read_log())
+    try:
+        # the ready banner tells the user where to connect
+        port = await asyncio.wait_for(port_found, 60)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            reply = await health.Check(health_pb2.HealthCheckRequest(service="asr.v1.Recognizer"))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        rec = corpus()["libri_1089-134691-0000"]
+        pcm, sr = read_pcm16(rec.path)
+        received = await stream_audio(port, pcm, sr, speed=None)
+        assert "could wait no longer" in final_text(received).lower()
+        metrics = await asyncio.to_thread(scrape, f"http://127.0.0.1:{metrics_port}/metrics")
+        for name in (
+            "asr_active_streams",
+            "asr_audio_received_seconds_total",
+            'asr_results_total{kind="final"}',
+            "asr_engine_queue_wait_seconds_bucket",
+            "asr_engine_inference_seconds_bucket",
+            "asr_time_to_first_partial_seconds_bucket",
+            "asr_final_latency_seconds_bucket",
+            "asr_buffered_audio_seconds",
+            "asr_stream_errors_total",
+            "process_resident_memory_bytes",
+        ):
+            assert name in metrics, name
+        received_s = re.search(r"^asr_audio_received_seconds_total (\S+)$", metrics, re.M)
+        assert received_s and float(received_s.group(1)) == pytest.approx(rec.duration_s, 0.01)
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 60) == 0, "".join(log)
+        assert any("draining" in line for line in log)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await reader
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())

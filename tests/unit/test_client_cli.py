@@ -1,0 +1,317 @@
+"""The ``asr-client`` command end to end against the real server running the fake engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from asr_api.v1 import asr_pb2
+from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
+from asr_client.cli import StreamStats, build_parser, run, send_paced
+from asr_client.render import PlainRenderer, clock, final_line
+from asr_server.app import start_server
+from asr_server.engine.fake import FakeEngine
+from asr_server.settings import Settings
+
+RATE = 16_000
+FINAL_LINE = re.compile(r"^\[\d\d:\d\d\.\d-\d\d:\d\d\.\d\] ch(\d)  (.*)$")
+
+
+def speech_like(rate: int = RATE) -> np.ndarray:
+    """1 s silence, 1.5 s of a 440 Hz tone (the fake engine hears anything loud), 1 s silence."""
+    t = np.arange(int(1.5 * rate)) / rate
+    tone = 0.3 * np.sin(2 * np.pi * 440 * t)
+    return np.concatenate([np.zeros(rate), tone, np.zeros(rate)])
+
+
+@pytest.fixture
+def mono_wav(tmp_path: Path) -> Path:
+    path = tmp_path / "tone.wav"
+    soundfile.write(path, speech_like(), RATE, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture
+def stereo_wav(tmp_path: Path) -> Path:
+    left = speech_like()
+    path = tmp_path / "stereo.wav"
+    soundfile.write(path, np.stack([left, np.zeros_like(left)], axis=1), RATE, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    running = await start_server(
+        Settings(host="127.0.0.1", port=0, metrics_port=0), engine_factory=lambda s: FakeEngine()
+    )
+    try:
+        await running.ready.wait()
+        yield f"127.0.0.1:{running.port}"
+    finally:
+        await running.close()
+
+
+def read_events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_well_ordered(events: list[dict]) -> None:
+    """Receive times never go back, and no partial of an utterance follows its final."""
+    ts = [e["t"] for e in events]
+    recv = [e["recv_time"] for e in events]
+    assert ts == sorted(ts) and ts[0] >= 0
+    assert recv == sorted(recv)
+    final_at = {
+        (e["channel"], e["utterance_id"]): i for i, e in enumerate(events) if e["type"] == "final"
+    }
+    for i, e in enumerate(events):
+        key = (e.get("channel"), e.get("utterance_id"))
+        if e["type"] == "partial" and key in final_at:
+            assert i < final_at[key], f"partial {e} after the final of its utterance"
+
+
+# -- file ---------------------------------------------------------------------------------
+
+
+async def test_file_fast_writes_json_lines(server: str, mono_wav: Path, tmp_path: Path, capsys):
+    out = tmp_path / "events.jsonl"
+    code = await run(["file", str(mono_wav), "--server", server, "--fast", "--json-out", str(out)])
+    assert code == 0
+    events = read_events(out)
+    types = [e["type"] for e in events]
+    assert "speech_started" in types
+    finals = [e for e in events if e["type"] == "final"]
+    assert finals and finals[0]["text"].startswith("w0")
+    assert finals[0]["channel"] == 0 and finals[0]["stability"] == 1.0
+    assert 0.5 <= finals[0]["start_s"] < finals[0]["end_s"] <= 3.5
+    assert set(finals[0]["progress"]) == {"audio_received_s", "audio_processed_s", "lag_s"}
+    assert types.index("speech_started") < types.index("final")
+    assert_well_ordered(events)
+    captured = capsys.readouterr()
+    # not a terminal: plain lines, finals only
+    lines = captured.out.splitlines()
+    assert lines and all(FINAL_LINE.match(line) for line in lines)
+    assert FINAL_LINE.match(lines[0]).group(2).startswith("w0")  # type: ignore[union-attr]
+    assert "sent 3.5 s of audio" in captured.err and "1 final result(s)" in captured.err
+
+
+async def test_file_paced_sends_partials_before_final(server: str, mono_wav: Path, tmp_path):
+    out = tmp_path / "events.jsonl"
+    code = await run(
+        ["file", str(mono_wav), "--server", server, "--speed", "4", "--json-out", str(out),
+         "--chunk-ms", "50", "--quiet"]
+    )  # fmt: skip
+    assert code == 0
+    events = read_events(out)
+    assert_well_ordered(events)
+    partials = [e for e in events if e["type"] == "partial"]
+    final = next(e for e in events if e["type"] == "final")
+    # at 4x the server has 125 ms of wall time per partial interval: ample for the fake engine
+    assert partials, "paced streaming should show partials"
+    assert all(final["text"].startswith(p["stable_text"]) for p in partials)
+    # the final follows the end of the tone (2.5 s of audio), which is sent ≥ 2.5/4 s in
+    assert final["t"] >= 2.5 / 4
+
+
+async def test_json_out_dash_keeps_stdout_pure_json(server: str, mono_wav: Path, capsys):
+    code = await run(["file", str(mono_wav), "--server", server, "--fast", "--json-out", "-"])
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    events = [json.loads(line) for line in lines]
+    assert any(e["type"] == "final" for e in events)
+
+
+async def test_stereo_results_carry_their_channel(
+    server: str, stereo_wav: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "events.jsonl"
+    code = await run(
+        ["file", str(stereo_wav), "--server", server, "--fast", "--json-out", str(out), "--quiet"]
+    )
+    assert code == 0
+    finals = [e for e in read_events(out) if e["type"] == "final"]
+    assert finals and {e["channel"] for e in finals} == {0}
+    assert finals[0]["text"].startswith("w0")
+
+
+async def test_word_timestamps_reach_the_json(server: str, mono_wav: Path, tmp_path: Path):
+    out = tmp_path / "events.jsonl"
+    argv = ["file", str(mono_wav), "--server", server, "--fast", "--word-timestamps"]
+    assert await run([*argv, "--json-out", str(out), "--quiet"]) == 0
+    final = next(e for e in read_events(out) if e["type"] == "final")
+    assert [w["word"].strip() for w in final["words"]] == final["text"].split()
+    assert all(w["start_s"] < w["end_s"] for w in final["words"])
+
+
+# -- recognize ----------------------------------------------------------------------------
+
+
+async def test_recognize_prints_final_lines(server: str, stereo_wav: Path, capsys):
+    assert await run(["recognize", str(stereo_wav), "--server", server]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    matches = [FINAL_LINE.match(line) for line in lines]
+    assert matches and all(matches)
+    assert {m.group(1) for m in matches if m} == {"0"}
+    assert matches[0].group(2).startswith("w0")  # type: ignore[union-attr]
+
+
+async def test_recognize_json(server: str, mono_wav: Path, capsys):
+    argv = ["recognize", str(mono_wav), "--server", server, "--json", "--word-timestamps"]
+    assert await run(argv) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["duration_s"] == pytest.approx(3.5)
+    (result,) = document["results"]
+    assert result["text"].startswith("w0") and result["words"]
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pace", [[], ["--fast"]])
+async def test_server_rejection_exits_2(server: str, mono_wav: Path, capsys, pace):
+    # with --fast a write is in flight as the server aborts: grpc.aio then reports
+    # INTERNAL for the write (grpc/grpc#36066); the client must still show the real status
+    code = await run(["file", str(mono_wav), "--server", server, "--language", "xx", *pace])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: INVALID_ARGUMENT: ") and "language" in err
+    assert "sent" not in err  # no summary after an error
+
+
+async def test_recognize_rejection_exits_2(server: str, mono_wav: Path, capsys):
+    code = await run(["recognize", str(mono_wav), "--server", server, "--language", "xx"])
+    assert code == 2
+    assert capsys.readouterr().err.startswith("error: INVALID_ARGUMENT: ")
+
+
+async def test_no_server_is_a_readable_error(mono_wav: Path, capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["file", str(mono_wav), "--server", f"127.0.0.1:{port}", "--connect-timeout", "0.2"]
+    assert await run(argv) == 1
+    assert f"cannot connect to 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+async def test_unreadable_file_is_a_readable_error(tmp_path: Path, capsys):
+    bogus = tmp_path / "notes.wav"
+    bogus.write_text("not audio")
+    assert await run(["recognize", str(bogus)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {bogus}: ")
+
+
+@pytest.mark.parametrize(
+    "flags", [["--fast", "--speed", "2"], ["--speed", "0"], ["--chunk-ms", "1"]]
+)
+def test_usage_errors_exit_2(flags: list[str], capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["file", "x.wav", *flags])
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+# -- pieces -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("subtype", ["FLOAT", "PCM_24", "PCM_16"])
+def test_load_audio_converts_to_int16(tmp_path: Path, subtype: str):
+    path = tmp_path / "audio.wav"
+    soundfile.write(path, np.array([0.0, 0.5, -0.5, 1.0]), 8000, subtype=subtype)
+    audio = load_audio(path)
+    assert audio.sample_rate_hz == 8000 and audio.channels == 1
+    assert audio.frames.dtype == np.int16
+    assert audio.frames[:, 0].tolist() == [0, 16384, -16384, 32767]
+
+
+def test_load_audio_keeps_stereo_interleaved(stereo_wav: Path):
+    audio = load_audio(stereo_wav)
+    assert audio.frames.shape == (int(3.5 * RATE), 2)
+    assert audio.duration_s == pytest.approx(3.5)
+    assert np.abs(audio.frames[:, 1]).max() == 0 and np.abs(audio.frames[:, 0]).max() > 9000
+    pcm = np.frombuffer(audio.to_bytes(), dtype="<i2")
+    assert pcm[0::2].tolist() == audio.frames[:, 0].tolist()  # L R L R …
+
+
+def test_chunks_cover_the_audio_in_chunk_ms_pieces():
+    audio = PcmAudio(np.arange(2 * 2500, dtype=np.int16).reshape(-1, 2), 10_000)
+    chunks = list(audio.chunks(100))
+    assert [len(c) for c in chunks] == [4000, 4000, 2000]  # 1000 frames × 2 ch × 2 bytes
+    assert b"".join(chunks) == audio.to_bytes()
+
+
+def test_pyav_reads_what_soundfile_cannot(stereo_wav: Path, monkeypatch):
+    expected = load_audio(stereo_wav)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Format not recognised")
+
+    monkeypatch.setattr(soundfile, "read", refuse)
+    audio = load_audio(stereo_wav)
+    assert audio.sample_rate_hz == RATE
+    assert np.array_equal(audio.frames, expected.frames)
+
+
+def test_load_audio_rejects_missing_file(tmp_path: Path):
+    with pytest.raises(AudioFileError, match="no such file"):
+        load_audio(tmp_path / "nope.flac")
+
+
+class RecordingStream:
+    """Stands in for RecognitionStream: notes when each chunk was sent."""
+
+    def __init__(self, stall_on: int, stall_s: float) -> None:
+        self.sent_at: list[float] = []
+        self.ended = False
+        self._stall_on, self._stall_s = stall_on, stall_s
+
+    async def send_audio(self, data: bytes) -> None:
+        self.sent_at.append(time.monotonic())
+        if len(self.sent_at) == self._stall_on + 1:
+            # backpressure: a slow write must not push the rest of the schedule back
+            await asyncio.sleep(self._stall_s)
+
+    async def end(self) -> None:
+        self.ended = True
+
+
+async def test_send_paced_follows_an_absolute_schedule():
+    audio = PcmAudio(np.zeros((800, 1), dtype=np.int16), 16_000)  # 5 chunks of 10 ms
+    stream = RecordingStream(stall_on=1, stall_s=0.03)
+    stats = StreamStats()
+    t0 = time.monotonic()
+    await send_paced(stream, audio, chunk_ms=10, speed=1.0, t0=t0, stats=stats)  # type: ignore[arg-type]
+    assert stream.ended and stats.audio_sent_s == pytest.approx(0.05)
+    for i, sent in enumerate(stream.sent_at):
+        assert sent >= t0 + i * 0.01  # never early
+    # after the 30 ms stall chunks 2 and 3 are overdue and go at once: no drift added
+    assert stream.sent_at[3] - stream.sent_at[2] < 0.005
+
+
+def test_clock_and_final_line():
+    assert clock(3.24) == "00:03.2" and clock(67.96) == "01:08.0" and clock(3725) == "1:02:05.0"
+    result = asr_pb2.Result(is_final=True, text="hello there", start_s=3.2, end_s=7.9, channel=1)
+    assert final_line(result) == "[00:03.2-00:07.9] ch1  hello there"
+
+
+def test_plain_renderer_prints_only_finals_unless_verbose(tmp_path: Path):
+    partial = asr_pb2.StreamingRecognizeResponse(result=asr_pb2.Result(text="a"))
+    final = asr_pb2.StreamingRecognizeResponse(result=asr_pb2.Result(text="a b", is_final=True))
+    started = asr_pb2.StreamingRecognizeResponse(
+        speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.SPEECH_STARTED)
+    )
+    for verbose, expected in ((False, 1), (True, 3)):
+        path = tmp_path / f"out-{verbose}.txt"
+        with path.open("w") as out, PlainRenderer(out, verbose=verbose) as renderer:
+            for response in (started, partial, final):
+                renderer.event(response)
+        lines = path.read_text().splitlines()
+        assert len(lines) == expected and lines[-1].endswith("ch0  a b")
