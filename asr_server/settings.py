@@ -41,7 +41,9 @@ class EngineSettings(BaseModel):
         0, ge=0, le=64, description="Requests batched into one call; 0 = 8 on CUDA, 1 on CPU."
     )
     batch_wait_ms: int = Field(5, ge=0, le=200, description="How long to wait for a batch.")
-    final_beam_size: int = Field(1, ge=1, le=10)
+    final_beam_size: int = Field(
+        5, ge=1, le=10, description="Beam for finals (partials are greedy); 5 measured best."
+    )
     cache_dir: Path = Field(
         Path.home() / ".cache" / "streamasr",
         description="Where models shipped in split packages are assembled.",

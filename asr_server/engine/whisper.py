@@ -258,15 +258,16 @@ class WhisperEngine:
         avg_logprob = float(result.scores[0]) * n_new / (n_new + 1) if result.scores else 0.0
         no_speech = float(result.no_speech_prob)
         prefix_text = req.prefix.strip()
-        new_text = tok.decode(new_tokens).strip()
+        new_raw = tok.decode(new_tokens)  # keeps its leading space, or none before punctuation
+        new_text = new_raw.strip()
         # Whisper's own silence rule: the no-speech token is likely and the text is unsure.
         silent = no_speech > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD
         looping = compression_ratio(new_text) > COMPRESSION_RATIO_THRESHOLD
         if silent or looping:
             if not prefix_text:
                 return Hypothesis("", language, [], no_speech, avg_logprob, rejected=True)
-            new_text = ""
-        text = f"{prefix_text} {new_text}".strip() if prefix_text else new_text
+            new_raw = ""
+        text = (prefix_text + new_raw).strip() if prefix_text else new_text
         protected = len(prefix_text.split())
         words = trim_trailing_repeats(text.split(), protected=protected)
         words = trim_restarted_passage(words, protected=protected)

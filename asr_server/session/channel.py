@@ -127,7 +127,7 @@ class ChannelRecognizer:
     async def _handle(self, events: list) -> None:  # type: ignore[type-arg]
         for ev in events:
             if isinstance(ev, SpeechStarted):
-                await self._start(ev.start_sample)
+                await self._start(ev.start_sample, ev.onset)
             elif isinstance(ev, SpeechAudio):
                 await self._audio(ev)
             elif isinstance(ev, SpeechEnded):
@@ -135,18 +135,17 @@ class ChannelRecognizer:
 
     # -- utterance life cycle -------------------------------------------------------------
 
-    async def _start(self, start_sample: int, *, announce: bool = True) -> None:
-        self._utt = _Utterance(
-            self._next_id, UtteranceAudio(start_sample), speech_arrived=self._arrival(start_sample)
+    async def _start(self, start_sample: int, onset_sample: int) -> None:
+        """A new utterance; the event reports the onset, the audio keeps the pre-roll too."""
+        utt = _Utterance(
+            self._next_id, UtteranceAudio(start_sample), speech_arrived=self._arrival(onset_sample)
         )
+        self._utt = utt
         self._next_id += 1
-        if announce:
-            await self._emit(
-                SpeechBoundary(
-                    True, start_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id
-                )
-            )
-            self.metrics.speech_events.labels("started").inc()
+        await self._emit(
+            SpeechBoundary(True, onset_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
+        )
+        self.metrics.speech_events.labels("started").inc()
 
     async def _audio(self, ev: SpeechAudio) -> None:
         utt = self._utt

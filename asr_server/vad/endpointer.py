@@ -34,7 +34,12 @@ class EndpointerConfig:
 
 @dataclass(frozen=True)
 class SpeechStarted:
-    start_sample: int
+    start_sample: int  # where the utterance's audio begins: the onset minus the pre-roll
+    onset_sample: int = -1  # the first voiced frame; -1 = same as start_sample
+
+    @property
+    def onset(self) -> int:
+        return self.start_sample if self.onset_sample < 0 else self.onset_sample
 
 
 @dataclass(frozen=True)
@@ -141,14 +146,15 @@ class Endpointer:
         if voiced and sum(self._recent_voiced) >= self._start_frames:
             # the utterance starts pre_roll before the first voiced frame of the window
             window = list(self._recent_voiced)
-            onset = len(window) - window.index(True)  # frames back from the newest
-            keep = min(len(self._pre_roll), onset + self._pre_roll_frames)
+            onset_frames = len(window) - window.index(True)  # counted back from the newest
+            keep = min(len(self._pre_roll), onset_frames + self._pre_roll_frames)
             kept = list(self._pre_roll)[-keep:]
             first = self.position - sum(a.size for a in kept)
+            onset = self.position - onset_frames * self.detector.frame_samples
             self.speaking = True
             self._silent_run = 0
             self._last_voiced_end = self.position
             self._pre_roll.clear()
             self._recent_voiced.clear()
-            events.append(SpeechStarted(first))
+            events.append(SpeechStarted(first, onset))
             events.append(SpeechAudio(first, np.concatenate(kept), 0, self.position))

@@ -125,6 +125,7 @@ async def test_partials_then_final_with_stable_prefix_that_never_changes() -> No
         for e in events
     ]
     assert kinds[0] == "SpeechBoundary"
+    assert events[0] == SpeechBoundary(True, pytest.approx(0.5, abs=0.03), 0, 0)  # the onset
     assert kinds[-1] == "RecognitionResultTrue"
     assert kinds.count("RecognitionResultTrue") == 1
     assert kinds.count("RecognitionResultFalse") >= 1

@@ -1,0 +1,319 @@
+"""Streaming benchmark: WER streaming vs offline, latency, CPU and memory. Prints figures.
+
+Starts ``asr-server`` as a separate process (embedded tiny.en unless --model), streams the
+shared corpus to it at real-time pace, one recording at a time, the way a microphone
+would (a chunk is sent once the audio it holds would exist), and measures:
+
+* WER of the streaming finals, and of offline faster-whisper (``WhisperModel.transcribe``
+  with its defaults) on the same model, files and normaliser;
+* time to first partial: from the speech onset the server reports (SPEECH_STARTED) to the
+  first partial of that utterance;
+* end-of-speech to final: from the end of speech (SPEECH_ENDED, or the end of the audio)
+  to the final;
+* server CPU seconds per audio second, and its peak resident memory.
+
+Usage: python bench/streaming_bench.py [--limit N] [--speed 1] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import os
+import re
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import soundfile as sf
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr_client import AsrClient, audio_config  # noqa: E402
+from asr_client.scoring import normalize, wer  # noqa: E402
+
+SHARED = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
+WER_CATEGORIES = {"short_read", "multispeaker", "telephony_8k"}
+_CHANNEL_TAG = re.compile(r"\[(left|right)\]", re.IGNORECASE)
+
+
+@dataclass
+class Item:
+    id: str
+    path: Path
+    duration_s: float
+    transcript: str
+    source: str
+
+
+@dataclass
+class Outcome:
+    item: Item
+    hypothesis: dict[int, str] = field(default_factory=dict)
+    ttfp: list[float] = field(default_factory=list)
+    final_latency: list[float] = field(default_factory=list)
+
+
+def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
+    with open(SHARED / "NOTES.tsv", newline="") as f:
+        category = {r["id"]: r["category"] for r in csv.DictReader(f, delimiter="\t")}
+    items = []
+    with open(SHARED / "MANIFEST.tsv", newline="") as f:
+        for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if r["language"] != "en" or r["transcript"] == "unknown":
+                continue
+            if category.get(r["id"]) not in WER_CATEGORIES:
+                continue
+            if pattern and not re.search(pattern, r["id"]):
+                continue
+            source = r["id"].split("_")[0]
+            items.append(
+                Item(r["id"], SHARED / r["file"], float(r["duration_s"]), r["transcript"], source)
+            )
+    return items[:limit] if limit else items
+
+
+def references(item: Item) -> dict[int, str]:
+    """Per-channel references for [left]/[right] files, else one for channel 0."""
+    parts = _CHANNEL_TAG.split(item.transcript)
+    if len(parts) == 1:
+        return {0: item.transcript}
+    refs: dict[int, str] = {}
+    for tag, text in zip(parts[1::2], parts[2::2], strict=True):
+        ch = 0 if tag.lower() == "left" else 1
+        refs[ch] = (refs.get(ch, "") + " " + text).strip()
+    return refs
+
+
+def load_pcm(item: Item) -> tuple[np.ndarray, int]:
+    data, sr = sf.read(str(item.path), dtype="float32", always_2d=True)
+    if len(references(item)) == 1 and data.shape[1] > 1:
+        data = data.mean(axis=1, keepdims=True)  # one talker on several channels
+    return (np.clip(data, -1, 1) * 32767).astype(np.int16), sr
+
+
+async def stream_one(port: int, item: Item, speed: float, chunk_ms: int) -> Outcome:
+    pcm, sr = load_pcm(item)
+    channels = pcm.shape[1]
+    data = pcm.tobytes()
+    frame_bytes = 2 * channels
+    chunk = int(sr * chunk_ms / 1000) * frame_bytes
+    out = Outcome(item)
+    onset: dict[tuple[int, int], float] = {}
+    speech_end: dict[tuple[int, int], float] = {}
+    first_partial: set[tuple[int, int]] = set()
+    texts: dict[int, list[str]] = {}
+    async with AsrClient(f"127.0.0.1:{port}") as client:
+        async with client.stream(audio_config(sample_rate_hz=sr, channels=channels)) as stream:
+            t0 = time.monotonic()
+
+            def wall(audio_s: float) -> float:  # when audio time x existed at the source
+                return t0 + audio_s / speed
+
+            async def send() -> None:
+                for start in range(0, len(data), chunk):
+                    piece = data[start : start + chunk]
+                    # a chunk can be sent only once the audio it holds has been "recorded"
+                    due = wall((start + len(piece)) / frame_bytes / sr)
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                    await stream.send_audio(piece)
+                await stream.end()
+
+            sender = asyncio.create_task(send())
+            async for event in stream:
+                now = time.monotonic()
+                if event.HasField("speech_event"):
+                    ev = event.speech_event
+                    key = (ev.channel, ev.utterance_id)
+                    if ev.type == ev.SPEECH_STARTED:
+                        onset[key] = ev.offset_s
+                    else:
+                        speech_end[key] = ev.offset_s
+                    continue
+                r = event.result
+                key = (r.channel, r.utterance_id)
+                if not r.is_final:
+                    if key not in first_partial and key in onset:
+                        first_partial.add(key)
+                        out.ttfp.append(now - wall(onset[key]))
+                    continue
+                texts.setdefault(r.channel, []).append(r.text)
+                end = speech_end.get(key, min(r.end_s, len(pcm) / sr))
+                out.final_latency.append(now - wall(end))
+            await sender
+    out.hypothesis = {ch: " ".join(t) for ch, t in texts.items()}
+    return out
+
+
+def offline_hypotheses(items: list[Item], model_path: str) -> dict[tuple[str, int], str]:
+    from faster_whisper import WhisperModel
+
+    model = WhisperModel(model_path, device="cpu", compute_type="int8")
+    hyps = {}
+    for item in items:
+        pcm, sr = load_pcm(item)
+        for ch in references(item):
+            import soxr
+
+            audio = soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, 16_000)
+            segments, _ = model.transcribe(audio, language="en")
+            hyps[(item.id, ch)] = " ".join(s.text.strip() for s in segments)
+    return hyps
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess.Process, int]:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "asr_server",
+        "--port",
+        str(port),
+        "--metrics-port",
+        "0",
+        "--model",
+        model,
+        *extra,
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    while True:
+        line = (await proc.stderr.readline()).decode()
+        if not line:
+            raise RuntimeError("server exited before it was ready")
+        if "streamasr is ready" in line:
+            break
+
+    async def drain() -> None:
+        assert proc.stderr is not None
+        while await proc.stderr.readline():
+            pass
+
+    proc._drain = asyncio.create_task(drain())  # type: ignore[attr-defined]
+    return proc, port
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--limit", type=int, help="only the first N recordings")
+    p.add_argument("--ids", help="only recordings whose id matches this regular expression")
+    p.add_argument("--speed", type=float, default=1.0, help="1 = real time")
+    p.add_argument("--chunk-ms", type=int, default=100)
+    p.add_argument("--model", default="tiny.en")
+    p.add_argument("--no-offline", action="store_true", help="skip the offline WER baseline")
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--show", action="store_true", help="print texts that differ from offline")
+    p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
+    a = p.parse_args()
+    items = load_items(a.limit, a.ids)
+    proc, port = await start_server(a.model, a.server_args)
+    server = psutil.Process(proc.pid)
+    cpu0 = server.cpu_times()
+    outcomes = []
+    t_start = time.monotonic()
+    for item in items:
+        outcomes.append(await stream_one(port, item, a.speed, a.chunk_ms))
+        print(
+            f"  {item.id:40s} {item.duration_s:6.1f}s  "
+            f"{' | '.join(outcomes[-1].hypothesis.values())[:70]}",
+            file=sys.stderr,
+        )
+    wall_s = time.monotonic() - t_start
+    cpu1 = server.cpu_times()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    peak_mb = peak_rss_mb(proc.pid)
+    proc.terminate()
+    await proc.wait()
+
+    refs, hyps, sources = [], [], []
+    for o in outcomes:
+        for ch, ref in references(o.item).items():
+            refs.append(ref)
+            hyps.append(o.hypothesis.get(ch, ""))
+            sources.append(o.item.source)
+    audio_s = sum(o.item.duration_s for o in outcomes)
+    ttfp = [x for o in outcomes for x in o.ttfp]
+    fl = [x for o in outcomes for x in o.final_latency]
+    figures: dict[str, object] = {
+        "recordings": len(outcomes),
+        "audio_s": round(audio_s, 1),
+        "wall_s": round(wall_s, 1),
+        "streaming_wer": round(wer(refs, hyps), 4),
+        "ttfp_median_s": round(statistics.median(ttfp), 3) if ttfp else None,
+        "ttfp_p95_s": round(pct(ttfp, 95), 3),
+        "final_latency_median_s": round(statistics.median(fl), 3) if fl else None,
+        "final_latency_p95_s": round(pct(fl, 95), 3),
+        "utterances": len(fl),
+        "server_cpu_s_per_audio_s": round(cpu_s / audio_s, 3),
+        "server_peak_rss_mb": round(peak_mb, 1),
+        "speed": a.speed,
+        "chunk_ms": a.chunk_ms,
+        "model": a.model,
+    }
+    by_source: dict[str, tuple[list[str], list[str]]] = {}
+    for s, r, h in zip(sources, refs, hyps, strict=True):
+        by_source.setdefault(s, ([], []))[0].append(r)
+        by_source[s][1].append(h)
+    figures["streaming_wer_by_source"] = {
+        s: round(wer(r, h), 4) for s, (r, h) in sorted(by_source.items())
+    }
+    if not a.no_offline:
+        from asr_server.engine.models import resolve_model
+
+        model = resolve_model(a.model, Path.home() / ".cache" / "streamasr")
+        offline = offline_hypotheses([o.item for o in outcomes], model.path_or_id)
+        off = [offline[(o.item.id, ch)] for o in outcomes for ch in references(o.item)]
+        figures["offline_wer"] = round(wer(refs, off), 4)
+        figures["offline_wer_by_source"] = {
+            s: round(
+                wer(
+                    [r for r, src in zip(refs, sources, strict=True) if src == s],
+                    [h for h, src in zip(off, sources, strict=True) if src == s],
+                ),
+                4,
+            )
+            for s in sorted(by_source)
+        }
+        worse = [
+            (o_id, normalize(h), normalize(oh))
+            for o_id, h, oh in zip([o.item.id for o in outcomes], hyps, off, strict=False)
+            if normalize(h) != normalize(oh)
+        ]
+        figures["files_differing_from_offline"] = len(worse)
+        if a.show:
+            for o_id, h, oh in worse:
+                print(f"{o_id}\n  stream:  {h}\n  offline: {oh}", file=sys.stderr)
+    print(json.dumps(figures, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
