@@ -77,6 +77,7 @@ class ChannelRecognizer:
         spawn: Callable[[Awaitable[None]], object],
         partial_interval_s: float,
         coalesce_key: object,
+        context_chars: int = 0,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -88,6 +89,8 @@ class ChannelRecognizer:
         self._partial_interval = int(partial_interval_s * SAMPLE_RATE)
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._key = coalesce_key
+        self._context_chars = context_chars
+        self._context = ""  # the end of this channel's previous finals
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = 0
         self._utt: _Utterance | None = None
@@ -175,7 +178,7 @@ class ChannelRecognizer:
             utt.audio.snapshot(end_sample),
             DecodeKind.FINAL,
             language=self.config.language,
-            prompt=self.config.prompt,
+            prompt=self._prompt(),
             prefix=utt.agreement.committed_text,
             word_timestamps=self.config.word_timestamps,
         )
@@ -268,6 +271,7 @@ class ChannelRecognizer:
             )
         )
         self.metrics.results.labels("final").inc()
+        self._remember(hyp.text)
         self.metrics.final_latency.observe(max(0.0, now() - self._arrival(utt.audio.end_sample)))
 
     # -- partials -------------------------------------------------------------------------
@@ -278,7 +282,7 @@ class ChannelRecognizer:
             utt.audio.snapshot(),
             DecodeKind.PARTIAL,
             language=self.config.language,
-            prompt=self.config.prompt,
+            prompt=self._prompt(),
             prefix=utt.agreement.committed_text,
             word_timestamps=near_limit,
         )
@@ -320,6 +324,21 @@ class ChannelRecognizer:
         self.metrics.results.labels("partial").inc()
 
     # -- helpers --------------------------------------------------------------------------
+
+    def _prompt(self) -> str:
+        """The client's prompt and hotwords, then what was just said on this channel.
+
+        Whisper is trained with the preceding text as context; without it a short
+        utterance loses what the sentence was about ("ask not" heard as "as not").
+        """
+        return " ".join(p for p in (self.config.prompt, self._context) if p)
+
+    def _remember(self, text: str) -> None:
+        if self._context_chars:
+            context = f"{self._context} {text}".strip()
+            if len(context) > self._context_chars:  # keep whole words
+                context = context[-self._context_chars :].partition(" ")[2]
+            self._context = context
 
     def _arrival(self, sample: int) -> float:
         """Wall time at which audio position ``sample`` arrived (for latency metrics)."""

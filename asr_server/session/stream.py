@@ -128,6 +128,7 @@ class StreamSession:
             spawn=lambda coro: self._spawn_partial(tg, coro),
             partial_interval_s=s.streaming.partial_interval_ms / 1000,
             coalesce_key=(self.stream_id, channel),
+            context_chars=s.streaming.context_chars,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Awaitable[None]) -> None:

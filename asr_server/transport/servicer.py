@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -100,7 +101,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                     languages=self.languages,
                 )
                 # finals only: the whole file is known, partials would be wasted work
-                config = type(config)(**{**config.__dict__, "interim_results": False})
+                config = dataclasses.replace(config, interim_results=False)
                 session = StreamSession(config, services, stream_id)
                 fmt = config.format
                 chunk = int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S) * fmt.frame_bytes

@@ -255,3 +255,11 @@ async def test_backpressure_stops_reading_and_loses_nothing() -> None:
     assert sum(len(f.text.split()) for f in finals) == pytest.approx(4 + 120, abs=len(finals))
     assert h.progress[-1].audio_processed_s == pytest.approx(len(data) / 2 / SR, abs=0.05)
     assert h.metrics.buffered_audio._value.get() == pytest.approx(0.0, abs=1e-6)
+
+
+async def test_previous_finals_become_context_when_enabled() -> None:
+    audio = np.concatenate([tone(1.0), silence(1.0), tone(1.0), silence(1.0)])
+    h = Harness(context_chars=200)
+    await h.run(chunks(pcm16(audio)), interim=False)
+    prompts = [c[0].prompt for c in h.engine.calls]
+    assert prompts == ["", "w0 w1 w2 w3"]
