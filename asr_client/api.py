@@ -39,7 +39,7 @@ def audio_config(
     """Build a ``StreamingConfig``; zero values mean the server's defaults."""
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
-            encoding=asr_pb2.AudioFormat.Encoding.Value(encoding),
+            encoding=encoding,  # the enum's name; protobuf maps it to the value
             sample_rate_hz=sample_rate_hz,
             channels=channels,
         ),

@@ -12,5 +12,6 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[test]'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -197,10 +197,8 @@ def verify_record(package: str, files: Sequence[Path]) -> None:
         expected = recorded.get(f.resolve())
         if expected is None:
             raise ModelLoadError(f"package {package}: {f} is not listed in its RECORD")
-        digest = hashlib.sha256()
         with open(f, "rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(8 << 20), b""):
-                digest.update(block)
+            digest = hashlib.file_digest(fh, "sha256")
         actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
         if actual != expected:
             raise ModelLoadError(

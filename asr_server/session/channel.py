@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
@@ -74,7 +74,7 @@ class ChannelRecognizer:
         scheduler: EngineScheduler,
         metrics: Metrics,
         emit: Callable[[OutEvent], Awaitable[None]],
-        spawn: Callable[[Awaitable[None]], object],
+        spawn: Callable[[Coroutine[None, None, None]], object],
         partial_interval_s: float,
         coalesce_key: object,
         context_chars: int = 0,

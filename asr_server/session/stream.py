@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
 from asr_server.audio.decode import SAMPLE_RATE, AudioDecoder, AudioFormatError
@@ -131,8 +131,8 @@ class StreamSession:
             context_chars=s.streaming.context_chars,
         )
 
-    def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Awaitable[None]) -> None:
-        task = tg.create_task(coro, name=f"{self.stream_id}-partial")  # type: ignore[arg-type]
+    def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:
+        task = tg.create_task(coro, name=f"{self.stream_id}-partial")
         self._partial_tasks.add(task)
         task.add_done_callback(self._partial_tasks.discard)
 
