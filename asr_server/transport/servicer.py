@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 
@@ -58,81 +58,81 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
     async def StreamingRecognize(self, request_iterator, context):  # type: ignore[no-untyped-def] # noqa: N802
         stream_id = f"s{next(self._ids)}"
-        stream_id_var.set(stream_id)
-        error: AsrError | None = None
-        try:
-            services = self._admit()
-            self._enter(services)
-            try:
-                first = await context.read()
-                config = self._config_of(first, services)
-                session = StreamSession(config, services, stream_id)
-                logger.info("stream %s opened: %s", stream_id, config.format)
 
-                async def send(event: OutEvent, progress: Progress) -> None:
-                    await context.write(event_to_proto(event, progress))
+        async def stream(services: SessionServices) -> None:
+            config = self._config_of(await context.read(), services)
+            session = StreamSession(config, services, stream_id)
+            logger.info("stream %s opened: %s", stream_id, config.format)
 
-                await session.run(self._requests(context), send)
-                logger.info("stream %s closed", stream_id)
-            finally:
-                self._leave(services)
-        except AsrError as exc:
-            error = exc
-        except EngineError:
-            error = self._internal("recognition engine failed")
-        except Exception:
-            error = self._internal("unexpected server error")
-        if error is not None:
-            await self._abort(context, error)
+            async def send(event: OutEvent, progress: Progress) -> None:
+                await context.write(event_to_proto(event, progress))
+
+            await session.run(self._requests(context), send)
+
+        await self._serve_call(stream_id, context, stream)
 
     async def Recognize(self, request, context):  # type: ignore[no-untyped-def] # noqa: N802
-        stream_id = f"r{next(self._ids)}"
-        stream_id_var.set(stream_id)
-        error: AsrError | None = None
+        call_id = f"r{next(self._ids)}"
         response = asr_pb2.RecognizeResponse()
-        try:
-            services = self._admit()
-            self._enter(services)
-            try:
-                config = stream_config_from_proto(
-                    request.config,
-                    services.settings,
-                    model_name=self.model_name,
-                    languages=self.languages,
-                )
-                # finals only: the whole file is known, partials would be wasted work
-                config = dataclasses.replace(config, interim_results=False)
-                session = StreamSession(config, services, stream_id)
-                fmt = config.format
-                chunk = int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S) * fmt.frame_bytes
-                audio = request.audio
-                results: list[RecognitionResult] = []
 
-                async def chunks() -> AsyncIterator[bytes]:
-                    for i in range(0, len(audio), chunk):
-                        yield audio[i : i + chunk]
+        async def recognize(services: SessionServices) -> None:
+            config = stream_config_from_proto(
+                request.config,
+                services.settings,
+                model_name=self.model_name,
+                languages=self.languages,
+            )
+            # finals only: the whole file is known, partials would be wasted work
+            config = dataclasses.replace(config, interim_results=False)
+            session = StreamSession(config, services, call_id)
+            fmt = config.format
+            chunk = int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S) * fmt.frame_bytes
+            audio = request.audio
+            results: list[RecognitionResult] = []
 
-                async def collect(event: OutEvent, progress: Progress) -> None:
-                    if isinstance(event, RecognitionResult) and event.is_final:
-                        results.append(event)
+            async def chunks() -> AsyncIterator[bytes]:
+                for i in range(0, len(audio), chunk):
+                    yield audio[i : i + chunk]
 
-                await session.run(chunks(), collect)
-                results.sort(key=lambda r: (r.start_s, r.channel))
-                response.results.extend(result_to_proto(r) for r in results)
-                response.duration_s = len(audio) / fmt.frame_bytes / fmt.sample_rate_hz
-            finally:
-                self._leave(services)
-        except AsrError as exc:
-            error = exc
-        except EngineError:
-            error = self._internal("recognition engine failed")
-        except Exception:
-            error = self._internal("unexpected server error")
-        if error is not None:
-            await self._abort(context, error)
+            async def collect(event: OutEvent, progress: Progress) -> None:
+                if isinstance(event, RecognitionResult) and event.is_final:
+                    results.append(event)
+
+            await session.run(chunks(), collect)
+            results.sort(key=lambda r: (r.start_s, r.channel))
+            response.results.extend(result_to_proto(r) for r in results)
+            response.duration_s = len(audio) / fmt.frame_bytes / fmt.sample_rate_hz
+
+        await self._serve_call(call_id, context, recognize)
         return response
 
     # -- helpers --------------------------------------------------------------------------
+
+    async def _serve_call(
+        self,
+        call_id: str,
+        context: grpc.aio.ServicerContext,
+        body: Callable[[SessionServices], Awaitable[None]],
+    ) -> None:
+        """Admit the call, run ``body``, and turn any failure into one clear status."""
+        stream_id_var.set(call_id)
+        error: AsrError | None = None
+        try:
+            services = self._admit()
+            self._enter(services)
+            try:
+                await body(services)
+            finally:
+                self._leave(services)
+                logger.info("call %s finished", call_id)
+        except AsrError as exc:
+            error = exc
+        except EngineError:
+            error = self._internal("recognition engine failed")
+        except Exception:
+            error = self._internal("unexpected server error")
+        if error is not None:
+            await self._abort(context, error)
 
     def _admit(self) -> SessionServices:
         if self.draining:
