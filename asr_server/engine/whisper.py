@@ -263,7 +263,8 @@ class WhisperEngine:
         # Whisper's own silence rule: the no-speech token is likely and the text is unsure.
         silent = no_speech > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD
         looping = compression_ratio(new_text) > COMPRESSION_RATIO_THRESHOLD
-        if silent or looping:
+        wordless = not any(c.isalnum() for c in new_text)  # "." or "..." on silence
+        if silent or looping or wordless:
             if not prefix_text:
                 return Hypothesis("", language, [], no_speech, avg_logprob, rejected=True)
             new_raw = ""

@@ -233,6 +233,19 @@ async def test_recognize_unary_transcribes_everything(make_server) -> None:  # t
     assert reply.results[-1].end_s == pytest.approx(599.2, abs=0.3)
 
 
+async def test_a_ten_minute_stream_is_transcribed_whole(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve(make_server)
+    turn = np.concatenate([tone(5.0), silence(1.0)])
+    pcm = (np.tile(turn, 100) * 32767).astype(np.int16).reshape(-1, 1)
+    received = await stream_audio(server.port, pcm, 16_000, speed=None, chunk_ms=250)
+    results = [r.response.result for r in received if r.response.HasField("result")]
+    finals = [r for r in results if r.is_final]
+    assert len(finals) == 100
+    assert [f.utterance_id for f in finals] == list(range(100))
+    assert all(f.text == " ".join(f"w{i}" for i in range(20)) for f in finals)
+    assert received[-1].response.progress.audio_received_s == pytest.approx(600.0)
+
+
 async def test_disconnect_mid_stream_frees_everything(make_server) -> None:  # type: ignore[no-untyped-def]
     gate = threading.Event()
     engine = FakeEngine(gate=gate)

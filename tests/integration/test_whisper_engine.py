@@ -1,0 +1,54 @@
+"""The real faster-whisper engine on its own: batching, prefixes, words, rejection."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr_client.scoring import normalize
+from asr_server.engine.base import DecodeKind, DecodeRequest
+from asr_server.engine.models import resolve_model
+from asr_server.engine.whisper import WhisperEngine
+from tests.helpers import corpus, read_pcm16
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def engine() -> WhisperEngine:
+    return WhisperEngine(
+        resolve_model("tiny.en", Path("/nonexistent")), max_batch_size=4, cpu_threads=2
+    )
+
+
+def audio(rid: str) -> np.ndarray:
+    pcm, sr = read_pcm16(corpus()[rid].path)
+    assert sr == 16_000
+    return pcm[:, 0].astype(np.float32) / 32768
+
+
+def test_a_batch_decodes_like_single_requests(engine: WhisperEngine) -> None:
+    requests = [
+        DecodeRequest(audio("libri_1089-134691-0000"), DecodeKind.FINAL),
+        DecodeRequest(
+            audio("libri_2412-153948-0000"),
+            DecodeKind.FINAL,
+            prefix="If the reader will excuse me,",
+        ),
+        DecodeRequest(np.zeros(16_000, np.float32), DecodeKind.FINAL),
+        DecodeRequest(audio("libri_1089-134686-0001"), DecodeKind.FINAL, word_timestamps=True),
+    ]
+    batched = engine.transcribe(requests)
+    single = [engine.transcribe([r])[0] for r in requests]
+    assert [normalize(h.text) for h in batched] == [normalize(h.text) for h in single]
+    assert batched[1].text.startswith("If the reader will excuse me,")  # prefix kept verbatim
+    assert batched[2].rejected and batched[2].text == ""  # silence
+    assert not batched[0].words and batched[3].words  # timings only where asked
+    assert " ".join(w.word for w in batched[3].words) == batched[3].text
+
+
+def test_batch_limit_is_enforced(engine: WhisperEngine) -> None:
+    with pytest.raises(ValueError, match="exceeds"):
+        engine.transcribe([DecodeRequest(np.zeros(1600, np.float32), DecodeKind.PARTIAL)] * 5)

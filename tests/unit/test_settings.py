@@ -1,0 +1,47 @@
+"""Settings from the environment and asr-server flags."""
+
+from __future__ import annotations
+
+import os
+
+import pydantic
+import pytest
+
+from asr_server.cli import parse_args
+from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings
+
+
+def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("ASR_"):
+            monkeypatch.delenv(key)
+    s = parse_args([])
+    assert (s.host, s.port, s.metrics_port) == ("127.0.0.1", DEFAULT_PORT, DEFAULT_METRICS_PORT)
+    assert (s.engine.model, s.engine.device, s.vad.backend) == ("tiny.en", "auto", "webrtc")
+
+
+def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASR_PORT", "6000")
+    monkeypatch.setenv("ASR_MODEL", "base")
+    monkeypatch.setenv("ASR_DEVICE", "cpu")
+    monkeypatch.setenv("ASR_STREAMING__MAX_BUFFERED_AUDIO_S", "2.5")
+    s = Settings()
+    assert s.port == 6000 and s.engine.model == "base" and s.engine.device == "cpu"
+    assert s.streaming.max_buffered_audio_s == 2.5
+    flags = parse_args(
+        ["--port", "7000", "--model", "small", "--vad", "silero", "--max-streams", "3"]
+    )
+    assert flags.port == 7000 and flags.engine.model == "small" and flags.vad.backend == "silero"
+    assert flags.max_streams == 3
+    assert flags.engine.device == "cpu"  # from the environment, untouched by flags
+    assert flags.streaming.max_buffered_audio_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [("ASR_PORT", "70000"), ("ASR_DEVICE", "tpu"), ("ASR_VAD__SILENCE_MS", "5")],
+)
+def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    with pytest.raises(pydantic.ValidationError):
+        Settings()
