@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 
+from asr_server.log import configure_logging
 from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings
 
 
@@ -64,10 +64,7 @@ def _dump(update: dict[str, object]) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> None:
     settings = parse_args(argv)
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(settings.log_level)
     from asr_server.app import RunningServer, serve
 
     def announce(running: RunningServer) -> None:

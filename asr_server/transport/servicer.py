@@ -8,7 +8,6 @@ independently of inference and writing.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import dataclasses
 import itertools
 import logging
@@ -20,6 +19,7 @@ import grpc
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_server.engine.scheduler import EngineError
 from asr_server.errors import AsrError, Status
+from asr_server.log import stream_id_var
 from asr_server.session import (
     Finalize,
     OutEvent,
@@ -32,8 +32,6 @@ from asr_server.transport.convert import event_to_proto, result_to_proto, stream
 from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
-
-stream_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("stream_id", default="-")
 
 #: audio bytes per chunk when Recognize feeds a whole file through the streaming pipeline
 RECOGNIZE_CHUNK_S = 1.0
