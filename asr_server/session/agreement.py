@@ -28,8 +28,13 @@ class LocalAgreement:
     tail: list[str] = field(default_factory=list)  # the latest uncommitted words
     _previous_tail: list[str] | None = None
 
-    def update(self, words: list[str], timings: list[WordTiming] | None = None) -> bool:
-        """Apply a hypothesis (committed prefix included); False if it is stale and ignored."""
+    def update(
+        self, words: list[str], timings: list[WordTiming] | None = None, *, commit: bool = True
+    ) -> bool:
+        """Apply a hypothesis (committed prefix included); False if it is stale and ignored.
+
+        With ``commit=False`` the hypothesis only becomes the one the next is compared with.
+        """
         n = len(self.committed)
         if [_norm(w) for w in words[:n]] != [_norm(w) for w in self.committed]:
             return False  # decoded with an older prefix that no longer matches
@@ -40,7 +45,7 @@ class LocalAgreement:
                 if self.committed_timing[i] is None:
                     self.committed_timing[i] = timings[i]
         agreed = 0
-        if self._previous_tail is not None:
+        if commit and self._previous_tail is not None:
             for a, b in zip(self._previous_tail, tail, strict=False):
                 if _norm(a) != _norm(b) or not _norm(b):
                     break

@@ -42,6 +42,9 @@ TIMING_LEAD_S = 4.0
 SPECULATE_AFTER_S = 0.2
 #: no partials once this much trailing silence is heard: silence adds no words
 PARTIAL_SILENCE_CUTOFF_S = 0.15
+#: hypotheses of less audio than this are shown but never committed: Whisper guesses on
+#: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
+MIN_COMMIT_AUDIO_S = 1.5
 
 
 @dataclass
@@ -298,7 +301,8 @@ class ChannelRecognizer:
             return
         words = hyp.text.split()
         timings = hyp.words if len(hyp.words) == len(words) else None
-        if not utt.agreement.update(words, timings):
+        commit = request.audio.size >= MIN_COMMIT_AUDIO_S * SAMPLE_RATE
+        if not utt.agreement.update(words, timings, commit=commit):
             return
         utt.partial_language = hyp.language
         stable, unstable = utt.agreement.committed_text, utt.agreement.tail_text

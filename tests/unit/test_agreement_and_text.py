@@ -96,3 +96,14 @@ def test_restarted_passage_is_cut() -> None:
 def test_punctuation_joins_its_word() -> None:
     words = [WordTiming(w, i, i + 1, 0.9) for i, w in enumerate(["me", ",", "(", "a", ")", "x"])]
     assert [w.word for w in merge_punctuation(words)] == ["me,", "(a)", "x"]
+
+
+def test_hypotheses_marked_uncommittable_only_set_the_comparison() -> None:
+    la = LocalAgreement()
+    la.update(["S"], commit=False)
+    la.update(["S", "not"], commit=False)
+    assert la.committed == [] and la.tail == ["S", "not"]
+    la.update(["ask", "not", "what"])  # disagrees with the last one: nothing committed
+    assert la.committed == []
+    la.update(["ask", "not", "what", "your"])
+    assert la.committed == ["ask", "not", "what"]
