@@ -58,6 +58,8 @@ class _Utterance:
     last_partial_text: str = ""
     finalizing: bool = False
     partial_language: str = ""
+    #: where the endpointer heard speech end (for the latency metric); None = end of audio
+    speech_end: int | None = None
     #: (end sample, decode task) of a final decoded ahead of the endpoint
     speculation: tuple[int, asyncio.Task[Hypothesis | None]] | None = None
 
@@ -199,6 +201,7 @@ class ChannelRecognizer:
             SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id)
         )
         self.metrics.speech_events.labels("ended").inc()
+        self._utt.speech_end = end_sample
         await self._finalize(min(self._utt.audio.end_sample, end_sample + self._trailing_pad))
 
     async def _split(self) -> None:
@@ -214,6 +217,11 @@ class ChannelRecognizer:
             await self._emit_final(
                 utt, Hypothesis(utt.agreement.committed_text, utt.partial_language)
             )
+        elif committed:
+            # Committed words without timing (no partial near the limit came back in time):
+            # any earlier cut could leave committed words' audio to the next utterance too.
+            rest = utt.audio.split_off(utt.audio.end_sample)
+            await self._decode_final(utt)
         else:
             cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
             rest = utt.audio.split_off(cut)
@@ -275,7 +283,8 @@ class ChannelRecognizer:
         )
         self.metrics.results.labels("final").inc()
         self._remember(hyp.text)
-        self.metrics.final_latency.observe(max(0.0, now() - self._arrival(utt.audio.end_sample)))
+        speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
+        self.metrics.final_latency.observe(max(0.0, now() - self._arrival(speech_end)))
 
     # -- partials -------------------------------------------------------------------------
 
