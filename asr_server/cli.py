@@ -32,34 +32,14 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--vad", choices=["webrtc", "silero"], help="voice activity detector")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING")
     a = p.parse_args(argv)
-    settings = Settings()
-    top = {
-        k: v
-        for k, v in {
-            "host": a.host,
-            "port": a.port,
-            "metrics_port": a.metrics_port,
-            "max_streams": a.max_streams,
-            "log_level": a.log_level,
-        }.items()
-        if v is not None
+    # Flags become init arguments, which pydantic-settings deep-merges over the environment;
+    # --model/--device/--compute-type land on the flat shortcut fields of Settings.
+    overrides: dict[str, object] = {
+        k: v for k, v in vars(a).items() if v is not None and k != "vad"
     }
-    engine = {
-        k: v
-        for k, v in {"model": a.model, "device": a.device, "compute_type": a.compute_type}.items()
-        if v is not None
-    }
-    update: dict[str, object] = dict(top)
-    if engine:
-        update["engine"] = settings.engine.model_copy(update=engine)
     if a.vad:
-        update["vad"] = settings.vad.model_copy(update={"backend": a.vad})
-    # validate the merged result the same way the environment is validated
-    return Settings.model_validate({**settings.model_dump(), **_dump(update)})
-
-
-def _dump(update: dict[str, object]) -> dict[str, object]:
-    return {k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in update.items()}
+        overrides["vad"] = {"backend": a.vad}
+    return Settings(**overrides)  # type: ignore[arg-type]
 
 
 def main(argv: list[str] | None = None) -> None:

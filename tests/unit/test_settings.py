@@ -25,6 +25,7 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASR_MODEL", "base")
     monkeypatch.setenv("ASR_DEVICE", "cpu")
     monkeypatch.setenv("ASR_STREAMING__MAX_BUFFERED_AUDIO_S", "2.5")
+    monkeypatch.setenv("ASR_VAD__SILENCE_MS", "700")
     s = Settings()
     assert s.port == 6000 and s.engine.model == "base" and s.engine.device == "cpu"
     assert s.streaming.max_buffered_audio_s == 2.5
@@ -35,6 +36,7 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert flags.max_streams == 3
     assert flags.engine.device == "cpu"  # from the environment, untouched by flags
     assert flags.streaming.max_buffered_audio_s == 2.5
+    assert flags.vad.silence_ms == 700  # --vad changes the backend, not the rest of vad
 
 
 @pytest.mark.parametrize(
