@@ -16,6 +16,7 @@ because streaming needs what ``WhisperModel.transcribe`` does not offer:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -305,6 +306,4 @@ class WhisperEngine:
             )
             # the text may have lost a trimmed repetition: keep the timings it still has
             timings = timings[: len(h.text.split())]
-            hyps[i] = Hypothesis(
-                h.text, h.language, timings, h.no_speech_prob, h.avg_logprob, h.rejected
-            )
+            hyps[i] = dataclasses.replace(h, words=timings)

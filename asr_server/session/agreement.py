@@ -8,16 +8,10 @@ Words compare case- and punctuation-insensitively.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from asr_server.engine.base import WordTiming
-
-_NON_WORD = re.compile(r"[^\w']+")
-
-
-def _norm(word: str) -> str:
-    return _NON_WORD.sub("", word.lower())
+from asr_server.engine.text import normalize_word
 
 
 @dataclass
@@ -36,7 +30,7 @@ class LocalAgreement:
         With ``commit=False`` the hypothesis only becomes the one the next is compared with.
         """
         n = len(self.committed)
-        if [_norm(w) for w in words[:n]] != [_norm(w) for w in self.committed]:
+        if [normalize_word(w) for w in words[:n]] != [normalize_word(w) for w in self.committed]:
             return False  # decoded with an older prefix that no longer matches
         tail = words[n:]
         if timings is not None and len(timings) == len(words):
@@ -47,7 +41,7 @@ class LocalAgreement:
         agreed = 0
         if commit and self._previous_tail is not None:
             for a, b in zip(self._previous_tail, tail, strict=False):
-                if _norm(a) != _norm(b) or not _norm(b):
+                if normalize_word(a) != normalize_word(b) or not normalize_word(b):
                     break
                 agreed += 1
         self.committed.extend(tail[:agreed])

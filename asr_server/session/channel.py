@@ -135,7 +135,7 @@ class ChannelRecognizer:
     async def _handle(self, events: list) -> None:  # type: ignore[type-arg]
         for ev in events:
             if isinstance(ev, SpeechStarted):
-                await self._start(ev.start_sample, ev.onset)
+                await self._start(ev.start_sample, ev.onset_sample)
             elif isinstance(ev, SpeechAudio):
                 await self._audio(ev)
             elif isinstance(ev, SpeechEnded):

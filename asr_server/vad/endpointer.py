@@ -35,11 +35,7 @@ class EndpointerConfig:
 @dataclass(frozen=True)
 class SpeechStarted:
     start_sample: int  # where the utterance's audio begins: the onset minus the pre-roll
-    onset_sample: int = -1  # the first voiced frame; -1 = same as start_sample
-
-    @property
-    def onset(self) -> int:
-        return self.start_sample if self.onset_sample < 0 else self.onset_sample
+    onset_sample: int  # the first voiced frame
 
 
 @dataclass(frozen=True)
