@@ -21,6 +21,8 @@ from typing import IO
 from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
 from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
+from asr_client.load.command import add_parser as add_load_parser
+from asr_client.load.command import load_command
 from asr_client.render import (
     JsonLines,
     Renderer,
@@ -64,12 +66,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
-    common.add_argument(
+    connection = argparse.ArgumentParser(add_help=False)
+    connection.add_argument(
         "--server", default=DEFAULT_SERVER, help=f"HOST:PORT (default {DEFAULT_SERVER})"
     )
-    common.add_argument("--language", default="", help="language code such as en (default: detect)")
+    connection.add_argument(
+        "--language", default="", help="language code such as en (default: detect)"
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[connection])
+    common.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
     common.add_argument(
         "--word-timestamps", action="store_true", help="per-word times on final results"
     )
@@ -122,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("recognize", parents=[common], help="transcribe a whole file in one call")
     r.add_argument("--json", action="store_true", help="print the response as one JSON object")
+    add_load_parser(sub, connection)
     return parser
 
 
@@ -305,7 +311,9 @@ async def run(argv: Sequence[str] | None = None) -> int:
     """The whole command; returns the exit status. Output goes to the current sys.stdout/stderr."""
     args = build_parser().parse_args(argv)
     stdout, stderr = sys.stdout, sys.stderr
-    command = _file_command if args.command == "file" else _recognize_command
+    command = {"file": _file_command, "recognize": _recognize_command, "load": load_command}[
+        args.command
+    ]
     try:
         return await command(args, stdout, stderr)
     except StreamClosedError as exc:

@@ -42,6 +42,9 @@ def words_line(result: asr_pb2.Result) -> str:
 
 
 def event_type(response: Response) -> str:
+    """speech_started, speech_ended, partial, final, or progress (the stream's last response)."""
+    if not response.HasField("result") and not response.HasField("speech_event"):
+        return "progress"
     if response.HasField("speech_event"):
         if response.speech_event.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
             return "speech_ended"
@@ -82,7 +85,7 @@ def event_record(response: Response, *, recv_time: float, t: float) -> dict[str,
         record.update(
             offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=ev.utterance_id
         )
-    else:
+    elif response.HasField("result"):
         record.update(result_record(response.result))
     p = response.progress
     record["progress"] = {
@@ -130,7 +133,7 @@ class PlainRenderer(Renderer):
             line = final_line(response.result)
             if response.result.words:
                 line += "\n" + words_line(response.result)
-        elif not self._verbose:
+        elif not self._verbose or kind == "progress":
             return
         elif kind == "partial":
             r = response.result
@@ -167,6 +170,8 @@ class LiveRenderer(Renderer):
             self._partials[r.channel] = r
         elif kind == "final":
             self._partials.pop(r.channel, None)
+        elif kind == "progress":
+            return
         # redraw before printing: printing redraws the last drawn live lines, and the
         # utterance that just became final must no longer be among them
         self._live.update(self._view(), refresh=True)

@@ -138,6 +138,8 @@ async def stream_one(port: int, item: Item, speed: float, chunk_ms: int) -> Outc
                     else:
                         speech_end[key] = ev.offset_s
                     continue
+                if not event.HasField("result"):  # the closing progress report
+                    continue
                 r = event.result
                 key = (r.channel, r.utterance_id)
                 if not r.is_final:

@@ -8,6 +8,7 @@ from asr_server.session.types import (
     RecognitionResult,
     SpeechBoundary,
     StreamConfig,
+    StreamDone,
 )
 
 __all__ = [
@@ -18,5 +19,6 @@ __all__ = [
     "SessionServices",
     "SpeechBoundary",
     "StreamConfig",
+    "StreamDone",
     "StreamSession",
 ]

@@ -22,7 +22,7 @@ from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.session.channel import ChannelRecognizer
 from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
-from asr_server.session.types import Finalize, OutEvent, Progress, StreamConfig
+from asr_server.session.types import Finalize, OutEvent, Progress, StreamConfig, StreamDone
 from asr_server.settings import Settings
 from asr_server.vad.base import VoiceDetector
 from asr_server.vad.endpointer import Endpointer, EndpointerConfig
@@ -95,6 +95,7 @@ class StreamSession:
                 # partials still queued or running are moot once every utterance is final
                 for task in self._partial_tasks:
                     task.cancel()
+                await self._out.put(StreamDone())
                 await self._out.put(_Closed())
                 await writer
         except BaseExceptionGroup as group:

@@ -66,4 +66,9 @@ class Progress:
         return max(0.0, self.audio_received_s - self.audio_processed_s)
 
 
-OutEvent = SpeechBoundary | RecognitionResult
+@dataclass(frozen=True)
+class StreamDone:
+    """The last response of a stream: only progress, accounting for all the audio received."""
+
+
+OutEvent = SpeechBoundary | RecognitionResult | StreamDone

@@ -11,6 +11,7 @@ from asr_server.session.types import (
     RecognitionResult,
     SpeechBoundary,
     StreamConfig,
+    StreamDone,
 )
 from asr_server.settings import Settings
 
@@ -119,4 +120,6 @@ def event_to_proto(event: OutEvent, progress: Progress) -> asr_pb2.StreamingReco
             ),
             progress=progress_msg,
         )
+    if isinstance(event, StreamDone):
+        return asr_pb2.StreamingRecognizeResponse(progress=progress_msg)
     return asr_pb2.StreamingRecognizeResponse(result=result_to_proto(event), progress=progress_msg)

@@ -51,6 +51,8 @@ def check_streaming_contract(received) -> None:  # type: ignore[no-untyped-def]
             if ev.type == ev.SPEECH_STARTED:
                 started.add((ev.channel, ev.utterance_id))
             continue
+        if not resp.HasField("result"):  # the closing progress report
+            continue
         r = resp.result
         key = (r.channel, r.utterance_id)
         assert key not in finished, f"result after the final of {key}"

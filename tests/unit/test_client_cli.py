@@ -89,6 +89,11 @@ async def test_file_fast_writes_json_lines(server: str, mono_wav: Path, tmp_path
     events = read_events(out)
     types = [e["type"] for e in events]
     assert "speech_started" in types
+    # the stream's last response accounts for all the audio: nothing left unprocessed
+    closing = events[-1]
+    assert closing["type"] == "progress" and "text" not in closing
+    assert closing["progress"]["audio_processed_s"] == closing["progress"]["audio_received_s"]
+    assert closing["progress"]["audio_received_s"] == pytest.approx(3.5, abs=0.01)
     finals = [e for e in events if e["type"] == "final"]
     assert finals and finals[0]["text"].startswith("w0")
     assert finals[0]["channel"] == 0 and finals[0]["stability"] == 1.0

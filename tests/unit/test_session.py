@@ -21,6 +21,7 @@ from asr_server.session import (
     SessionServices,
     SpeechBoundary,
     StreamConfig,
+    StreamDone,
     StreamSession,
 )
 from asr_server.settings import Settings
@@ -126,10 +127,13 @@ async def test_partials_then_final_with_stable_prefix_that_never_changes() -> No
     ]
     assert kinds[0] == "SpeechBoundary"
     assert events[0] == SpeechBoundary(True, pytest.approx(0.5, abs=0.03), 0, 0)  # the onset
-    assert kinds[-1] == "RecognitionResultTrue"
+    # the last event closes the stream with progress that accounts for all the audio
+    assert kinds[-1] == "StreamDone"
+    assert h.progress[-1].audio_processed_s == h.progress[-1].audio_received_s == 4.5
+    assert kinds[-2] == "RecognitionResultTrue"
     assert kinds.count("RecognitionResultTrue") == 1
     assert kinds.count("RecognitionResultFalse") >= 1
-    assert events[-2] == SpeechBoundary(False, pytest.approx(3.5, abs=0.05), 0, 0)
+    assert events[-3] == SpeechBoundary(False, pytest.approx(3.5, abs=0.05), 0, 0)
     final = results(events, final=True)[0]
     assert final.text == " ".join(f"w{i}" for i in range(12))  # 3 s / 0.25 s per word
     stable_seen = ""
@@ -144,7 +148,7 @@ async def test_partials_then_final_with_stable_prefix_that_never_changes() -> No
 async def test_silence_produces_no_events_and_no_engine_calls() -> None:
     h = Harness()
     events = await h.run(chunks(pcm16(silence(5.0))))
-    assert events == []
+    assert events == [StreamDone()]  # only the closing progress
     assert h.engine.calls == []
 
 

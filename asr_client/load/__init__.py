@@ -1,0 +1,1 @@
+"""The call-center simulator behind ``asr-client load``: calls, runner, report."""

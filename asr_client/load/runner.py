@@ -1,0 +1,200 @@
+"""Play many calls to a server at once, in real time, and record what each stream saw.
+
+Each call is one StreamingRecognize stream: a sender paces the audio on an absolute
+schedule (chunk i goes out once the audio it holds would exist in a live call) and a
+receiver records results as they come. Latencies are measured from that schedule, not
+from when a write finished, so time lost to the server's backpressure counts against it,
+as a caller would feel it:
+
+* time to first partial: from when the audio where the server heard speech start existed
+  (its SPEECH_STARTED offset) to the first partial of that utterance;
+* end of speech to final: from when the audio where speech ended existed (SPEECH_ENDED,
+  or the final's own end for an utterance cut at the length limit) to the final.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import grpc
+
+from asr_api.v1 import asr_pb2
+from asr_client.api import AsrClient, StreamClosedError, audio_config
+from asr_client.load.calls import Call
+
+
+@dataclass
+class FinalResult:
+    channel: int
+    start_s: float
+    end_s: float
+    text: str
+
+
+@dataclass
+class StreamOutcome:
+    call: Call
+    silent: bool
+    status: str = "PENDING"  # then OK or a gRPC status code name
+    error: str = ""
+    audio_sent_s: float = 0.0
+    audio_processed_s: float = 0.0  # the server's last Progress
+    max_lag_s: float = 0.0  # the server's largest reported lag
+    max_send_delay_s: float = 0.0  # how far the sender fell behind real time (backpressure)
+    partials: int = 0
+    finals: list[FinalResult] = field(default_factory=list)
+    first_partial_s: list[float] = field(default_factory=list)
+    final_latency_s: list[float] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> bool:
+        return self.status == grpc.StatusCode.RESOURCE_EXHAUSTED.name
+
+    def hypothesis(self, channel: int) -> str:
+        chosen = sorted((f for f in self.finals if f.channel == channel), key=lambda f: f.start_s)
+        return " ".join(f.text for f in chosen)
+
+
+@dataclass
+class LoadOptions:
+    chunk_ms: int = 100
+    speed: float = 1.0
+    language: str = ""
+    interim_results: bool = True
+    ramp_s: float = 0.0  # stream k starts at k/N of the ramp
+    connections: int = 1
+
+
+class _Stream:
+    """One call played to the server."""
+
+    def __init__(self, outcome: StreamOutcome, options: LoadOptions) -> None:
+        self.outcome = outcome
+        self.options = options
+        call = outcome.call
+        self.step = max(1, call.sample_rate_hz * options.chunk_ms // 1000)  # frames per chunk
+        self.t0 = 0.0
+        self._speech_start: dict[tuple[int, int], float] = {}
+        self._speech_end: dict[tuple[int, int], float] = {}
+        self._partial_seen: set[tuple[int, int]] = set()
+
+    def existed_at(self, audio_s: float) -> float:
+        """Wall time (monotonic) at which the chunk holding audio time ``audio_s`` existed."""
+        call = self.outcome.call
+        chunks = math.ceil(round(audio_s * call.sample_rate_hz) / self.step)
+        return self.t0 + chunks * self.step / call.sample_rate_hz / self.options.speed
+
+    async def play(self, client: AsrClient) -> None:
+        call, out = self.outcome.call, self.outcome
+        config = audio_config(
+            sample_rate_hz=call.sample_rate_hz,
+            encoding=call.encoding,
+            channels=call.channels,
+            language=self.options.language,
+            interim_results=self.options.interim_results,
+        )
+        try:
+            async with client.stream(config) as stream:
+                self.t0 = time.monotonic()
+                async with asyncio.TaskGroup() as tasks:
+                    tasks.create_task(self._send(stream))
+                    tasks.create_task(self._receive(stream))
+            out.status = grpc.StatusCode.OK.name
+        except* StreamClosedError as group:
+            error = group.exceptions[0]
+            assert isinstance(error, StreamClosedError)
+            out.status, out.error = error.code.name, error.details
+
+    async def _send(self, stream) -> None:  # type: ignore[no-untyped-def]
+        call, out = self.outcome.call, self.outcome
+        payload = call.payload()
+        chunk_bytes = self.step * call.bytes_per_frame
+        frames = len(call.frames)
+        try:
+            for i, offset in enumerate(range(0, len(payload), chunk_bytes)):
+                due = self.t0 + i * self.step / call.sample_rate_hz / self.options.speed
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await stream.send_audio(payload[offset : offset + chunk_bytes])
+                late = time.monotonic() - due
+                out.max_send_delay_s = max(out.max_send_delay_s, late)
+                out.audio_sent_s = min(frames, (i + 1) * self.step) / call.sample_rate_hz
+            await stream.end()
+        except StreamClosedError:
+            return  # the receiver reports the server's status
+
+    async def _receive(self, stream) -> None:  # type: ignore[no-untyped-def]
+        out = self.outcome
+        async for response in stream:
+            now = time.monotonic()
+            if response.HasField("progress"):
+                out.audio_processed_s = response.progress.audio_processed_s
+                out.max_lag_s = max(out.max_lag_s, response.progress.lag_s)
+            if response.HasField("speech_event"):
+                ev = response.speech_event
+                key = (ev.channel, ev.utterance_id)
+                if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                    self._speech_start[key] = ev.offset_s
+                else:
+                    self._speech_end[key] = ev.offset_s
+            elif response.HasField("result"):
+                self._result(response.result, now)
+
+    def _result(self, result: asr_pb2.Result, now: float) -> None:
+        out = self.outcome
+        key = (result.channel, result.utterance_id)
+        if key not in self._partial_seen and not result.is_final:
+            self._partial_seen.add(key)
+            start = self._speech_start.get(key, result.start_s)
+            out.first_partial_s.append(now - self.existed_at(start))
+        if result.is_final:
+            end = self._speech_end.get(key, result.end_s)
+            out.final_latency_s.append(now - self.existed_at(end))
+            out.finals.append(
+                FinalResult(result.channel, result.start_s, result.end_s, result.text)
+            )
+        else:
+            out.partials += 1
+
+
+async def run_load(
+    server: str,
+    calls: Sequence[tuple[Call, bool]],
+    options: LoadOptions,
+    *,
+    on_tick: Callable[[Sequence[StreamOutcome], float], None] | None = None,
+    tick_s: float = 1.0,
+) -> list[StreamOutcome]:
+    """Play every ``(call, silent)`` at once (spread over the ramp); return their outcomes."""
+    outcomes = [StreamOutcome(call, silent) for call, silent in calls]
+    clients = [AsrClient(server) for _ in range(max(1, options.connections))]
+    try:
+        await asyncio.gather(*(c.wait_ready(10.0) for c in clients))
+        started = time.monotonic()
+
+        async def one(k: int, outcome: StreamOutcome) -> None:
+            if options.ramp_s and len(outcomes) > 1:
+                await asyncio.sleep(options.ramp_s * k / len(outcomes))
+            await _Stream(outcome, options).play(clients[k % len(clients)])
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(tick_s)
+                if on_tick is not None:
+                    on_tick(outcomes, time.monotonic() - started)
+
+        tick = asyncio.create_task(ticker())
+        try:
+            await asyncio.gather(*(one(k, o) for k, o in enumerate(outcomes)))
+        finally:
+            tick.cancel()
+        if on_tick is not None:
+            on_tick(outcomes, time.monotonic() - started)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+    return outcomes
