@@ -57,6 +57,12 @@ class SpeechEnded:
 EndpointEvent = SpeechStarted | SpeechAudio | SpeechEnded
 
 
+def _loud(frames: np.ndarray) -> np.ndarray:
+    """Per row of ``frames``: is its RMS above the energy floor?"""
+    power = np.einsum("ij,ij->i", frames, frames) / frames.shape[1]
+    return power > ENERGY_FLOOR * ENERGY_FLOOR
+
+
 class Endpointer:
     def __init__(self, detector: VoiceDetector, config: EndpointerConfig) -> None:
         self.detector = detector
@@ -79,11 +85,22 @@ class Endpointer:
         """Score whole frames of ``samples``; the remainder waits for the next call."""
         frame = self.detector.frame_samples
         buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
-        whole = (buf.size // frame) * frame
-        self._pending = buf[whole:].copy()
+        count = buf.size // frame
+        self._pending = buf[count * frame :].copy()
         events: list[EndpointEvent] = []
-        for i in range(0, whole, frame):
-            self._frame(buf[i : i + frame], events)
+        if count == 0:
+            return events
+        frames = buf[: count * frame].reshape(count, frame)
+        loud = _loud(frames)
+        if not self.speaking and not loud.any():
+            # an open line with nobody talking (most of a call center's streams): no
+            # detector calls and no per-frame work, only the pre-roll bookkeeping
+            self.position += count * frame
+            self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
+            self._recent_voiced.extend([False] * min(count, self._recent_voiced.maxlen or 1))
+            return events
+        for i in range(count):
+            self._frame(frames[i], events, loud=bool(loud[i]))
         return events
 
     def flush(self) -> list[EndpointEvent]:
@@ -94,7 +111,9 @@ class Endpointer:
             padded = np.zeros(self.detector.frame_samples, dtype=np.float32)
             padded[: tail.size] = tail
             self._pending = np.zeros(0, dtype=np.float32)
-            self._frame(padded, events, real_samples=tail.size)
+            self._frame(
+                padded, events, loud=bool(_loud(padded[None, :])[0]), real_samples=tail.size
+            )
         if self.speaking:
             events.append(SpeechEnded(self._last_voiced_end))
             self.speaking = False
@@ -111,15 +130,18 @@ class Endpointer:
         return [SpeechEnded(self.position)]
 
     def _frame(
-        self, frame: np.ndarray, events: list[EndpointEvent], real_samples: int | None = None
+        self,
+        frame: np.ndarray,
+        events: list[EndpointEvent],
+        *,
+        loud: bool,
+        real_samples: int | None = None,
     ) -> None:
         n = frame.size if real_samples is None else real_samples
         start = self.position
         self.position += n
-        voiced = (
-            float(np.sqrt(np.mean(frame * frame))) > ENERGY_FLOOR
-            and self.detector.speech_probability(frame) >= self.config.threshold
-        )
+        # quiet frames never reach the detector (a stateful one sees only the loud frames)
+        voiced = loud and self.detector.speech_probability(frame) >= self.config.threshold
         audio = frame[:n]
         if self.speaking:
             if voiced:
