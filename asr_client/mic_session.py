@@ -64,9 +64,9 @@ class MicStatus(Renderer):
             ("● speech", "bold red") if speaking else ("○ listening", "dim"),
         )
         if self.dropped:
-            line.append(f"  {self.dropped} chunk(s) dropped: network too slow", style="yellow")
+            line.append(f"  {self.dropped} dropped", style="yellow")
         if self.stopping:
-            line.append("  stopping: waiting for the last result", style="dim")
+            line.append("  stopping", style="dim")
         return line
 
 

@@ -396,3 +396,36 @@ async def test_ctrl_c_flushes_the_final_of_the_utterance_in_progress(
     assert rate == 44_100 and np.array_equal(saved, script[:, 0])
     # Ctrl-C is back to its usual meaning afterwards
     assert signal.getsignal(signal.SIGINT) == before
+
+
+async def test_a_second_ctrl_c_quits_without_waiting(tmp_path: Path, monkeypatch, capsys):
+    gate = threading.Event()  # the engine never answers until the test is over
+    running = await start_server(
+        Settings(host="127.0.0.1", port=0, metrics_port=0),
+        engine_factory=lambda s: FakeEngine(gate=gate),
+    )
+    sd = FakeSoundDevice(DEVICES, script=speech_like(16_000))
+    stopped = threading.Event()
+    real_stop = FakeStream.stop
+
+    def stop(stream: FakeStream) -> None:
+        stopped.set()
+        real_stop(stream)
+
+    def user() -> None:
+        signal.raise_signal(signal.SIGINT)  # stop and wait for the final ...
+        stopped.wait(10)  # ... which cannot come: the capture stopped, the engine stalls
+        signal.raise_signal(signal.SIGINT)  # so: quit now
+
+    sd.when_done = user
+    monkeypatch.setattr(FakeStream, "stop", stop)
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    try:
+        await running.ready.wait()
+        assert await run(["mic", "--server", f"127.0.0.1:{running.port}"]) == 130
+    finally:
+        gate.set()
+        await running.close()
+    err = capsys.readouterr().err
+    assert "stopping: finishing the last utterance" in err
+    assert err.splitlines()[-1] == "interrupted"
