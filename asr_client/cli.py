@@ -1,4 +1,5 @@
-"""``asr-client``: stream an audio file to a streamasr server, or transcribe it in one call.
+"""``asr-client``: stream an audio file or a microphone to a streamasr server, or transcribe
+a file in one call (``asr-client mic`` lives in ``mic_session``, imported only when used).
 
 Exit status: 0 done, 1 a local problem (unreadable file, no server at the address),
 2 the server ended the call with an error (or a usage error, as argparse does),
@@ -60,21 +61,26 @@ def _chunk_ms(text: str) -> int:
     return value
 
 
+def _rate(text: str) -> int:
+    value = int(text)
+    if not 8000 <= value <= 48000:
+        raise argparse.ArgumentTypeError(f"must be 8000 to 48000 Hz, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="asr-client", description="Send audio files to a streamasr server."
+        prog="asr-client", description="Send audio files or a microphone to a streamasr server."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    connection = argparse.ArgumentParser(add_help=False)
-    connection.add_argument(
+    path = argparse.ArgumentParser(add_help=False)
+    path.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
         "--server", default=DEFAULT_SERVER, help=f"HOST:PORT (default {DEFAULT_SERVER})"
     )
-    connection.add_argument(
-        "--language", default="", help="language code such as en (default: detect)"
-    )
-    common = argparse.ArgumentParser(add_help=False, parents=[connection])
-    common.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
+    common.add_argument("--language", default="", help="language code such as en (default: detect)")
     common.add_argument(
         "--word-timestamps", action="store_true", help="per-word times on final results"
     )
@@ -86,9 +92,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds to wait for the server to answer (default 10)",
     )
 
+    streaming = argparse.ArgumentParser(add_help=False)
+    streaming.add_argument(
+        "--chunk-ms", type=_chunk_ms, default=100, metavar="MS", help="audio per message (100)"
+    )
+    streaming.add_argument(
+        "--no-interim", action="store_true", help="finals only, no partial results"
+    )
+    streaming.add_argument(
+        "--silence-ms", type=int, default=0, metavar="MS", help="silence that ends an utterance"
+    )
+    streaming.add_argument(
+        "--hotword",
+        action="append",
+        default=[],
+        metavar="W",
+        help="word or phrase to favour (repeatable)",
+    )
+    streaming.add_argument(
+        "--prompt", default="", metavar="TEXT", help="preceding context for the model"
+    )
+    streaming.add_argument(
+        "--json-out", metavar="FILE", help="write every event as a JSON line ('-' = stdout)"
+    )
+    streaming.add_argument("--quiet", action="store_true", help="no transcript and no summary")
+    streaming.add_argument(
+        "--verbose", action="store_true", help="outside a terminal, print partials and events too"
+    )
+
     f = sub.add_parser(
         "file",
-        parents=[common],
+        parents=[path, common, streaming],
         help="stream a file in real time (or faster) and show results as they arrive",
     )
     pace = f.add_mutually_exclusive_group()
@@ -102,32 +136,33 @@ def build_parser() -> argparse.ArgumentParser:
     pace.add_argument(
         "--fast", action="store_true", help="send as fast as the server's backpressure allows"
     )
-    f.add_argument(
-        "--chunk-ms", type=_chunk_ms, default=100, metavar="MS", help="audio per message (100)"
+    r = sub.add_parser(
+        "recognize", parents=[path, common], help="transcribe a whole file in one call"
     )
-    f.add_argument("--no-interim", action="store_true", help="finals only, no partial results")
-    f.add_argument(
-        "--silence-ms", type=int, default=0, metavar="MS", help="silence that ends an utterance"
-    )
-    f.add_argument(
-        "--hotword",
-        action="append",
-        default=[],
-        metavar="W",
-        help="word or phrase to favour (repeatable)",
-    )
-    f.add_argument("--prompt", default="", metavar="TEXT", help="preceding context for the model")
-    f.add_argument(
-        "--json-out", metavar="FILE", help="write every event as a JSON line ('-' = stdout)"
-    )
-    f.add_argument("--quiet", action="store_true", help="no transcript and no summary")
-    f.add_argument(
-        "--verbose", action="store_true", help="outside a terminal, print partials and events too"
-    )
-
-    r = sub.add_parser("recognize", parents=[common], help="transcribe a whole file in one call")
     r.add_argument("--json", action="store_true", help="print the response as one JSON object")
-    add_load_parser(sub, connection)
+    add_load_parser(sub, common)
+
+    m = sub.add_parser(
+        "mic",
+        parents=[common, streaming],
+        help="stream a microphone and show the transcript live (Ctrl-C to stop)",
+    )
+    m.add_argument(
+        "--list-devices", action="store_true", help="list the audio input devices and exit"
+    )
+    m.add_argument(
+        "--device",
+        metavar="DEV",
+        help="input device: index or part of its name (default: the default input)",
+    )
+    m.add_argument(
+        "--rate",
+        type=_rate,
+        metavar="HZ",
+        help="record at this rate (default: 16000 if the device offers it, else its own rate)",
+    )
+    m.add_argument("--save-audio", metavar="FILE", help="also write the recording (WAV or FLAC)")
+    m.add_argument("--save-transcript", metavar="FILE", help="also write the final results")
     return parser
 
 
@@ -141,7 +176,7 @@ class StreamStats:
     finals: int = 0
 
 
-async def _connect(client: AsrClient, args: argparse.Namespace) -> None:
+async def connect(client: AsrClient, args: argparse.Namespace) -> None:
     try:
         await client.wait_ready(args.connect_timeout)
     except TimeoutError:
@@ -229,6 +264,21 @@ async def stream_file(
     return stats
 
 
+def open_json_out(
+    path: str | None, stdout: IO[str], stack: contextlib.ExitStack
+) -> JsonLines | None:
+    """``--json-out``: None, ``-`` for stdout, or a file closed with ``stack``."""
+    if not path:
+        return None
+    if path == "-":
+        return JsonLines(stdout)
+    try:
+        out = stack.enter_context(open(path, "w", encoding="utf-8"))  # noqa: ASYNC230
+    except OSError as exc:
+        raise ClientError(f"cannot write {path}: {exc.strerror}") from None
+    return JsonLines(out)
+
+
 async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     audio = load_audio(args.path)
     config = audio_config(
@@ -242,19 +292,11 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
         word_timestamps=args.word_timestamps,
     )
     with contextlib.ExitStack() as stack:
-        json_out = None
-        if args.json_out == "-":
-            json_out = JsonLines(stdout)
-        elif args.json_out:
-            try:
-                out = stack.enter_context(open(args.json_out, "w", encoding="utf-8"))  # noqa: ASYNC230
-            except OSError as exc:
-                raise ClientError(f"cannot write {args.json_out}: {exc.strerror}") from None
-            json_out = JsonLines(out)
+        json_out = open_json_out(args.json_out, stdout, stack)
         # JSON on stdout must stay parseable, so the transcript is not printed there too
         quiet = args.quiet or args.json_out == "-"
         async with AsrClient(args.server) as client:
-            await _connect(client, args)
+            await connect(client, args)
             with make_renderer(stdout, quiet=quiet, verbose=args.verbose) as renderer:
                 stats = await stream_file(
                     client,
@@ -291,7 +333,7 @@ async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: 
         word_timestamps=args.word_timestamps,
     )
     async with AsrClient(args.server) as client:
-        await _connect(client, args)
+        await connect(client, args)
         response = await client.recognize(data, config)
     if args.json:
         document = {
@@ -311,11 +353,17 @@ async def run(argv: Sequence[str] | None = None) -> int:
     """The whole command; returns the exit status. Output goes to the current sys.stdout/stderr."""
     args = build_parser().parse_args(argv)
     stdout, stderr = sys.stdout, sys.stderr
-    command = {"file": _file_command, "recognize": _recognize_command, "load": load_command}[
-        args.command
-    ]
     try:
-        return await command(args, stdout, stderr)
+        if args.command == "mic":
+            from asr_client.mic import MicError
+            from asr_client.mic_session import mic_command
+
+            try:
+                return await mic_command(args, stdout, stderr)
+            except MicError as exc:
+                raise ClientError(str(exc)) from None
+        command = {"file": _file_command, "recognize": _recognize_command, "load": load_command}
+        return await command[args.command](args, stdout, stderr)
     except StreamClosedError as exc:
         print(f"error: {exc.code.name}: {exc.details}", file=stderr)
         return 2

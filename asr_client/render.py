@@ -9,6 +9,7 @@ a clean transcript.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import IO, Any
 
 from rich.console import Console, Group
@@ -146,12 +147,37 @@ class PlainRenderer(Renderer):
         self._out.flush()
 
 
-class LiveRenderer(Renderer):
-    """One live line per channel for the utterance in progress; finals printed above them."""
+class Tee(Renderer):
+    """Shows every event with each of several renderers, in order."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, *renderers: Renderer) -> None:
+        self._renderers = renderers
+
+    def event(self, response: Response) -> None:
+        for renderer in self._renderers:
+            renderer.event(response)
+
+    def __enter__(self) -> Tee:
+        for renderer in self._renderers:
+            renderer.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for renderer in reversed(self._renderers):
+            renderer.__exit__(*exc)
+
+
+class LiveRenderer(Renderer):
+    """One live line per channel for the utterance in progress; finals printed above them.
+
+    ``footer`` adds a last live line (the microphone's level meter); ``refresh()`` redraws
+    when what it shows changes between events.
+    """
+
+    def __init__(self, console: Console, *, footer: Callable[[], Text] | None = None) -> None:
         self._partials: dict[int, asr_pb2.Result] = {}
         self._lag_s = 0.0
+        self._footer = footer
         # transient: the live lines vanish at the end, leaving only the finals on screen
         self._live = Live(console=console, auto_refresh=False, transient=True)
 
@@ -161,6 +187,13 @@ class LiveRenderer(Renderer):
 
     def __exit__(self, *exc: object) -> None:
         self._live.stop()
+
+    def refresh(self) -> None:
+        self._live.update(self._view(), refresh=True)
+
+    def note(self, message: str) -> None:
+        """A dim line printed above the live lines, for messages that are not results."""
+        self._live.console.print(Text(message, style="dim"))
 
     def event(self, response: Response) -> None:
         self._lag_s = response.progress.lag_s
@@ -194,13 +227,21 @@ class LiveRenderer(Renderer):
             for channel, r in sorted(self._partials.items())
         ]
         lines.append(Text(f"lag {self._lag_s:.1f} s", style="dim"))
+        if self._footer is not None:
+            lines.append(self._footer())
         return Group(*lines)
 
 
-def make_renderer(out: IO[str], *, quiet: bool = False, verbose: bool = False) -> Renderer:
+def make_renderer(
+    out: IO[str],
+    *,
+    quiet: bool = False,
+    verbose: bool = False,
+    footer: Callable[[], Text] | None = None,
+) -> Renderer:
     """Live on a terminal, plain lines otherwise, nothing when quiet."""
     if quiet:
         return Renderer()
     if out.isatty():
-        return LiveRenderer(Console(file=out, highlight=False))
+        return LiveRenderer(Console(file=out, highlight=False), footer=footer)
     return PlainRenderer(out, verbose=verbose)

@@ -5,6 +5,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+
+# System packages for the real microphone test (tests/integration/test_mic_real.py):
+# PortAudio, and a PulseAudio daemon it reaches through ALSA's pulse plugin. Installed only
+# when missing; the lock timeout waits for anyone else running apt on the machine.
+MIC_PACKAGES=(libportaudio2 libasound2-plugins pulseaudio pulseaudio-utils)
+if command -v dpkg-query >/dev/null; then
+  missing=()
+  for pkg in "${MIC_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    sudo=()
+    [[ $(id -u) -eq 0 ]] || sudo=(sudo)
+    echo "installing ${missing[*]} for the microphone test" >&2
+    apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600)
+    "${apt[@]}" update >/dev/null
+    "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+else
+  echo "warning: not a Debian system; the microphone test needs PortAudio, PulseAudio" \
+    "and ALSA's pulse plugin (${MIC_PACKAGES[*]})" >&2
+fi
+
 if [[ ! -x .venv/bin/python ]]; then
   "$PY" -m venv .venv
 fi
