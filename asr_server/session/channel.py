@@ -56,6 +56,8 @@ class _Utterance:
     samples_since_partial: int = 0
     partials_sent: int = 0
     last_partial_text: str = ""
+    #: audio covered by the newest partial decoded; an older one finishing later is stale
+    partial_samples: int = 0
     finalizing: bool = False
     partial_language: str = ""
     #: where the endpointer heard speech end (for the latency metric); None = end of audio
@@ -304,6 +306,9 @@ class ChannelRecognizer:
         hyp = await self.scheduler.decode(request, coalesce_key=self._key)
         if hyp is None or hyp.rejected or utt.finalizing or utt is not self._utt:
             return
+        if request.audio.size <= utt.partial_samples:
+            return  # two workers ran this stream's partials and the newer one won
+        utt.partial_samples = request.audio.size
         if utt.speculation is not None:
             # a final is being decoded with the current committed prefix: committing more
             # now could contradict it; the partial resumes if speech does

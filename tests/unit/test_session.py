@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioFormat, Encoding
+from asr_server.engine.base import DecodeKind
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
 from asr_server.errors import AsrError, Status
@@ -87,7 +89,7 @@ class Harness:
         interim: bool = True,
         max_utterance_ms: int = 15_000,
     ) -> list[object]:
-        scheduler = EngineScheduler(self.engine, self.metrics)
+        scheduler = EngineScheduler(self.engine, self.metrics, workers=self.engine.workers)
         await scheduler.start()
         config = StreamConfig(
             AudioFormat(Encoding.LINEAR16, SR, channels),
@@ -143,6 +145,35 @@ async def test_partials_then_final_with_stable_prefix_that_never_changes() -> No
         stable_seen = partial.stable_text
     assert final.text.startswith(stable_seen)
     assert final.start_s == pytest.approx(0.2, abs=0.05)  # speech at 0.5 s minus pre-roll
+
+
+async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
+    """With two workers a stream's older partial can finish last; it must not roll back."""
+    slowed: list[int] = []
+    overtaken = threading.Event()
+
+    def slow_first_partial(requests) -> None:  # type: ignore[no-untyped-def]
+        if requests[0].kind is not DecodeKind.PARTIAL:
+            return
+        if not slowed:
+            slowed.append(requests[0].audio.size)
+            overtaken.wait(5)  # in the engine's thread, until the next partial runs
+            time.sleep(0.05)  # and its result is out
+        else:
+            overtaken.set()
+
+    h = Harness(FakeEngine(workers=2, on_call=slow_first_partial))
+
+    async def paced() -> AsyncIterator[object]:
+        async for chunk in chunks(pcm16(np.concatenate([tone(2.5), silence(1.0)])), 8000):
+            yield chunk
+            await asyncio.sleep(0.2)
+
+    events = await h.run(paced())
+    partial_ends = [r.end_s for r in results(events, final=False)]
+    assert slowed and partial_ends == sorted(partial_ends), partial_ends
+    assert slowed[0] / SR not in partial_ends  # the overtaken partial was dropped
+    assert len(results(events, final=True)) == 1
 
 
 async def test_silence_produces_no_events_and_no_engine_calls() -> None:
