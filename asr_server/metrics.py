@@ -27,6 +27,11 @@ class Metrics:
                 r.register(collector)
         self.active_streams = Gauge("asr_active_streams", "Open recognition streams.", registry=r)
         self.max_streams = Gauge("asr_max_streams", "Configured stream limit.", registry=r)
+        self.speaking_channels = Gauge(
+            "asr_speaking_channels",
+            "Channels inside an utterance now (the rest are silent and cost no engine time).",
+            registry=r,
+        )
         self.streams = Counter(
             "asr_streams_total", "Streams by outcome (status code name).", ["code"], registry=r
         )
@@ -73,6 +78,18 @@ class Metrics:
             "asr_engine_batch_size",
             "Requests per engine call.",
             buckets=(1, 2, 4, 8, 16, 32),
+            registry=r,
+        )
+        self.engine_workers = Gauge(
+            "asr_engine_workers", "Engine calls that can run at once (capacity).", registry=r
+        )
+        self.engine_busy_workers = Gauge(
+            "asr_engine_busy_workers", "Engine calls running now (load).", registry=r
+        )
+        self.engine_busy_seconds = Counter(
+            "asr_engine_busy_seconds_total",
+            "Worker-seconds spent in engine calls; its rate over asr_engine_workers is the "
+            "engine utilisation.",
             registry=r,
         )
         self.engine_queue_depth = Gauge(

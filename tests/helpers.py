@@ -16,8 +16,10 @@ from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, audio_config
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.base import Engine
+from asr_server.engine.fake import FakeEngine
 from asr_server.metrics import Metrics
 from asr_server.settings import Settings
+from asr_server.vad.energy import EnergyVoiceDetector
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_AUDIO = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
@@ -179,3 +181,27 @@ def entered(engine: object) -> asyncio.Event:
 
     engine.on_call = hook  # type: ignore[attr-defined]
     return event
+
+
+def fake_factory(engine: FakeEngine | None = None):  # type: ignore[no-untyped-def]
+    """An engine factory that always returns ``engine`` (a fresh FakeEngine by default)."""
+    engine = engine or FakeEngine()
+    return lambda settings: engine
+
+
+async def serve_fake(make_server, engine: FakeEngine | None = None, **settings):  # type: ignore[no-untyped-def]
+    """A server on the fake engine with the energy detector (exact on tones)."""
+    server = await make_server(fake_factory(engine), **settings)
+    # tones, not speech: an energy detector keeps these logic tests exact
+    server.servicer.services = type(server.servicer.services)(
+        server.servicer.services.settings,
+        server.servicer.services.scheduler,
+        server.servicer.services.metrics,
+        EnergyVoiceDetector,
+    )
+    return server
+
+
+def speech_pcm(seconds: float = 1.0) -> np.ndarray:
+    audio = np.concatenate([tone(seconds), silence(0.7)])
+    return (audio * 32767).astype(np.int16).reshape(-1, 1)

@@ -64,6 +64,7 @@ class EngineScheduler:
         self.running = 0  # requests inside the engine right now
 
     async def start(self) -> None:
+        self.metrics.engine_workers.set(self.workers)
         self._tasks = [
             asyncio.create_task(self._worker(), name=f"engine-worker-{i}")
             for i in range(self.workers)
@@ -154,6 +155,7 @@ class EngineScheduler:
             for job in batch:
                 self.metrics.engine_queue_wait.labels(kind).observe(started - job.enqueued)
             self.running += len(batch)
+            self.metrics.engine_busy_workers.inc()
             try:
                 hyps = await loop.run_in_executor(
                     self._executor, self.engine.transcribe, [j.request for j in batch]
@@ -167,7 +169,10 @@ class EngineScheduler:
             finally:
                 self.running -= len(batch)
                 self.calls += 1
-                self.metrics.engine_inference.labels(kind).observe(time.perf_counter() - started)
+                elapsed = time.perf_counter() - started
+                self.metrics.engine_busy_workers.dec()
+                self.metrics.engine_busy_seconds.inc(elapsed)
+                self.metrics.engine_inference.labels(kind).observe(elapsed)
                 self.metrics.engine_batch_size.observe(len(batch))
             for job, hyp in zip(batch, hyps, strict=True):
                 if not job.future.done():

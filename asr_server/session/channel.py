@@ -112,6 +112,7 @@ class ChannelRecognizer:
         finally:
             if self._utt is not None:
                 self._utt.drop_speculation()
+                self.metrics.speaking_channels.dec()
 
     async def _run(self, inbox: AudioInbox) -> None:
         while True:
@@ -152,6 +153,7 @@ class ChannelRecognizer:
         )
         self._utt = utt
         self._next_id += 1
+        self.metrics.speaking_channels.inc()
         await self._emit(
             SpeechBoundary(True, onset_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
         )
@@ -236,6 +238,7 @@ class ChannelRecognizer:
         if utt is None:
             return
         self._utt = None
+        self.metrics.speaking_channels.dec()
         utt.audio.split_off(end_sample)  # drop trailing silence past the pad
         await self._decode_final(utt)
 

@@ -58,7 +58,11 @@ class StreamSession:
         self.stream_id = stream_id
         s = services.settings
         self._decoder = AudioDecoder(config.format)
-        self._out: asyncio.Queue[OutEvent | _Closed] = asyncio.Queue(s.streaming.result_queue_size)
+        # events with the progress as of their making: a writer that runs later would see
+        # the channel caught up and hide how far behind the server was
+        self._out: asyncio.Queue[tuple[OutEvent, Progress] | _Closed] = asyncio.Queue(
+            s.streaming.result_queue_size
+        )
         max_samples = int(s.streaming.max_buffered_audio_s * SAMPLE_RATE)
         self._inboxes = [
             AudioInbox(max_samples, on_change=self._buffered_changed)
@@ -95,7 +99,7 @@ class StreamSession:
                 # partials still queued or running are moot once every utterance is final
                 for task in self._partial_tasks:
                     task.cancel()
-                await self._out.put(StreamDone())
+                await self._emit(StreamDone())
                 await self._out.put(_Closed())
                 await writer
         except BaseExceptionGroup as group:
@@ -104,6 +108,9 @@ class StreamSession:
             # whatever is still buffered leaves the gauge with the stream
             self.services.metrics.buffered_audio.dec(self._buffered_samples / SAMPLE_RATE)
             self._buffered_samples = 0
+
+    async def _emit(self, event: OutEvent) -> None:
+        await self._out.put((event, self.progress))
 
     def _make_channel(self, channel: int, tg: asyncio.TaskGroup) -> ChannelRecognizer:
         s = self.services.settings
@@ -125,7 +132,7 @@ class StreamSession:
             endpointer=endpointer,
             scheduler=self.services.scheduler,
             metrics=self.services.metrics,
-            emit=self._out.put,
+            emit=self._emit,
             spawn=lambda coro: self._spawn_partial(tg, coro),
             partial_interval_s=s.streaming.partial_interval_ms / 1000,
             coalesce_key=(self.stream_id, channel),
@@ -176,12 +183,13 @@ class StreamSession:
 
     async def _write(self, send: Send) -> None:
         while True:
-            event = await self._out.get()
-            if isinstance(event, _Closed):
+            item = await self._out.get()
+            if isinstance(item, _Closed):
                 return
+            event, progress = item
             # A write cancelled half-way leaves the gRPC call broken ("Internal error from
             # Core") and the client never sees the real status: let it finish first.
-            write = asyncio.ensure_future(send(event, self.progress))
+            write = asyncio.ensure_future(send(event, progress))
             try:
                 await asyncio.shield(write)
             except asyncio.CancelledError:

@@ -15,32 +15,18 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_server.engine.fake import FakeEngine
-from asr_server.vad.energy import EnergyVoiceDetector
-from tests.helpers import entered, eventually, final_text, silence, stream_audio, tone
+from tests.helpers import (
+    entered,
+    eventually,
+    final_text,
+    serve_fake,
+    silence,
+    speech_pcm,
+    stream_audio,
+    tone,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def fake_factory(engine: FakeEngine | None = None):  # type: ignore[no-untyped-def]
-    engine = engine or FakeEngine()
-    return lambda settings: engine
-
-
-async def serve(make_server, engine: FakeEngine | None = None, **settings):  # type: ignore[no-untyped-def]
-    server = await make_server(fake_factory(engine), **settings)
-    # tones, not speech: an energy detector keeps these logic tests exact
-    server.servicer.services = type(server.servicer.services)(
-        server.servicer.services.settings,
-        server.servicer.services.scheduler,
-        server.servicer.services.metrics,
-        EnergyVoiceDetector,
-    )
-    return server
-
-
-def speech_pcm(seconds: float = 1.0) -> np.ndarray:
-    audio = np.concatenate([tone(seconds), silence(0.7)])
-    return (audio * 32767).astype(np.int16).reshape(-1, 1)
 
 
 async def raw_call(port: int, requests: list[asr_pb2.StreamingRecognizeRequest]) -> grpc.StatusCode:
@@ -131,7 +117,7 @@ AUDIO = asr_pb2.StreamingRecognizeRequest(audio=bytes(3200))
     ],
 )
 async def test_bad_input_gets_a_clear_status(make_server, requests, code, phrase) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server)
+    server = await serve_fake(make_server)
     got, details = await raw_call(server.port, requests)
     assert got == code, details
     assert phrase in details
@@ -142,7 +128,7 @@ async def test_bad_input_gets_a_clear_status(make_server, requests, code, phrase
 
 
 async def test_message_over_the_grpc_limit_is_resource_exhausted(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server, max_message_bytes=1 << 20)
+    server = await serve_fake(make_server, max_message_bytes=1 << 20)
     got, details = await raw_call(
         server.port, [CONFIG, asr_pb2.StreamingRecognizeRequest(audio=bytes(3 << 20))]
     )
@@ -150,7 +136,7 @@ async def test_message_over_the_grpc_limit_is_resource_exhausted(make_server) ->
 
 
 async def test_stream_limit_rejects_at_once_and_spares_open_streams(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server, max_streams=1)
+    server = await serve_fake(make_server, max_streams=1)
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         async with client.stream(audio_config()) as first:
             await first.send_audio(speech_pcm().tobytes())
@@ -169,7 +155,7 @@ async def test_stream_limit_rejects_at_once_and_spares_open_streams(make_server)
 
 
 async def test_health_and_reflection(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server)
+    server = await serve_fake(make_server)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         for service in ("", "asr.v1.Recognizer"):
@@ -212,7 +198,7 @@ async def test_health_is_not_serving_while_the_model_loads(make_server) -> None:
 
 
 async def test_engine_failure_is_internal_with_an_error_id(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server, FakeEngine(fail_with=RuntimeError("GPU fell off")))
+    server = await serve_fake(make_server, FakeEngine(fail_with=RuntimeError("GPU fell off")))
     with pytest.raises(StreamClosedError) as err:
         await stream_audio(server.port, speech_pcm(), 16_000, speed=None)
     assert err.value.code == grpc.StatusCode.INTERNAL
@@ -220,7 +206,7 @@ async def test_engine_failure_is_internal_with_an_error_id(make_server) -> None:
 
 
 async def test_recognize_unary_transcribes_everything(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server)
+    server = await serve_fake(make_server)
     # ten minutes of "speech" in 5 s turns with pauses: nothing may be truncated
     turn = np.concatenate([tone(5.0), silence(1.0)])
     audio = np.tile(turn, 100)
@@ -234,7 +220,7 @@ async def test_recognize_unary_transcribes_everything(make_server) -> None:  # t
 
 
 async def test_a_ten_minute_stream_is_transcribed_whole(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve(make_server)
+    server = await serve_fake(make_server)
     turn = np.concatenate([tone(5.0), silence(1.0)])
     pcm = (np.tile(turn, 100) * 32767).astype(np.int16).reshape(-1, 1)
     received = await stream_audio(server.port, pcm, 16_000, speed=None, chunk_ms=250)
@@ -250,7 +236,7 @@ async def test_disconnect_mid_stream_frees_everything(make_server) -> None:  # t
     gate = threading.Event()
     engine = FakeEngine(gate=gate)
     stuck = entered(engine)
-    server = await serve(make_server, engine)
+    server = await serve_fake(make_server, engine)
     tasks_before = {t.get_name() for t in asyncio.all_tasks()}
     try:
         async with AsrClient(f"127.0.0.1:{server.port}") as client:
@@ -275,7 +261,7 @@ async def test_backpressure_blocks_the_client_and_loses_nothing(make_server) -> 
     engine = FakeEngine(gate=gate)
     stalled = entered(engine)
     cap_s = 2.0
-    server = await serve(make_server, engine, streaming={"max_buffered_audio_s": cap_s})
+    server = await serve_fake(make_server, engine, streaming={"max_buffered_audio_s": cap_s})
     chunk = int(0.1 * 16_000) * 2  # 100 ms of 16 kHz PCM16
     audio = np.concatenate([tone(1.0), silence(1.0), tone(60.0), silence(1.0)])
     data = (audio * 32767).astype("<i2").tobytes()
