@@ -84,7 +84,8 @@ def summarize(outcomes: Sequence[StreamOutcome], wall_s: float) -> dict[str, Any
         "rejected": sum(o.rejected for o in outcomes),
         "failed": sum(o.status not in ("OK", "RESOURCE_EXHAUSTED") for o in outcomes),
         "wall_s": round(wall_s, 2),
-        "audio_sent_s": round(sum(o.audio_sent_s for o in outcomes), 2),
+        # rejected calls may have sent a chunk or two before the rejection reached them
+        "audio_sent_s": round(sum(o.audio_sent_s for o in outcomes if not o.rejected), 2),
         # per channel, like the server's Progress; a call's channels are processed together
         "audio_processed_s": round(sum(o.audio_processed_s for o in outcomes), 2),
         "audio_unprocessed_s": round(

@@ -1,0 +1,107 @@
+"""The load generator's calls and report: layout, telephone band, G.711 payload, figures."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_client.load.calls import Clip, build_call, telephone_band
+from asr_client.load.report import percentiles, summarize
+from asr_client.load.runner import FinalResult, StreamOutcome
+from asr_server.audio.g711 import mulaw_decode
+
+
+def clips(rate: int = 8000) -> list[Clip]:
+    rng = np.random.default_rng(0)
+    return [
+        Clip(f"c{k}", (rng.normal(0, 3000, int(rate * (1 + k))).astype(np.int16)), f"words {k}")
+        for k in range(3)
+    ]
+
+
+def test_stereo_call_alternates_turns_with_pauses_and_silence_between() -> None:
+    rate = 8000
+    call = build_call(
+        7,
+        clips(rate),
+        rng=np.random.default_rng(1),
+        duration_s=20,
+        channels=2,
+        sample_rate_hz=rate,
+        encoding="MULAW",
+        pause_s=(0.5, 1.0),
+        lead_in_s=1.0,
+    )
+    assert call.channels == 2 and call.sample_rate_hz == rate
+    assert call.duration_s >= 20
+    assert call.turns[0].start_s == pytest.approx(1.0)
+    assert [t.channel for t in call.turns] == [k % 2 for k in range(len(call.turns))]
+    for a, b in zip(call.turns, call.turns[1:], strict=False):
+        assert 0.5 <= b.start_s - a.end_s <= 1.0 + 1 / rate
+    # each channel carries only its own turns: silent while the other speaks
+    for turn in call.turns:
+        lo, hi = round(turn.start_s * rate), round(turn.end_s * rate)
+        assert np.any(call.frames[lo:hi, turn.channel])
+        assert not np.any(call.frames[lo:hi, 1 - turn.channel])
+    assert call.reference(0) == " ".join(t.transcript for t in call.turns if t.channel == 0)
+    assert call.has_references
+    # the wire payload: one mu-law byte per sample, interleaved, decoding close to the PCM
+    payload = call.payload()
+    assert len(payload) == call.frames.size and call.bytes_per_frame == 2
+    decoded = mulaw_decode(payload).reshape(-1, 2).astype(np.int32)
+    assert np.max(np.abs(decoded - call.frames)) <= 32767 * 0.04
+
+
+def test_silent_call_has_no_turns() -> None:
+    call = build_call(
+        0,
+        clips(),
+        rng=np.random.default_rng(1),
+        duration_s=5,
+        channels=1,
+        sample_rate_hz=8000,
+        encoding="LINEAR16",
+        pause_s=(1, 2),
+        silent=True,
+    )
+    assert call.turns == () and not np.any(call.frames) and call.duration_s == 5
+    assert len(call.payload()) == 5 * 8000 * 2
+
+
+def test_telephone_band_keeps_only_300_to_3400_hz_at_8k() -> None:
+    rate = 16_000
+    t = np.arange(rate) / rate
+    x = 8000 * (np.sin(2 * np.pi * 100 * t) + np.sin(2 * np.pi * 1000 * t))
+    x += 8000 * np.sin(2 * np.pi * 6000 * t)
+    out = telephone_band(x.astype(np.int16), rate)
+    assert out.dtype == np.int16 and out.size == 8000
+    spectrum = np.abs(np.fft.rfft(out.astype(np.float64)))
+    freqs = np.fft.rfftfreq(out.size, 1 / 8000)
+    power = {f: spectrum[np.argmin(np.abs(freqs - f))] for f in (100, 1000)}
+    assert power[100] < power[1000] * 0.01  # below the band: gone; 6 kHz cannot exist at 8k
+
+
+def test_percentiles_and_summary() -> None:
+    assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
+    p = percentiles([float(i) for i in range(1, 101)])
+    assert p["p50"] == pytest.approx(50.5) and p["max"] == 100
+    call = build_call(
+        0,
+        clips(),
+        rng=np.random.default_rng(2),
+        duration_s=4,
+        channels=1,
+        sample_rate_hz=8000,
+        encoding="MULAW",
+        pause_s=(0.5, 0.5),
+    )
+    done = StreamOutcome(call, silent=False, status="OK", audio_sent_s=call.duration_s)
+    done.audio_processed_s = call.duration_s
+    done.finals = [FinalResult(0, t.start_s, t.end_s, t.transcript) for t in call.turns]
+    done.final_latency_s = [0.5, 0.7]
+    rejected = StreamOutcome(call, silent=False, status="RESOURCE_EXHAUSTED")
+    summary = summarize([done, rejected], wall_s=5.0)
+    assert summary["completed"] == 1 and summary["rejected"] == 1 and summary["failed"] == 0
+    assert summary["wer"] == 0.0  # the rejected call is not scored
+    assert summary["audio_unprocessed_s"] == 0.0
+    assert summary["final_latency_s"]["p50"] == pytest.approx(0.6)
