@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from asr_client.load.calls import build_call, clips_from_files, clips_from_manifest
+from asr_client.load.calls import Call, build_call, clips_from_files, clips_from_manifest
 from asr_client.load.report import render_text, stream_record, summarize
 from asr_client.load.runner import LoadOptions, StreamOutcome, run_load
 
@@ -146,40 +146,67 @@ class _Progress:
             self.out.write("\n")
 
 
-def make_calls(args: argparse.Namespace) -> list[tuple[Any, bool]]:
-    rate = 8000 if args.telephone else 16_000
-    encoding = ENCODINGS[args.encoding or ("mulaw" if args.telephone else "linear16")]
-    if args.files:
-        clips = clips_from_files(args.files, call_rate=rate, telephone=args.telephone)
+def make_calls(
+    *,
+    files: Sequence[str] = (),
+    corpus: str | Path = "audio_samples",
+    language: str = "",
+    streams: int,
+    silent: int = 0,
+    duration_s: float = 60.0,
+    pause_s: tuple[float, float] = (0.8, 3.0),
+    telephone: bool = False,
+    encoding: str | None = None,
+    stereo: bool = False,
+    seed: int = 1,
+) -> list[tuple[Call, bool]]:
+    """``streams`` talking calls then ``silent`` silent ones, as ``(call, silent)`` pairs."""
+    rate = 8000 if telephone else 16_000
+    wire = ENCODINGS[encoding or ("mulaw" if telephone else "linear16")]
+    if not streams:
+        clips = []  # silent calls only
+    elif files:
+        clips = clips_from_files(files, call_rate=rate, telephone=telephone)
     else:
         clips = clips_from_manifest(
-            Path(args.corpus), language=args.language, call_rate=rate, telephone=args.telephone
+            Path(corpus), language=language, call_rate=rate, telephone=telephone
         )
-    if not clips and args.streams:
-        raise ValueError(f"no usable recordings in {args.files or args.corpus}")
-    rng = np.random.default_rng(args.seed)
-    channels = 2 if args.stereo else 1
+    if streams and not clips:
+        raise ValueError(f"no usable recordings in {files or corpus}")
+    rng = np.random.default_rng(seed)
     calls = []
-    for k in range(args.streams + args.silent):
-        silent = k >= args.streams
-        calls.append(
-            (
-                build_call(
-                    k,
-                    clips,
-                    rng=rng,
-                    duration_s=args.duration,
-                    channels=channels,
-                    sample_rate_hz=rate,
-                    encoding=encoding,
-                    pause_s=args.pause,
-                    lead_in_s=float(rng.uniform(0, 2)),
-                    silent=silent,
-                ),
-                silent,
-            )
+    for k in range(streams + silent):
+        quiet = k >= streams
+        call = build_call(
+            k,
+            clips,
+            rng=rng,
+            duration_s=duration_s,
+            channels=2 if stereo else 1,
+            sample_rate_hz=rate,
+            encoding=wire,
+            pause_s=pause_s,
+            lead_in_s=float(rng.uniform(0, 2)),
+            silent=quiet,
         )
+        calls.append((call, quiet))
     return calls
+
+
+def default_options(
+    calls: int,
+    *,
+    ramp_s: float | None = None,
+    connections: int = 0,
+    **options: Any,
+) -> LoadOptions:
+    """Options with the defaults that depend on the number of calls: starts spread over a
+    quarter second per call (at most 10 s), one gRPC channel per 100 calls."""
+    return LoadOptions(
+        ramp_s=ramp_s if ramp_s is not None else min(10.0, 0.25 * calls),
+        connections=connections or max(1, -(-calls // 100)),
+        **options,
+    )
 
 
 def _write_json(path: Path, report: dict[str, Any]) -> None:
@@ -188,18 +215,32 @@ def _write_json(path: Path, report: dict[str, Any]) -> None:
 
 async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     try:
-        calls = await asyncio.to_thread(make_calls, args)  # decodes and filters every clip
+        calls = await asyncio.to_thread(  # decodes and filters every clip
+            lambda: make_calls(
+                files=args.files,
+                corpus=args.corpus,
+                language=args.language,
+                streams=args.streams,
+                silent=args.silent,
+                duration_s=args.duration,
+                pause_s=args.pause,
+                telephone=args.telephone,
+                encoding=args.encoding,
+                stereo=args.stereo,
+                seed=args.seed,
+            )
+        )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=stderr)
         return 1
-    n = len(calls)
-    options = LoadOptions(
+    options = default_options(
+        len(calls),
         chunk_ms=args.chunk_ms,
         speed=args.speed,
         language=args.language,
         interim_results=not args.no_interim,
-        ramp_s=args.ramp if args.ramp is not None else min(10.0, 0.25 * n),
-        connections=args.connections or max(1, -(-n // 100)),
+        ramp_s=args.ramp,
+        connections=args.connections,
     )
     progress = _Progress(stderr, args.quiet or args.json == "-")
     started = time.monotonic()
