@@ -100,11 +100,26 @@ def load_pcm(item: Item) -> tuple[np.ndarray, int]:
     return (np.clip(data, -1, 1) * 32767).astype(np.int16), sr
 
 
-async def stream_one(port: int, item: Item, speed: float, chunk_ms: int) -> Outcome:
+def telephone(pcm: np.ndarray, sr: int) -> tuple[bytes, int]:
+    """Each channel band-limited to 300-3400 Hz at 8 kHz, mu-law interleaved: a phone line."""
+    from asr_client.load.calls import telephone_band
+    from asr_server.audio.g711 import mulaw_encode
+
+    narrow = np.stack([telephone_band(pcm[:, c], sr) for c in range(pcm.shape[1])], axis=1)
+    return mulaw_encode(narrow.reshape(-1)), 8000
+
+
+async def stream_one(
+    port: int, item: Item, speed: float, chunk_ms: int, phone: bool = False
+) -> Outcome:
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
     data = pcm.tobytes()
     frame_bytes = 2 * channels
+    encoding = "LINEAR16"
+    if phone:
+        data, sr = telephone(pcm, sr)
+        frame_bytes, encoding = channels, "MULAW"
     chunk = int(sr * chunk_ms / 1000) * frame_bytes
     out = Outcome(item)
     onset: dict[tuple[int, int], float] = {}
@@ -112,7 +127,8 @@ async def stream_one(port: int, item: Item, speed: float, chunk_ms: int) -> Outc
     first_partial: set[tuple[int, int]] = set()
     texts: dict[int, list[str]] = {}
     async with AsrClient(f"127.0.0.1:{port}") as client:
-        async with client.stream(audio_config(sample_rate_hz=sr, channels=channels)) as stream:
+        config = audio_config(sample_rate_hz=sr, channels=channels, encoding=encoding)
+        async with client.stream(config) as stream:
             t0 = time.monotonic()
 
             def wall(audio_s: float) -> float:  # when audio time x existed at the source
@@ -230,6 +246,11 @@ async def main() -> None:
     p.add_argument("--chunk-ms", type=int, default=100)
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--no-offline", action="store_true", help="skip the offline WER baseline")
+    p.add_argument(
+        "--telephone",
+        action="store_true",
+        help="send every recording as a phone line: 300-3400 Hz, 8 kHz, mu-law",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--show", action="store_true", help="print texts that differ from offline")
     p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
@@ -241,7 +262,7 @@ async def main() -> None:
     outcomes = []
     t_start = time.monotonic()
     for item in items:
-        outcomes.append(await stream_one(port, item, a.speed, a.chunk_ms))
+        outcomes.append(await stream_one(port, item, a.speed, a.chunk_ms, a.telephone))
         print(
             f"  {item.id:40s} {item.duration_s:6.1f}s  "
             f"{' | '.join(outcomes[-1].hypothesis.values())[:70]}",
