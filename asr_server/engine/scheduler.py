@@ -1,9 +1,12 @@
 """Shares one engine between all streams: priorities, coalescing, batching, workers.
 
-* Finals run before partials: a final is what the user waits for.
+* Finals run before partials: a final is what the user waits for. Then the first
+  partial of an utterance (``urgent``): it tells a caller they are heard, and under
+  load it would otherwise wait a whole round of every other stream's partials.
 * Partials are coalesced per key (a stream's channel): a newer partial replaces a
   queued older one, whose caller receives ``None``, and keeps its queue position
-  so a busy stream cannot push others back.
+  so a busy stream cannot push others back. Under load each stream therefore gets
+  a partial once per round of the queue: partials back off, finals keep flowing.
 * Up to ``max_batch_size`` requests of the same kind go to one engine call; a
   worker waits at most ``batch_wait_s`` for a batch to fill.
 * Engine calls run in a thread pool (CTranslate2 releases the GIL), never on the
@@ -56,6 +59,7 @@ class EngineScheduler:
         self.batch_wait_s = batch_wait_s
         self._finals: deque[_Job] = deque()
         self._partials: OrderedDict[Hashable, _Job] = OrderedDict()
+        self._urgent: OrderedDict[Hashable, _Job] = OrderedDict()  # first partials
         self._anonymous = 0
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="asr-engine")
@@ -74,28 +78,35 @@ class EngineScheduler:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for job in [*self._finals, *self._partials.values()]:
+        for job in [*self._finals, *self._urgent.values(), *self._partials.values()]:
             job.future.cancel()
         self._finals.clear()
+        self._urgent.clear()
         self._partials.clear()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     @property
     def queued(self) -> int:
-        return len(self._finals) + len(self._partials)
+        return len(self._finals) + len(self._urgent) + len(self._partials)
 
     @property
     def idle(self) -> bool:
         return self.running == 0 and not any(
-            not j.future.done() for j in (*self._finals, *self._partials.values())
+            not j.future.done()
+            for j in (*self._finals, *self._urgent.values(), *self._partials.values())
         )
 
     async def decode(
-        self, request: DecodeRequest, *, coalesce_key: Hashable | None = None
+        self,
+        request: DecodeRequest,
+        *,
+        coalesce_key: Hashable | None = None,
+        urgent: bool = False,
     ) -> Hypothesis | None:
         """Queue ``request`` and wait for its hypothesis.
 
         Returns ``None`` when a newer partial with the same ``coalesce_key`` replaced it.
+        ``urgent`` partials (an utterance's first) run before the other partials.
         """
         job = _Job(request, asyncio.get_running_loop().create_future())
         if request.kind is DecodeKind.FINAL:
@@ -104,11 +115,17 @@ class EngineScheduler:
             if coalesce_key is None:
                 self._anonymous += 1
                 coalesce_key = ("anonymous", self._anonymous)
-            old = self._partials.get(coalesce_key)
-            if old is not None and not old.future.done():
-                old.future.set_result(None)
-                self.metrics.partials_superseded.inc()
-            self._partials[coalesce_key] = job
+            queue = self._urgent if urgent else self._partials
+            for q in (self._urgent, self._partials):
+                old = q.get(coalesce_key)
+                if old is None:
+                    continue
+                if not old.future.done():
+                    old.future.set_result(None)
+                    self.metrics.partials_superseded.inc()
+                if q is not queue:
+                    del q[coalesce_key]
+            queue[coalesce_key] = job  # a replaced job's key keeps its place
         self.metrics.engine_queue_depth.set(self.queued)
         self._wakeup.set()
         try:
@@ -118,17 +135,20 @@ class EngineScheduler:
                 job.future.cancel()  # the caller went away: the worker skips this job
 
     def _pop(self, kind: DecodeKind, n: int) -> list[_Job]:
-        """Up to ``n`` live jobs of ``kind``, oldest first; cancelled ones are dropped."""
+        """Up to ``n`` live jobs of ``kind``, oldest first (urgent partials before the
+        others); cancelled ones are dropped."""
         jobs: list[_Job] = []
         while len(jobs) < n:
             if kind is DecodeKind.FINAL:
                 if not self._finals:
                     break
                 job = self._finals.popleft()
-            else:
-                if not self._partials:
-                    break
+            elif self._urgent:
+                _, job = self._urgent.popitem(last=False)
+            elif self._partials:
                 _, job = self._partials.popitem(last=False)
+            else:
+                break
             if not job.future.done():
                 jobs.append(job)
         return jobs

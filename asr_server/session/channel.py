@@ -306,7 +306,9 @@ class ChannelRecognizer:
         self._spawn(self._partial(utt, request))
 
     async def _partial(self, utt: _Utterance, request: DecodeRequest) -> None:
-        hyp = await self.scheduler.decode(request, coalesce_key=self._key)
+        hyp = await self.scheduler.decode(
+            request, coalesce_key=self._key, urgent=utt.partials_sent == 0
+        )
         if hyp is None or hyp.rejected or utt.finalizing or utt is not self._utt:
             return
         if request.audio.size <= utt.partial_samples:

@@ -59,6 +59,45 @@ async def test_finals_run_before_partials_and_partials_coalesce(gate: threading.
         await sched.close()
 
 
+async def test_an_utterances_first_partial_goes_before_other_partials(
+    gate: threading.Event,
+) -> None:
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        blocker = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="blocker")))
+        await started(engine, 1)
+        waiting = [
+            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag=k), coalesce_key=k))
+            for k in ("s1", "s2")
+        ]
+        await asyncio.sleep(0)
+        first = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="s3-first"), coalesce_key="s3", urgent=True)
+        )
+        final = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="final")))
+        await asyncio.sleep(0)
+        # a stream's next partial, no longer its first, replaces its urgent one in place
+        old = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="s4-first"), coalesce_key="s4", urgent=True)
+        )
+        await asyncio.sleep(0)
+        newer = asyncio.create_task(
+            sched.decode(req(DecodeKind.PARTIAL, tag="s4-next"), coalesce_key="s4")
+        )
+        await asyncio.sleep(0)
+        assert await old is None
+        gate.set()
+        await asyncio.gather(blocker, *waiting, first, final, newer)
+        order = [c[0].prompt for c in engine.calls]
+        assert order == ["blocker", "final", "s3-first", "s1", "s2", "s4-next"]
+        assert sched.queued == 0
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) -> None:
     engine = FakeEngine(gate=gate)
     sched = EngineScheduler(engine, Metrics())
