@@ -171,16 +171,23 @@ async def stream_one(
     return out
 
 
-def offline_hypotheses(items: list[Item], model_path: str) -> dict[tuple[str, int], str]:
+def offline_hypotheses(
+    items: list[Item], model_path: str, phone: bool = False
+) -> dict[tuple[str, int], str]:
+    """Offline faster-whisper on the same audio the server gets (the phone line too)."""
+    import soxr
     from faster_whisper import WhisperModel
+
+    from asr_server.audio.g711 import mulaw_decode
 
     model = WhisperModel(model_path, device="cpu", compute_type="int8")
     hyps = {}
     for item in items:
         pcm, sr = load_pcm(item)
+        if phone:
+            data, sr = telephone(pcm, sr)
+            pcm = mulaw_decode(data).reshape(-1, pcm.shape[1])
         for ch in references(item):
-            import soxr
-
             audio = soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, 16_000)
             segments, _ = model.transcribe(audio, language="en")
             hyps[(item.id, ch)] = " ".join(s.text.strip() for s in segments)
@@ -311,7 +318,7 @@ async def main() -> None:
         from asr_server.engine.models import resolve_model
 
         model = resolve_model(a.model, Path.home() / ".cache" / "streamasr")
-        offline = offline_hypotheses([o.item for o in outcomes], model.path_or_id)
+        offline = offline_hypotheses([o.item for o in outcomes], model.path_or_id, a.telephone)
         off = [offline[(o.item.id, ch)] for o in outcomes for ch in references(o.item)]
         figures["offline_wer"] = round(wer(refs, off), 4)
         figures["offline_wer_by_source"] = {
