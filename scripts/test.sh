@@ -14,4 +14,16 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
+# The browser test drives Debian's Chromium through Playwright (never Playwright's own
+# browser download). Another apt may be running on the machine: wait for its lock.
+if [[ ! -x /usr/bin/chromium ]]; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+    echo "installing Debian's chromium for the browser test..." >&2
+    apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600 "$@" >/dev/null; }
+    apt_get install -y --no-install-recommends chromium \
+      || { apt_get update && apt_get install -y --no-install-recommends chromium; }
+  else
+    echo "note: no /usr/bin/chromium, so the browser test is skipped (apt-get install chromium)" >&2
+  fi
+fi
 exec .venv/bin/python -m pytest -p no:cacheprovider "$@"

@@ -94,10 +94,10 @@ async function start() {
 function sendFrame(s, { pcm, level }) {
   $("level").style.width = `${Math.min(100, level * 400)}%`;
   if (s.ws.readyState !== WebSocket.OPEN || s.stopping) return;
-  s.ws.send(pcm);
   // bufferedAmount is what the browser could not hand to the network yet: the bridge
   // stops reading when the server pushes back, so this is where falling behind shows.
   const behind = s.ws.bufferedAmount / (s.rate * 2);
+  s.ws.send(pcm);
   $("buffered").textContent = `${behind.toFixed(1)} s`;
   if (behind > GIVE_UP_S) {
     fail(s, `Cannot keep up: ${behind.toFixed(0)} s of audio waiting to be sent.`);
