@@ -265,3 +265,15 @@ async def test_backpressure_reaches_the_browser_and_nothing_is_lost(
     finals = [e for e in events if e["type"] == "final"]
     assert sum(len(e["text"].split()) for e in finals) == pytest.approx(4 + 240, abs=len(finals))
     assert events[-1]["type"] == "closed"
+
+
+async def test_unreachable_server_is_unavailable(make_bridge) -> None:  # type: ignore[no-untyped-def]
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bridge = await make_bridge(port)
+    async with connect(ws_url(bridge)) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        events = await events_until_close(ws)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "UNAVAILABLE", events
+    assert ws.close_code == 1013
