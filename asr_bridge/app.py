@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.protocol import (
@@ -80,10 +80,13 @@ def create_app(config: BridgeConfig) -> Starlette:
             # Accepted first so the browser can read why: a refused handshake is only
             # "1006" to page scripts. No gRPC stream has been opened.
             message = "missing or wrong token"
-            for event in event_writer(query_shape or "streamasr").error("UNAUTHENTICATED", message):
-                await ws.send_json(event)
-            await ws.close(CLOSE_UNAUTHORIZED, close_reason(f"UNAUTHENTICATED: {message}"))
             logger.info("refused a session from %s: %s", _peer(ws), message)
+            with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
+                for event in event_writer(query_shape or "streamasr").error(
+                    "UNAUTHENTICATED", message
+                ):
+                    await ws.send_json(event)
+                await ws.close(CLOSE_UNAUTHORIZED, close_reason(f"UNAUTHENTICATED: {message}"))
             return
         assert state.client is not None
         session_id = secrets.token_hex(6)
