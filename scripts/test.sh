@@ -6,26 +6,29 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-# System packages for the real microphone test (tests/integration/test_mic_real.py):
-# PortAudio, and a PulseAudio daemon it reaches through ALSA's pulse plugin. Installed only
-# when missing; the lock timeout waits for anyone else running apt on the machine.
-MIC_PACKAGES=(libportaudio2 libasound2-plugins pulseaudio pulseaudio-utils)
+# System packages for the tests that use real components, installed only when missing:
+# the microphone test (PortAudio, and a PulseAudio daemon reached through ALSA's pulse
+# plugin) and the browser test (Debian's Chromium, driven by Playwright; never Playwright's
+# own browser download; a font so its screenshot shows text). The lock timeout waits for
+# anyone else running apt on the machine.
+SYSTEM_PACKAGES=(libportaudio2 libasound2-plugins pulseaudio pulseaudio-utils chromium
+  fonts-dejavu-core)
 if command -v dpkg-query >/dev/null; then
   missing=()
-  for pkg in "${MIC_PACKAGES[@]}"; do
+  for pkg in "${SYSTEM_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || missing+=("$pkg")
   done
   if ((${#missing[@]})); then
     sudo=()
     [[ $(id -u) -eq 0 ]] || sudo=(sudo)
-    echo "installing ${missing[*]} for the microphone test" >&2
+    echo "installing ${missing[*]} for the microphone and browser tests" >&2
     apt=("${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=600)
     "${apt[@]}" update >/dev/null
     "${apt[@]}" install -y --no-install-recommends "${missing[@]}" >/dev/null
   fi
 else
-  echo "warning: not a Debian system; the microphone test needs PortAudio, PulseAudio" \
-    "and ALSA's pulse plugin (${MIC_PACKAGES[*]})" >&2
+  echo "warning: not a Debian system; the microphone and browser tests need" \
+    "${SYSTEM_PACKAGES[*]} (or their equivalents)" >&2
 fi
 
 if [[ ! -x .venv/bin/python ]]; then

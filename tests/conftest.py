@@ -26,3 +26,22 @@ async def make_server() -> AsyncIterator[ServerFactory]:
     yield factory
     for server in servers:
         await server.close()
+
+
+@pytest.fixture
+async def make_bridge() -> AsyncIterator[Callable[..., Any]]:
+    """``await make_bridge(grpc_port, token=...)``: an asr-bridge on 127.0.0.1 port 0."""
+    from asr_bridge.app import BridgeConfig, RunningBridge, start_bridge
+
+    bridges: list[RunningBridge] = []
+
+    async def factory(grpc_port: int, **config: Any) -> RunningBridge:
+        bridge = await start_bridge(
+            BridgeConfig(server=f"127.0.0.1:{grpc_port}", **config), host="127.0.0.1", port=0
+        )
+        bridges.append(bridge)
+        return bridge
+
+    yield factory
+    for bridge in bridges:
+        await bridge.close()

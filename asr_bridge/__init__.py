@@ -1,0 +1,7 @@
+"""streamasr's browser bridge: a web page and a WebSocket endpoint in front of the gRPC server.
+
+Each browser session becomes its own ``StreamingRecognize`` stream. The WebSocket
+protocol (JSON events, binary int16 PCM frames) is in ``docs/websocket-protocol.md``;
+``asr-bridge --help`` runs it. The app lives in ``asr_bridge.app`` (``start_bridge``,
+``create_app``); it needs the ``bridge`` extra: ``pip install 'streamasr[bridge]'``.
+"""

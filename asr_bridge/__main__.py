@@ -1,0 +1,3 @@
+from asr_bridge.cli import main
+
+main()

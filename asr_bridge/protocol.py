@@ -1,0 +1,330 @@
+"""The WebSocket message protocol: parse what the browser sends, shape what it receives.
+
+Pure functions and small classes, no I/O, so every message shape is unit-tested directly.
+The protocol itself is described in ``docs/websocket-protocol.md``; this module is the
+one place that knows it.
+
+Browser → bridge: one JSON ``start`` message, then binary frames of little-endian int16
+mono PCM at the declared rate, and optionally JSON ``finalize`` / ``stop`` messages.
+Bridge → browser: JSON events, either in streamasr's own shape (``partial``, ``final``…)
+or, on request, in the shape of OpenAI Realtime transcription events.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
+
+from asr_api.v1 import asr_pb2
+
+EventShape = Literal["streamasr", "openai"]
+EVENT_SHAPES: tuple[EventShape, ...] = ("streamasr", "openai")
+
+#: the subprotocol the bridge answers with when a browser offers it
+SUBPROTOCOL = "streamasr.v1"
+MIN_RATE_HZ, MAX_RATE_HZ = 8_000, 48_000
+#: one binary frame at most: 1 s of 48 kHz int16 is 96 kB; larger frames only add latency
+MAX_FRAME_BYTES = 256 * 1024
+
+# Close codes. 1000/1011/1013 are RFC 6455's; 4400 and 4401 mirror HTTP 400 and 401.
+CLOSE_NORMAL = 1000
+CLOSE_SERVER_ERROR = 1011
+CLOSE_TRY_AGAIN_LATER = 1013
+CLOSE_BAD_REQUEST = 4400
+CLOSE_UNAUTHORIZED = 4401
+
+_CLIENT_FAULTS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+_TRY_AGAIN = {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
+
+
+class ProtocolError(ValueError):
+    """A message the browser should not have sent; reported as INVALID_ARGUMENT."""
+
+
+# -- browser → bridge --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    sample_rate: int
+    language: str = ""
+    interim_results: bool = True
+    silence_ms: int = 0
+    hotwords: tuple[str, ...] = ()
+    word_timestamps: bool = False
+    events: EventShape | None = None  # None: as the query string said, else streamasr
+
+
+@dataclass(frozen=True)
+class Audio:
+    pcm: bytes
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """End the current utterance now; the stream stays open."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """No more audio: the server finalizes what is pending, then the bridge closes."""
+
+
+ClientMessage = Start | Audio | Finalize | Stop
+T = TypeVar("T")
+
+
+def parse_binary(data: bytes) -> Audio:
+    if len(data) % 2:
+        raise ProtocolError(f"audio frames are int16 samples: {len(data)} bytes is odd")
+    if len(data) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"audio frame of {len(data)} bytes is over {MAX_FRAME_BYTES}")
+    return Audio(data)
+
+
+def parse_text(text: str) -> ClientMessage:
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError('a text message must be a JSON object with a "type"')
+    kind = message["type"]
+    if kind == "start":
+        return _parse_start(message)
+    if kind in ("finalize", "input_audio_buffer.commit"):
+        return Finalize()
+    if kind == "stop":
+        return Stop()
+    if kind == "input_audio_buffer.append":  # the OpenAI Realtime way to send audio
+        try:
+            return parse_binary(base64.b64decode(message.get("audio", ""), validate=True))
+        except (binascii.Error, TypeError):
+            raise ProtocolError('"audio" must be base64 of int16 PCM') from None
+    raise ProtocolError(f"unknown message type {kind!r}")
+
+
+def _parse_start(m: dict[str, Any]) -> Start:
+    rate = m.get("sample_rate")
+    if type(rate) is not int or not MIN_RATE_HZ <= rate <= MAX_RATE_HZ:
+        raise ProtocolError(
+            f'"sample_rate" must be an integer from {MIN_RATE_HZ} to {MAX_RATE_HZ}, got {rate!r}'
+        )
+    events = m.get("events")
+    if events is not None and events not in EVENT_SHAPES:
+        raise ProtocolError(f'"events" must be one of {", ".join(EVENT_SHAPES)}')
+    hotwords = m.get("hotwords", [])
+    if not isinstance(hotwords, list) or not all(isinstance(h, str) for h in hotwords):
+        raise ProtocolError('"hotwords" must be a list of strings')
+    return Start(
+        sample_rate=rate,
+        language=_typed(m, "language", str, ""),
+        interim_results=_typed(m, "interim_results", bool, True),
+        silence_ms=_typed(m, "silence_ms", int, 0),
+        hotwords=tuple(hotwords),
+        word_timestamps=_typed(m, "word_timestamps", bool, False),
+        events=events,
+    )
+
+
+def _typed(m: dict[str, Any], key: str, kind: type[T], default: T) -> T:
+    value = m.get(key, default)
+    # bool is an int subclass: "silence_ms": true must not pass as 1
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ProtocolError(f'"{key}" must be {kind.__name__}, got {value!r}')
+    return value
+
+
+def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
+    return asr_pb2.StreamingConfig(
+        format=asr_pb2.AudioFormat(
+            encoding=asr_pb2.AudioFormat.LINEAR16, sample_rate_hz=start.sample_rate, channels=1
+        ),
+        language=start.language,
+        interim_results=start.interim_results,
+        endpointing=asr_pb2.EndpointingConfig(silence_ms=start.silence_ms),
+        hotwords=list(start.hotwords),
+        word_timestamps=start.word_timestamps,
+    )
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def close_code_for(status: str) -> int:
+    """The WebSocket close code for a gRPC status name (or the bridge's own, same names)."""
+    if status in _CLIENT_FAULTS:
+        return CLOSE_BAD_REQUEST
+    if status in _TRY_AGAIN:
+        return CLOSE_TRY_AGAIN_LATER
+    if status == "UNAUTHENTICATED":
+        return CLOSE_UNAUTHORIZED
+    return CLOSE_SERVER_ERROR
+
+
+def close_reason(message: str) -> str:
+    """A close reason fits in 123 bytes of UTF-8; cut longer ones on a character boundary."""
+    encoded = message.encode()
+    if len(encoded) <= 123:
+        return message
+    return encoded[:120].decode(errors="ignore") + "..."
+
+
+# -- bridge → browser --------------------------------------------------------------------
+
+Event = dict[str, Any]
+
+
+class EventWriter(Protocol):
+    """Turns what happens on the gRPC stream into the JSON events of one shape."""
+
+    def ready(self, session_id: str, sample_rate: int) -> list[Event]: ...
+    def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]: ...
+    def error(self, code: str, message: str) -> list[Event]: ...
+    def closed(self) -> list[Event]: ...
+
+
+def event_writer(shape: EventShape) -> EventWriter:
+    return OpenAIEvents() if shape == "openai" else StreamasrEvents()
+
+
+class StreamasrEvents:
+    """streamasr's own events: the gRPC responses, flattened to JSON."""
+
+    def ready(self, session_id: str, sample_rate: int) -> list[Event]:
+        return [{"type": "ready", "session_id": session_id, "sample_rate": sample_rate}]
+
+    def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        lag = round(response.progress.lag_s, 3)
+        if response.HasField("speech_event"):
+            e = response.speech_event
+            kind = (
+                "speech_started" if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED else "speech_ended"
+            )
+            return [
+                {
+                    "type": kind,
+                    "utterance_id": e.utterance_id,
+                    "offset_s": round(e.offset_s, 3),
+                    "lag_s": lag,
+                }
+            ]
+        if not response.HasField("result"):
+            return []
+        r = response.result
+        event: Event = {
+            "type": "final" if r.is_final else "partial",
+            "utterance_id": r.utterance_id,
+            "text": r.text,
+            "stable_text": r.stable_text,
+            "unstable_text": r.unstable_text,
+            "start_s": round(r.start_s, 3),
+            "end_s": round(r.end_s, 3),
+            "lag_s": lag,
+        }
+        if r.is_final:
+            event["language"] = r.language
+            if r.words:
+                event["words"] = [
+                    {
+                        "word": w.word,
+                        "start_s": round(w.start_s, 3),
+                        "end_s": round(w.end_s, 3),
+                        "probability": round(w.probability, 3),
+                    }
+                    for w in r.words
+                ]
+        return [event]
+
+    def error(self, code: str, message: str) -> list[Event]:
+        return [{"type": "error", "code": code, "message": message}]
+
+    def closed(self) -> list[Event]:
+        return [{"type": "closed"}]
+
+
+@dataclass
+class OpenAIEvents:
+    """The shape of OpenAI Realtime transcription events, for clients written against it.
+
+    One utterance is one conversation item. ``…transcription.delta`` carries only text
+    that has become *stable* (append-only, as OpenAI deltas are), and
+    ``…transcription.completed`` the final transcript, which starts with those deltas.
+    """
+
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _sent: dict[int, str] = field(default_factory=dict)  # stable text sent, per utterance
+    _session: str = ""
+
+    def _event(self, kind: str, **fields: Any) -> Event:
+        return {"event_id": f"event_{next(self._ids)}", "type": kind, **fields}
+
+    def _item(self, utterance_id: int) -> str:
+        return f"item_{self._session}_{utterance_id}"
+
+    def ready(self, session_id: str, sample_rate: int) -> list[Event]:
+        self._session = session_id
+        session = {
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "input_audio_format": "pcm16",
+            "sample_rate": sample_rate,
+        }
+        return [self._event("transcription_session.created", session=session)]
+
+    def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        if response.HasField("speech_event"):
+            e = response.speech_event
+            item = self._item(e.utterance_id)
+            ms = round(e.offset_s * 1000)
+            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                return [
+                    self._event(
+                        "input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item
+                    )
+                ]
+            previous = self._item(e.utterance_id - 1) if e.utterance_id else None
+            return [
+                self._event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item),
+                self._event(
+                    "input_audio_buffer.committed", item_id=item, previous_item_id=previous
+                ),
+            ]
+        if not response.HasField("result"):
+            return []
+        r = response.result
+        item = self._item(r.utterance_id)
+        if r.is_final:
+            self._sent.pop(r.utterance_id, None)
+            return [
+                self._event(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id=item,
+                    content_index=0,
+                    transcript=r.text,
+                )
+            ]
+        sent = self._sent.get(r.utterance_id, "")
+        if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
+            return []
+        self._sent[r.utterance_id] = r.stable_text
+        return [
+            self._event(
+                "conversation.item.input_audio_transcription.delta",
+                item_id=item,
+                content_index=0,
+                delta=r.stable_text[len(sent) :],
+            )
+        ]
+
+    def error(self, code: str, message: str) -> list[Event]:
+        kind = "invalid_request_error" if code in _CLIENT_FAULTS else "server_error"
+        error = {"type": kind, "code": code, "message": message, "param": None}
+        return [self._event("error", error=error)]
+
+    def closed(self) -> list[Event]:
+        return []

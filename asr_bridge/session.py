@@ -1,0 +1,161 @@
+"""One browser session: a WebSocket on one side, its own gRPC stream on the other.
+
+Two tasks under one TaskGroup. *Upstream* reads a WebSocket message, and only once the
+gRPC write of its audio has completed does it read the next: when the server pushes
+back, this task stops reading, the WebSocket's TCP window fills, and the browser's
+``bufferedAmount`` grows — nothing is queued here. *Downstream* turns gRPC responses
+into JSON events; its sends wait for the socket too, so a browser that stops reading
+pushes back on the server in turn. The browser leaving cancels the gRPC call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from asr_bridge.protocol import (
+    CLOSE_NORMAL,
+    Audio,
+    Event,
+    EventShape,
+    EventWriter,
+    Finalize,
+    ProtocolError,
+    Start,
+    Stop,
+    close_code_for,
+    close_reason,
+    event_writer,
+    parse_binary,
+    parse_text,
+    streaming_config,
+)
+from asr_client import AsrClient, RecognitionStream, StreamClosedError
+
+logger = logging.getLogger(__name__)
+
+
+class ClientGone(Exception):
+    """The browser closed the WebSocket or the connection dropped."""
+
+
+@dataclass
+class BridgeSession:
+    websocket: WebSocket
+    client: AsrClient
+    session_id: str
+    shape: EventShape | None = None  # from the query string; the start message may override
+    start_timeout_s: float = 10.0
+
+    async def run(self) -> None:
+        """Serve the session to its end; never raises for anything the peers do."""
+        try:
+            async with asyncio.timeout(self.start_timeout_s):
+                start = await self._receive_start()
+        except ClientGone:
+            return
+        except TimeoutError:
+            await self._fail(
+                event_writer(self.shape or "streamasr"),
+                "INVALID_ARGUMENT",
+                f"no start message within {self.start_timeout_s:g} s",
+            )
+            return
+        except ProtocolError as exc:
+            await self._fail(event_writer(self.shape or "streamasr"), "INVALID_ARGUMENT", str(exc))
+            return
+        events = event_writer(start.events or self.shape or "streamasr")
+        logger.info(
+            "session %s: started (%d Hz, %s events)",
+            self.session_id,
+            start.sample_rate,
+            type(events).__name__,
+        )
+        stream = self.client.stream(streaming_config(start))
+
+        try:
+            await self._relay(stream, events, start)
+        finally:
+            stream.cancel()  # a no-op once the call has ended; frees the server's stream if not
+
+    async def _relay(self, stream: RecognitionStream, events: EventWriter, start: Start) -> None:
+        try:
+            await stream.open()
+            await self._send(events.ready(self.session_id, start.sample_rate))
+            async with asyncio.TaskGroup() as tg:
+                upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
+                await self._downstream(stream, events)
+                upstream.cancel()  # the server has ended the stream: nothing more to read
+            await self._send(events.closed())
+            await self._close(CLOSE_NORMAL, "done")
+            logger.info("session %s: done", self.session_id)
+        except* ClientGone:
+            logger.info("session %s: browser went away", self.session_id)
+        except* StreamClosedError as group:
+            error = group.exceptions[0]
+            assert isinstance(error, StreamClosedError)
+            logger.info("session %s: server ended it: %s", self.session_id, error)
+            await self._fail(events, error.code.name, error.details)
+        except* ProtocolError as group:
+            await self._fail(events, "INVALID_ARGUMENT", str(group.exceptions[0]))
+
+    async def _receive_start(self) -> Start:
+        message = await self._receive()
+        if not isinstance(message, Start):
+            raise ProtocolError('the first message must be {"type": "start", "sample_rate": …}')
+        return message
+
+    async def _upstream(self, stream: RecognitionStream) -> None:
+        stopped = False
+        while True:
+            message = await self._receive()
+            if stopped:
+                raise ProtocolError(f"{type(message).__name__.lower()} after stop")
+            if isinstance(message, Audio):
+                await stream.send_audio(message.pcm)  # waits while the server pushes back
+            elif isinstance(message, Finalize):
+                await stream.finalize()
+            elif isinstance(message, Stop):
+                await stream.end()
+                stopped = True  # keep reading: only to notice the browser leaving
+            else:
+                raise ProtocolError("start was already sent")
+
+    async def _downstream(self, stream: RecognitionStream, events: EventWriter) -> None:
+        async for response in stream:
+            await self._send(events.response(response))
+
+    async def _receive(self) -> Start | Audio | Finalize | Stop:
+        message = await self.websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise ClientGone
+        if message.get("bytes") is not None:
+            return parse_binary(message["bytes"])
+        return parse_text(message.get("text") or "")
+
+    async def _send(self, events: list[Event]) -> None:
+        try:
+            for event in events:
+                await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            # RuntimeError: starlette's word for "the socket is already closed"
+            raise ClientGone from None
+
+    async def _fail(self, events: EventWriter, code: str, message: str) -> None:
+        """Tell the browser what went wrong, readably, then close with a matching code."""
+        logger.info("session %s: error %s: %s", self.session_id, code, message)
+        try:
+            await self._send(events.error(code, message))
+        except ClientGone:
+            return
+        await self._close(close_code_for(code), close_reason(f"{code}: {message}"))
+
+    async def _close(self, code: int, reason: str) -> None:
+        try:
+            await self.websocket.close(code, reason)
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            pass  # already gone

@@ -1,0 +1,202 @@
+// The page: microphone → AudioWorklet → int16 frames over a WebSocket to asr-bridge, and the
+// bridge's JSON events (docs/websocket-protocol.md) → partials and finals on screen.
+const $ = (id) => document.getElementById(id);
+const FRAME_MS = 50;
+const BEHIND_S = 0.5; // unsent audio above this shows "falling behind"
+const GIVE_UP_S = 30; // and above this the session is stopped: memory must not grow forever
+const WANT_RATE = 16000; // what the recognizer uses; the browser resamples well
+
+let session = null;
+
+function setState(state, label = state) {
+  document.body.dataset.state = state;
+  $("state").textContent = label;
+}
+
+function showError(text) {
+  $("error").textContent = text;
+  $("error").hidden = !text;
+}
+
+function setButtons(running) {
+  $("start").disabled = running;
+  $("stop").disabled = !running;
+}
+
+async function openAudio() {
+  const media = await navigator.mediaDevices.getUserMedia({
+    audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: true },
+  });
+  let ctx;
+  let source;
+  try {
+    // Asking for 16 kHz lets the browser resample with a proper filter and sends 3× less.
+    ctx = new AudioContext({ sampleRate: WANT_RATE });
+    source = ctx.createMediaStreamSource(media);
+  } catch {
+    // Some browsers cannot connect a microphone to a context at another rate: send the
+    // device rate instead; the server resamples.
+    await ctx?.close();
+    ctx = new AudioContext();
+    source = ctx.createMediaStreamSource(media);
+  }
+  await ctx.audioWorklet.addModule("/static/pcm-worklet.js");
+  const node = new AudioWorkletNode(ctx, "pcm-capture", {
+    processorOptions: { frameSamples: Math.round((ctx.sampleRate * FRAME_MS) / 1000) },
+  });
+  source.connect(node);
+  node.connect(ctx.destination); // outputs silence; being connected keeps the node pulled
+  return { media, ctx, node };
+}
+
+function closeAudio(audio) {
+  if (!audio) return;
+  audio.node.port.onmessage = null;
+  audio.node.disconnect();
+  audio.media.getTracks().forEach((t) => t.stop());
+  audio.ctx.close();
+  $("level").style.width = "0";
+}
+
+function wsUrl() {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  return `${scheme}//${location.host}/ws`;
+}
+
+async function start() {
+  showError("");
+  setButtons(true);
+  setState("connecting");
+  const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false };
+  session = s;
+  try {
+    s.audio = await openAudio();
+  } catch (err) {
+    fail(s, `Microphone unavailable: ${err.message || err}`);
+    return;
+  }
+  s.rate = s.audio.ctx.sampleRate;
+  $("rate").textContent = `${s.rate / 1000} kHz`;
+  const token = $("token").value.trim();
+  // The token rides as a subprotocol, so it never appears in a URL or an access log.
+  const protocols = ["streamasr.v1", ...(token ? [`bearer.${token}`] : [])];
+  const ws = new WebSocket(wsUrl(), protocols);
+  ws.binaryType = "arraybuffer";
+  s.ws = ws;
+  ws.onopen = () => {
+    ws.send(JSON.stringify({ type: "start", sample_rate: s.rate }));
+    s.audio.node.port.onmessage = (e) => sendFrame(s, e.data);
+  };
+  ws.onmessage = (e) => onEvent(s, JSON.parse(e.data));
+  ws.onclose = (e) => onClose(s, e);
+}
+
+function sendFrame(s, { pcm, level }) {
+  $("level").style.width = `${Math.min(100, level * 400)}%`;
+  if (s.ws.readyState !== WebSocket.OPEN || s.stopping) return;
+  // bufferedAmount is what the browser could not hand to the network yet: the bridge
+  // stops reading when the server pushes back, so this is where falling behind shows.
+  const behind = s.ws.bufferedAmount / (s.rate * 2);
+  s.ws.send(pcm);
+  $("buffered").textContent = `${behind.toFixed(1)} s`;
+  if (behind > GIVE_UP_S) {
+    fail(s, `Cannot keep up: ${behind.toFixed(0)} s of audio waiting to be sent.`);
+  } else if (behind > BEHIND_S) {
+    setState("behind", `falling behind (${behind.toFixed(1)} s)`);
+  } else if (document.body.dataset.state === "behind") {
+    setState("listening", "listening");
+  }
+}
+
+function onEvent(s, ev) {
+  if (ev.lag_s !== undefined) $("lag").textContent = `${ev.lag_s.toFixed(2)} s`;
+  switch (ev.type) {
+    case "ready":
+      if (document.body.dataset.state === "connecting") setState("listening");
+      break;
+    case "speech_started":
+      setState("speech", "speech");
+      break;
+    case "speech_ended":
+      if (!s.stopping) setState("listening");
+      break;
+    case "partial":
+      showPartial(ev.stable_text, ev.unstable_text);
+      break;
+    case "final":
+      addFinal(ev);
+      break;
+    case "error":
+      fail(s, `${ev.code}: ${ev.message}`);
+      break;
+    case "closed":
+      setState("idle", "finished");
+      break;
+  }
+}
+
+function showPartial(stable, unstable) {
+  $("placeholder").hidden = true;
+  $("partial").querySelector(".stable").textContent = stable;
+  // the server's text is stable_text + " " + unstable_text
+  $("partial").querySelector(".unstable").textContent = stable && unstable ? ` ${unstable}` : unstable;
+}
+
+function addFinal(ev) {
+  showPartial("", "");
+  if (!ev.text.trim()) return;
+  const p = document.createElement("p");
+  p.className = "final";
+  const t = document.createElement("time");
+  t.textContent = `${ev.start_s.toFixed(1)}s`;
+  p.append(t, ev.text.trim());
+  $("finals").append(p);
+}
+
+function fail(s, text) {
+  s.failed = true;
+  showError(text);
+  setState("error");
+  teardown(s);
+}
+
+function stop() {
+  const s = session;
+  if (!s) return;
+  s.stopping = true;
+  closeAudio(s.audio);
+  s.audio = null;
+  $("stop").disabled = true;
+  if (s.ws && s.ws.readyState === WebSocket.OPEN) {
+    setState("connecting", "finishing…");
+    s.ws.send(JSON.stringify({ type: "stop" })); // the bridge sends the last finals, then closes
+  } else {
+    teardown(s);
+    setState("idle");
+  }
+}
+
+function onClose(s, e) {
+  if (!s.failed && e.code !== 1000) {
+    fail(s, `Connection closed (${e.code}${e.reason ? `: ${e.reason}` : ""}).`);
+    return;
+  }
+  if (!s.failed) setState("idle", s.stopping ? "finished" : "closed");
+  teardown(s);
+}
+
+function teardown(s) {
+  closeAudio(s.audio);
+  s.audio = null;
+  if (s.ws && s.ws.readyState <= WebSocket.OPEN) s.ws.close();
+  if (session === s) {
+    session = null;
+    setButtons(false);
+  }
+}
+
+$("start").addEventListener("click", start);
+$("stop").addEventListener("click", stop);
+// a token can be handed over in the URL's fragment (#token=…), which is never sent to a server
+const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
+if (fromHash) $("token").value = fromHash;

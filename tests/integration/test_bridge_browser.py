@@ -1,0 +1,123 @@
+"""The web page in a real browser: headless Debian Chromium, its fake microphone playing a
+LibriSpeech recording, through asr-bridge to the real server with the real tiny.en model.
+
+scripts/test.sh installs what this needs (Debian's ``chromium``, PyPI's ``playwright``;
+no browser download); without them the test fails rather than pass unseen. The screenshot
+lands in ``test-artifacts/bridge.png``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers import ROOT
+from tests.integration.test_client_cli_real import normalized_words, reference
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = ROOT / "test-artifacts" / "bridge.png"
+SAMPLE_ID = "libri_1089-134691-0001"  # "for a full hour he had paced up and down waiting …"
+TOKEN = "browser-test-token"
+
+
+def playwright_or_fail() -> object:
+    try:
+        from playwright.async_api import async_playwright
+    except ImportError:
+        async_playwright = None
+    if async_playwright is None or not CHROMIUM.exists():
+        pytest.fail("needs Debian's chromium and PyPI's playwright (scripts/test.sh installs both)")
+    return async_playwright
+
+
+def fake_microphone_wav(source: Path, out: Path) -> Path:
+    """The recording as the 16-bit 48 kHz WAV Chromium's fake capture reads, with silence
+    around it so the endpointer finalizes before the file (played once) runs out."""
+    import soundfile as sf
+    import soxr
+
+    audio, rate = sf.read(str(source), dtype="float32", always_2d=True)
+    mono = soxr.resample(audio.mean(axis=1), rate, 48_000)
+    padded = np.concatenate([np.zeros(24_000, np.float32), mono, np.zeros(96_000, np.float32)])
+    sf.write(str(out), padded, 48_000, subtype="PCM_16")
+    return out
+
+
+async def test_page_shows_the_words_spoken_into_the_fake_microphone(
+    make_server,  # type: ignore[no-untyped-def]
+    make_bridge,
+    tmp_path: Path,
+) -> None:
+    async_playwright = playwright_or_fail()
+    path, transcript = reference(SAMPLE_ID)
+    wav = fake_microphone_wav(path, tmp_path / "mic.wav")
+    server = await make_server()  # the real tiny.en model
+    bridge = await make_bridge(server.port, token=TOKEN)
+
+    async with async_playwright() as pw:  # type: ignore[operator]
+        browser = await pw.chromium.launch(
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=[
+                "--no-sandbox",  # CI runs as root
+                "--headless",
+                "--disable-gpu",
+                # the network is closed: keep Chromium from reaching out (and logging refusals)
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--use-fake-ui-for-media-stream",  # grant the microphone without asking
+                "--use-fake-device-for-media-stream",
+                f"--use-file-for-fake-audio-capture={wav}%noloop",
+            ],
+        )  # Playwright gives every launch a fresh temporary profile
+        try:
+            page = await browser.new_page(viewport={"width": 900, "height": 640})
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.on(
+                "console",
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+                ),
+            )
+            # the token rides in the fragment, which the page sends as a subprotocol
+            await page.goto(f"http://127.0.0.1:{bridge.port}/#token={TOKEN}")
+            await page.click("#start")
+            await page.wait_for_function(
+                "() => ['listening', 'speech'].includes(document.body.dataset.state)",
+                timeout=15_000,
+            )
+            # the last word of the recording, in a final: then the whole utterance is there
+            await page.wait_for_function(
+                "() => /longer/i.test(document.querySelector('#finals').innerText)",
+                timeout=45_000,
+            )
+            finals = await page.inner_text("#finals")
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            await page.screenshot(path=str(SCREENSHOT), full_page=True)
+            print(f"\nscreenshot: {SCREENSHOT}")
+
+            await page.click("#stop")
+            await page.wait_for_function(
+                "() => document.body.dataset.state === 'idle'", timeout=15_000
+            )
+            state_label = await page.inner_text("#state")
+            error_shown = await page.is_visible("#error")
+        finally:
+            await browser.close()
+
+    heard = set(normalized_words(re.sub(r"\d+\.\ds", " ", finals)))  # drop the time stamps
+    expected = [w for w in normalized_words(transcript) if len(w) >= 4]
+    missing = [w for w in expected if w not in heard]
+    assert len(missing) <= 1, f"missing {missing} in {finals!r}"
+    assert state_label == "finished" and not error_shown
+    assert not problems, problems
+    assert server.servicer.active == 0

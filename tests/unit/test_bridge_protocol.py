@@ -1,0 +1,151 @@
+"""The bridge's message shapes and token check, without sockets."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.auth import presented_token, token_ok
+from asr_bridge.protocol import (
+    Audio,
+    Finalize,
+    OpenAIEvents,
+    ProtocolError,
+    Start,
+    Stop,
+    StreamasrEvents,
+    close_code_for,
+    close_reason,
+    parse_binary,
+    parse_text,
+    streaming_config,
+)
+
+
+def test_start_message_becomes_a_linear16_mono_config() -> None:
+    start = parse_text(
+        json.dumps(
+            {"type": "start", "sample_rate": 48000, "language": "en", "hotwords": ["Kubernetes"]}
+        )
+    )
+    assert start == Start(48000, language="en", hotwords=("Kubernetes",))
+    config = streaming_config(start)  # type: ignore[arg-type]
+    assert config.format.encoding == asr_pb2.AudioFormat.LINEAR16
+    assert (config.format.sample_rate_hz, config.format.channels) == (48000, 1)
+    assert config.interim_results and list(config.hotwords) == ["Kubernetes"]
+
+
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ("nope", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"type": "dance"}', "unknown message type"),
+        ('{"type": "start"}', "sample_rate"),
+        ('{"type": "start", "sample_rate": 96000}', "8000 to 48000"),
+        ('{"type": "start", "sample_rate": 16000.0}', "integer"),
+        ('{"type": "start", "sample_rate": 16000, "silence_ms": true}', "silence_ms"),
+        ('{"type": "start", "sample_rate": 16000, "events": "grpc"}', "events"),
+        ('{"type": "start", "sample_rate": 16000, "hotwords": "a"}', "hotwords"),
+        ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "base64"),
+    ],
+)
+def test_bad_text_messages_say_what_is_wrong(text: str, phrase: str) -> None:
+    with pytest.raises(ProtocolError, match=phrase):
+        parse_text(text)
+
+
+def test_control_messages_and_openai_aliases() -> None:
+    assert parse_text('{"type": "finalize"}') == Finalize()
+    assert parse_text('{"type": "input_audio_buffer.commit"}') == Finalize()
+    assert parse_text('{"type": "stop"}') == Stop()
+    audio = base64.b64encode(b"\x01\x00\x02\x00").decode()
+    assert parse_text(json.dumps({"type": "input_audio_buffer.append", "audio": audio})) == Audio(
+        b"\x01\x00\x02\x00"
+    )
+
+
+def test_binary_frames_are_whole_int16_samples_of_bounded_size() -> None:
+    assert parse_binary(b"\x00\x01") == Audio(b"\x00\x01")
+    with pytest.raises(ProtocolError, match="odd"):
+        parse_binary(b"\x00")
+    with pytest.raises(ProtocolError, match="over"):
+        parse_binary(bytes(1 << 20))
+
+
+def test_close_codes_and_reasons() -> None:
+    assert close_code_for("INVALID_ARGUMENT") == 4400
+    assert close_code_for("RESOURCE_EXHAUSTED") == 1013
+    assert close_code_for("UNAVAILABLE") == 1013
+    assert close_code_for("UNAUTHENTICATED") == 4401
+    assert close_code_for("INTERNAL") == 1011
+    long = "é" * 200
+    assert len(close_reason(long).encode()) <= 123
+    assert close_reason("short") == "short"
+
+
+def partial(stable: str, unstable: str, utterance: int = 0) -> asr_pb2.StreamingRecognizeResponse:
+    text = " ".join(t for t in (stable, unstable) if t)
+    return asr_pb2.StreamingRecognizeResponse(
+        result=asr_pb2.Result(
+            text=text, stable_text=stable, unstable_text=unstable, utterance_id=utterance
+        ),
+        progress=asr_pb2.Progress(lag_s=0.25),
+    )
+
+
+def final(text: str, utterance: int = 0) -> asr_pb2.StreamingRecognizeResponse:
+    return asr_pb2.StreamingRecognizeResponse(
+        result=asr_pb2.Result(
+            is_final=True,
+            text=text,
+            stable_text=text,
+            utterance_id=utterance,
+            words=[asr_pb2.Word(word="hi", start_s=0.1, end_s=0.3, probability=0.9)],
+        )
+    )
+
+
+def test_streamasr_events_flatten_the_responses() -> None:
+    events = StreamasrEvents()
+    (p,) = events.response(partial("hello", "wor"))
+    assert p["type"] == "partial" and p["text"] == "hello wor" and p["lag_s"] == 0.25
+    (f,) = events.response(final("hello world"))
+    assert f["type"] == "final" and f["words"][0]["word"] == "hi"
+    started = asr_pb2.StreamingRecognizeResponse(
+        speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.SPEECH_STARTED, offset_s=1.5)
+    )
+    assert events.response(started)[0]["type"] == "speech_started"
+    assert events.response(asr_pb2.StreamingRecognizeResponse()) == []
+
+
+def test_openai_deltas_carry_only_newly_stable_text() -> None:
+    events = OpenAIEvents()
+    events.ready("abc", 16000)
+    got = [
+        e.get("delta")
+        for r in (partial("", "he"), partial("hello", "wor"), partial("hello", "world"))
+        for e in events.response(r)
+    ]
+    got += [e.get("delta") for e in events.response(partial("hello world", "how"))]
+    assert got == ["hello", " world"]
+    (done,) = events.response(final("hello world how are you"))
+    assert done["type"] == "conversation.item.input_audio_transcription.completed"
+    assert done["transcript"].startswith("hello world")
+    assert done["item_id"] == "item_abc_0"
+    error = events.error("RESOURCE_EXHAUSTED", "too many")[0]
+    assert (
+        error["error"]["type"] == "server_error" and error["error"]["code"] == "RESOURCE_EXHAUSTED"
+    )
+
+
+def test_token_check() -> None:
+    assert token_ok(None, None) and token_ok("", "anything")
+    assert token_ok("s3cret", "s3cret")
+    assert not token_ok("s3cret", None) and not token_ok("s3cret", "s3cre")
+    assert presented_token({"token": "q"}, ["streamasr.v1", "bearer.p"]) == "p"
+    assert presented_token({"token": "q"}, ["streamasr.v1"]) == "q"
+    assert presented_token({}, []) is None
