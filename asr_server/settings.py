@@ -81,6 +81,9 @@ class StreamingSettings(BaseModel):
     max_stream_duration_s: float = Field(
         4 * 3600, gt=0, description="Longest stream; past it the stream ends with OUT_OF_RANGE."
     )
+    agreement: int = Field(
+        2, ge=2, le=5, description="Consecutive partials that must agree to commit a word."
+    )
     result_queue_size: int = Field(256, ge=8)
     context_chars: int = Field(
         0,

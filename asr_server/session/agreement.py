@@ -8,6 +8,7 @@ Words compare case- and punctuation-insensitively.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from asr_server.engine.base import WordTiming
@@ -16,11 +17,17 @@ from asr_server.engine.text import normalize_word
 
 @dataclass
 class LocalAgreement:
+    #: how many consecutive hypotheses must agree on a word to commit it
+    n: int = 2
     committed: list[str] = field(default_factory=list)
     #: timing of committed words where a hypothesis carried it (utterance-relative)
     committed_timing: list[WordTiming | None] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)  # the latest uncommitted words
-    _previous_tail: list[str] | None = None
+    #: the uncommitted words of the previous n-1 hypotheses, oldest first
+    _previous: deque[list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._previous = deque(maxlen=max(1, self.n - 1))
 
     def update(
         self, words: list[str], timings: list[WordTiming] | None = None, *, commit: bool = True
@@ -39,9 +46,12 @@ class LocalAgreement:
                 if self.committed_timing[i] is None:
                     self.committed_timing[i] = timings[i]
         agreed = 0
-        if commit and self._previous_tail is not None:
-            for a, b in zip(self._previous_tail, tail, strict=False):
-                if normalize_word(a) != normalize_word(b) or not normalize_word(b):
+        if commit and len(self._previous) == self._previous.maxlen:
+            current = [normalize_word(w) for w in tail]
+            for i, word in enumerate(current):
+                if not word or any(
+                    i >= len(p) or normalize_word(p[i]) != word for p in self._previous
+                ):
                     break
                 agreed += 1
         self.committed.extend(tail[:agreed])
@@ -50,7 +60,11 @@ class LocalAgreement:
         else:
             self.committed_timing.extend([None] * agreed)
         self.tail = tail[agreed:]
-        self._previous_tail = self.tail
+        # what the earlier hypotheses hold past the newly committed words (they agreed on them)
+        kept = [p[agreed:] for p in self._previous]
+        self._previous.clear()
+        self._previous.extend(kept)
+        self._previous.append(self.tail)
         return True
 
     @property

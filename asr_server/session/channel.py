@@ -85,6 +85,7 @@ class ChannelRecognizer:
         partial_interval_s: float,
         coalesce_key: object,
         context_chars: int = 0,
+        agreement: int = 2,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -97,6 +98,7 @@ class ChannelRecognizer:
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._key = coalesce_key
         self._context_chars = context_chars
+        self._agreement = agreement
         self._context = ""  # the end of this channel's previous finals
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = 0
@@ -149,7 +151,10 @@ class ChannelRecognizer:
     async def _start(self, start_sample: int, onset_sample: int) -> None:
         """A new utterance; the event reports the onset, the audio keeps the pre-roll too."""
         utt = _Utterance(
-            self._next_id, UtteranceAudio(start_sample), speech_arrived=self._arrival(onset_sample)
+            self._next_id,
+            UtteranceAudio(start_sample),
+            speech_arrived=self._arrival(onset_sample),
+            agreement=LocalAgreement(self._agreement),
         )
         self._utt = utt
         self._next_id += 1
@@ -230,7 +235,12 @@ class ChannelRecognizer:
             cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
             rest = utt.audio.split_off(cut)
             await self._decode_final(utt)
-        self._utt = _Utterance(self._next_id, rest, speech_arrived=self._arrival(rest.start_sample))
+        self._utt = _Utterance(
+            self._next_id,
+            rest,
+            speech_arrived=self._arrival(rest.start_sample),
+            agreement=LocalAgreement(self._agreement),
+        )
         self._next_id += 1
 
     async def _finalize(self, end_sample: int) -> None:

@@ -137,6 +137,7 @@ class StreamSession:
             partial_interval_s=s.streaming.partial_interval_ms / 1000,
             coalesce_key=(self.stream_id, channel),
             context_chars=s.streaming.context_chars,
+            agreement=s.streaming.agreement,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:

@@ -21,6 +21,20 @@ def test_commits_what_two_hypotheses_agree_on() -> None:
     assert la.tail == ["would"]
 
 
+def test_agreement_of_three_commits_only_what_all_three_share() -> None:
+    la = LocalAgreement(3)
+    assert la.update("he hoped there".split())
+    assert la.update("he hoped their would".split())
+    assert la.committed == []  # two hypotheses are not enough
+    assert la.update("he hoped there would be".split())
+    assert la.committed == ["he", "hoped"]  # "there"/"their" was not unanimous
+    assert la.update("he hoped there would be stew".split())
+    assert la.committed == ["he", "hoped"]  # the earlier "their" still counts against it
+    assert la.update("he hoped there would be stew for".split())
+    assert la.committed == ["he", "hoped", "there", "would", "be"]
+    assert la.tail == ["stew", "for"]
+
+
 def test_committed_words_never_change() -> None:
     la = LocalAgreement()
     history = []
