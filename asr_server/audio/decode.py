@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import soxr
 
-from asr_server.audio.g711 import alaw_decode, mulaw_decode
+from asr_server.audio.g711 import ALAW_TO_FLOAT32, MULAW_TO_FLOAT32
 
 SAMPLE_RATE = 16_000
 MIN_RATE_HZ = 8_000
@@ -69,9 +69,8 @@ def decode_samples(data: bytes, encoding: Encoding) -> np.ndarray:
         if not np.all(np.isfinite(samples)):
             raise AudioFormatError("FLOAT32 audio contains NaN or infinity")
         return np.clip(samples, -1.0, 1.0)
-    if encoding is Encoding.MULAW:
-        return mulaw_decode(data).astype(np.float32) / 32768.0
-    return alaw_decode(data).astype(np.float32) / 32768.0
+    table = MULAW_TO_FLOAT32 if encoding is Encoding.MULAW else ALAW_TO_FLOAT32
+    return table[np.frombuffer(data, dtype=np.uint8)]
 
 
 class AudioDecoder:

@@ -26,7 +26,7 @@ from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTi
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
-from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
+from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
 from asr_server.session.types import OutEvent, RecognitionResult, SpeechBoundary, StreamConfig
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
@@ -116,14 +116,40 @@ class ChannelRecognizer:
                 self._utt.drop_speculation()
                 self.metrics.speaking_channels.dec()
 
+    def take_inline(self, inbox: AudioInbox, chunk: AudioChunk) -> bool:
+        """Run voice detection on ``chunk`` now, on the reader's turn, if this channel is
+        idle: nobody speaking, and the processor waiting on an empty inbox (so nothing
+        is pending before this chunk). Any events go to the processor through the inbox.
+
+        Most open calls are silent most of the time; this spares each of their messages
+        the hand-over to the processor task. Returns False when the chunk must be queued.
+        """
+        if (
+            self._utt is not None
+            or self.endpointer.speaking
+            or self.endpointer.detector.blocking
+            or not inbox.consumer_waiting
+        ):
+            return False
+        self._account(chunk)
+        events = self.endpointer.feed(chunk.samples)
+        if events:
+            inbox.put_event(DetectedEvents(events))
+        return True
+
+    def _account(self, chunk: AudioChunk) -> None:
+        self.position += chunk.samples.size
+        self._arrivals.append((self.position, chunk.arrived))
+        self.metrics.audio_processed.inc(chunk.samples.size / SAMPLE_RATE)
+
     async def _run(self, inbox: AudioInbox) -> None:
         while True:
             item = await inbox.get()
             if isinstance(item, AudioChunk):
-                self.position += item.samples.size
-                self._arrivals.append((self.position, item.arrived))
-                self.metrics.audio_processed.inc(item.samples.size / SAMPLE_RATE)
+                self._account(item)
                 await self._handle(await self._vad(self.endpointer.feed, item.samples))
+            elif isinstance(item, DetectedEvents):
+                await self._handle(item.events)
             elif isinstance(item, EndOfAudio):
                 await self._handle(await self._vad(self.endpointer.flush))
                 if self._utt is not None:  # ended inside speech

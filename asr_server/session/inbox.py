@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,40 +29,76 @@ class EndOfAudio:
     """The client half-closed the stream."""
 
 
-InboxItem = AudioChunk | Finalize | EndOfAudio
+@dataclass(frozen=True)
+class DetectedEvents:
+    """Endpointer events already computed on the reader's turn (see ``take_inline``)."""
+
+    events: list  # type: ignore[type-arg]
+
+
+InboxItem = AudioChunk | Finalize | EndOfAudio | DetectedEvents
 
 
 class AudioInbox:
-    def __init__(self, max_samples: int, on_change: callable | None = None) -> None:  # type: ignore[valid-type]
+    """One producer (the stream's reader) and one consumer (the channel's processor).
+
+    Plain futures rather than an ``asyncio.Condition``: a server holding hundreds of
+    open calls passes every message through here, and the condition's lock showed in
+    profiles.
+    """
+
+    def __init__(self, max_samples: int, on_change: Callable[[int], None] | None = None) -> None:
         self.max_samples = max_samples
         self.samples = 0
         self._items: deque[InboxItem] = deque()
-        self._changed = asyncio.Condition()
         self._on_change = on_change
+        self._item_ready: asyncio.Future[None] | None = None  # the consumer waits on it
+        self._room: asyncio.Future[None] | None = None  # the producer waits on it
 
     async def put(self, item: InboxItem) -> None:
         n = item.samples.size if isinstance(item, AudioChunk) else 0
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: self.samples == 0 or self.samples + n <= self.max_samples
-            )
-            self._items.append(item)
-            self._adjust(n)
-            self._changed.notify_all()
+        while self.samples and self.samples + n > self.max_samples:
+            self._room = asyncio.get_running_loop().create_future()
+            try:
+                await self._room
+            finally:
+                self._room = None
+        self._items.append(item)
+        self._adjust(n)
+        _wake(self._item_ready)
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """The consumer is blocked on an empty inbox: it has handled everything put so far."""
+        return self._item_ready is not None and not self._item_ready.done()
+
+    def put_event(self, item: DetectedEvents) -> None:
+        """Queue an item that holds no audio (no room needed)."""
+        self._items.append(item)
+        _wake(self._item_ready)
 
     async def get(self) -> InboxItem:
-        async with self._changed:
-            await self._changed.wait_for(lambda: bool(self._items))
-            item = self._items.popleft()
-            if isinstance(item, AudioChunk):
-                self._adjust(-item.samples.size)
-            self._changed.notify_all()
-            return item
+        while not self._items:
+            self._item_ready = asyncio.get_running_loop().create_future()
+            try:
+                await self._item_ready
+            finally:
+                self._item_ready = None
+        item = self._items.popleft()
+        if isinstance(item, AudioChunk):
+            self._adjust(-item.samples.size)
+        _wake(self._room)
+        return item
 
     def _adjust(self, n: int) -> None:
         self.samples += n
         if self._on_change is not None and n:
             self._on_change(n)
+
+
+def _wake(waiter: asyncio.Future[None] | None) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
 
 
 def now() -> float:

@@ -178,9 +178,11 @@ class StreamSession:
 
     async def _deliver(self, per_channel: list) -> None:  # type: ignore[type-arg]
         arrived = now()
-        for inbox, samples in zip(self._inboxes, per_channel, strict=True):
+        for channel, inbox, samples in zip(self._channels, self._inboxes, per_channel, strict=True):
             if samples.size:
-                await inbox.put(AudioChunk(samples, arrived))
+                chunk = AudioChunk(samples, arrived)
+                if not channel.take_inline(inbox, chunk):
+                    await inbox.put(chunk)
 
     async def _write(self, send: Send) -> None:
         while True:

@@ -59,8 +59,8 @@ EndpointEvent = SpeechStarted | SpeechAudio | SpeechEnded
 
 def _loud(frames: np.ndarray) -> np.ndarray:
     """Per row of ``frames``: is its RMS above the energy floor?"""
-    power = np.einsum("ij,ij->i", frames, frames) / frames.shape[1]
-    return power > ENERGY_FLOOR * ENERGY_FLOOR
+    # (ufunc calls: the einsum wrapper's Python overhead showed in profiles of many streams)
+    return np.add.reduce(np.square(frames), axis=1) > ENERGY_FLOOR * ENERGY_FLOOR * frames.shape[1]
 
 
 class Endpointer:
@@ -91,8 +91,8 @@ class Endpointer:
         if count == 0:
             return events
         frames = buf[: count * frame].reshape(count, frame)
-        loud = _loud(frames)
-        if not self.speaking and not loud.any():
+        loud = _loud(frames).tolist()  # a few Python bools: cheaper than numpy scalars here
+        if not self.speaking and not any(loud):
             # an open line with nobody talking (most of a call center's streams): no
             # detector calls and no per-frame work, only the pre-roll bookkeeping
             self.position += count * frame
@@ -100,7 +100,7 @@ class Endpointer:
             self._recent_voiced.extend([False] * min(count, self._recent_voiced.maxlen or 1))
             return events
         for i in range(count):
-            self._frame(frames[i], events, loud=bool(loud[i]))
+            self._frame(frames[i], events, loud=loud[i])
         return events
 
     def flush(self) -> list[EndpointEvent]:
