@@ -28,6 +28,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,10 @@ class Server:
             sys.executable, "-m", "asr_server", "--host", "127.0.0.1", "--port", str(self.port),
             "--metrics-port", str(free_port()), "--max-streams", "2000", *extra,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # the log goes to a file: a pipe nobody reads fills up and blocks the server's loop
+        self.log = tempfile.NamedTemporaryFile(prefix="asr-server-", suffix=".log", delete=False)
+        print(f"server log: {self.log.name}", flush=True)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         self.ps = psutil.Process(self.proc.pid)
 
     def cpu_s(self) -> float:
