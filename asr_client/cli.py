@@ -279,11 +279,13 @@ def open_json_out(
     return JsonLines(out)
 
 
-async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
-    audio = load_audio(args.path)
-    config = audio_config(
-        sample_rate_hz=audio.sample_rate_hz,
-        channels=audio.channels,
+def streaming_config(
+    args: argparse.Namespace, *, sample_rate_hz: int, channels: int
+) -> asr_pb2.StreamingConfig:
+    """The stream config the common and streaming options ask for."""
+    return audio_config(
+        sample_rate_hz=sample_rate_hz,
+        channels=channels,
         language=args.language,
         interim_results=not args.no_interim,
         silence_ms=args.silence_ms,
@@ -291,6 +293,11 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
         initial_prompt=args.prompt,
         word_timestamps=args.word_timestamps,
     )
+
+
+async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    audio = load_audio(args.path)
+    config = streaming_config(args, sample_rate_hz=audio.sample_rate_hz, channels=audio.channels)
     with contextlib.ExitStack() as stack:
         json_out = open_json_out(args.json_out, stdout, stack)
         # JSON on stdout must stay parseable, so the transcript is not printed there too

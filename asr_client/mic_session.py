@@ -21,8 +21,15 @@ import numpy as np
 from rich.text import Text
 
 from asr_api.v1 import asr_pb2
-from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
-from asr_client.cli import ClientError, StreamStats, connect, open_json_out, receive
+from asr_client.api import AsrClient, RecognitionStream, StreamClosedError
+from asr_client.cli import (
+    ClientError,
+    StreamStats,
+    connect,
+    open_json_out,
+    receive,
+    streaming_config,
+)
 from asr_client.mic import (
     SILENCE_DBFS,
     CaptureFormat,
@@ -150,16 +157,8 @@ async def mic_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]
     sd = import_sounddevice()
     device = select_device(_input_devices(sd), args.device)
     fmt = choose_format(sd, device, rate=args.rate, chunk_ms=args.chunk_ms)
-    config = audio_config(
-        sample_rate_hz=fmt.rate,  # the server resamples, so the device rate is declared as is
-        channels=1,
-        language=args.language,
-        interim_results=not args.no_interim,
-        silence_ms=args.silence_ms,
-        hotwords=args.hotword,
-        initial_prompt=args.prompt,
-        word_timestamps=args.word_timestamps,
-    )
+    # the server resamples, so the device rate is declared as is
+    config = streaming_config(args, sample_rate_hz=fmt.rate, channels=1)
     with contextlib.ExitStack() as files:
         json_out = open_json_out(args.json_out, stdout, files)
         renderers: list[Renderer] = []

@@ -7,10 +7,25 @@ from typing import Any
 
 import pytest
 
-from asr_server.app import RunningServer
+from asr_server.app import RunningServer, start_server
+from asr_server.engine.fake import FakeEngine
+from asr_server.settings import Settings
 from tests.helpers import running_server
 
 ServerFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    """The address of an in-process server on the fake engine, for client-side tests."""
+    running = await start_server(
+        Settings(host="127.0.0.1", port=0, metrics_port=0), engine_factory=lambda s: FakeEngine()
+    )
+    try:
+        await running.ready.wait()
+        yield f"127.0.0.1:{running.port}"
+    finally:
+        await running.close()
 
 
 @pytest.fixture

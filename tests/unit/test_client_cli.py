@@ -7,7 +7,6 @@ import json
 import re
 import socket
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,6 @@ from asr_api.v1 import asr_pb2
 from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
 from asr_client.cli import StreamStats, build_parser, run, send_paced
 from asr_client.render import PlainRenderer, clock, final_line
-from asr_server.app import start_server
-from asr_server.engine.fake import FakeEngine
-from asr_server.settings import Settings
 
 RATE = 16_000
 FINAL_LINE = re.compile(r"^\[\d\d:\d\d\.\d-\d\d:\d\d\.\d\] ch(\d)  (.*)$")
@@ -46,18 +42,6 @@ def stereo_wav(tmp_path: Path) -> Path:
     path = tmp_path / "stereo.wav"
     soundfile.write(path, np.stack([left, np.zeros_like(left)], axis=1), RATE, subtype="PCM_16")
     return path
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[str]:
-    running = await start_server(
-        Settings(host="127.0.0.1", port=0, metrics_port=0), engine_factory=lambda s: FakeEngine()
-    )
-    try:
-        await running.ready.wait()
-        yield f"127.0.0.1:{running.port}"
-    finally:
-        await running.close()
 
 
 def read_events(path: Path) -> list[dict]:

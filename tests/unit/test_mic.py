@@ -10,7 +10,7 @@ import importlib.abc
 import signal
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -347,18 +347,6 @@ async def test_list_devices(monkeypatch, capsys):
 
 
 # -- the whole command against the server (fake engine) -----------------------------------
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[str]:
-    running = await start_server(
-        Settings(host="127.0.0.1", port=0, metrics_port=0), engine_factory=lambda s: FakeEngine()
-    )
-    try:
-        await running.ready.wait()
-        yield f"127.0.0.1:{running.port}"
-    finally:
-        await running.close()
 
 
 async def test_ctrl_c_flushes_the_final_of_the_utterance_in_progress(
