@@ -173,6 +173,7 @@ async def start_server(
             workers=engine.workers,
             max_batch_size=engine.max_batch_size,
             batch_wait_s=settings.engine.batch_wait_ms / 1000,
+            partial_workers=settings.engine.partial_workers,
         )
         await scheduler.start()
         running._scheduler = scheduler

@@ -41,6 +41,13 @@ class EngineSettings(BaseModel):
         0, ge=0, le=64, description="Requests batched into one call; 0 = 8 on CUDA, 4 on CPU."
     )
     batch_wait_ms: int = Field(5, ge=0, le=200, description="How long to wait for a batch.")
+    partial_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Workers that may run partials at once; 0 = all. Fewer keeps workers free "
+        "for finals: lower final latency at moderate load, slower partials at high load.",
+    )
     final_beam_size: int = Field(
         5, ge=1, le=10, description="Beam for finals (partials are greedy); 5 measured best."
     )

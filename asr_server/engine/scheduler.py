@@ -49,6 +49,7 @@ class EngineScheduler:
         workers: int = 1,
         max_batch_size: int | None = None,
         batch_wait_s: float = 0.0,
+        partial_workers: int = 0,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
@@ -57,6 +58,12 @@ class EngineScheduler:
             1, min(max_batch_size or engine.max_batch_size, engine.max_batch_size)
         )
         self.batch_wait_s = batch_wait_s
+        # partials may keep at most this many workers busy, the others staying free for
+        # finals. Measured on 2 cores (docs/call-center.md): holding one back lowered the
+        # final latency at 12 calls but slowed partials at 20 without helping finals there,
+        # so by default partials may use every worker.
+        self.partial_workers = min(partial_workers or workers, workers)
+        self._partial_calls = 0  # workers running partials now
         self._finals: deque[_Job] = deque()
         self._partials: OrderedDict[Hashable, _Job] = OrderedDict()
         self._urgent: OrderedDict[Hashable, _Job] = OrderedDict()  # first partials
@@ -154,9 +161,10 @@ class EngineScheduler:
         return jobs
 
     def _take_batch(self) -> list[_Job]:
-        return self._pop(DecodeKind.FINAL, self.max_batch_size) or self._pop(
-            DecodeKind.PARTIAL, self.max_batch_size
-        )
+        finals = self._pop(DecodeKind.FINAL, self.max_batch_size)
+        if finals or self._partial_calls >= self.partial_workers:
+            return finals
+        return self._pop(DecodeKind.PARTIAL, self.max_batch_size)
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -166,6 +174,8 @@ class EngineScheduler:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            partial = batch[0].request.kind is DecodeKind.PARTIAL
+            self._partial_calls += partial  # before any await: counted as soon as taken
             if len(batch) < self.max_batch_size and self.batch_wait_s > 0:
                 await asyncio.sleep(self.batch_wait_s)  # let other streams' requests join
                 batch += self._pop(batch[0].request.kind, self.max_batch_size - len(batch))
@@ -188,6 +198,9 @@ class EngineScheduler:
                 continue
             finally:
                 self.running -= len(batch)
+                if partial:
+                    self._partial_calls -= 1
+                    self._wakeup.set()  # a worker held back from partials may take one now
                 self.calls += 1
                 elapsed = time.perf_counter() - started
                 self.metrics.engine_busy_workers.dec()

@@ -98,6 +98,31 @@ async def test_an_utterances_first_partial_goes_before_other_partials(
         await sched.close()
 
 
+async def test_a_worker_held_back_from_partials_stays_free_for_finals(
+    gate: threading.Event,
+) -> None:
+    engine = FakeEngine(gate=gate, workers=2)
+    sched = EngineScheduler(engine, Metrics(), workers=2, partial_workers=1)
+    await sched.start()
+    try:
+        partials = [
+            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag=k), coalesce_key=k))
+            for k in ("s1", "s2")
+        ]
+        await started(engine, 1)
+        await asyncio.sleep(0.05)
+        assert len(engine.calls) == 1  # the second partial waits: one worker is held back
+        final = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="final")))
+        await started(engine, 2)  # ... and a final takes it at once
+        assert [c[0].prompt for c in engine.calls] == ["s1", "final"]
+        gate.set()
+        await asyncio.gather(final, *partials)
+        assert [c[0].prompt for c in engine.calls] == ["s1", "final", "s2"]
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) -> None:
     engine = FakeEngine(gate=gate)
     sched = EngineScheduler(engine, Metrics())

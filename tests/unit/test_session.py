@@ -89,7 +89,11 @@ class Harness:
         interim: bool = True,
         max_utterance_ms: int = 15_000,
     ) -> list[object]:
-        scheduler = EngineScheduler(self.engine, self.metrics, workers=self.engine.workers)
+        scheduler = EngineScheduler(
+            self.engine,
+            self.metrics,
+            workers=self.engine.workers,
+        )
         await scheduler.start()
         config = StreamConfig(
             AudioFormat(Encoding.LINEAR16, SR, channels),
