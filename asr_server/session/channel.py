@@ -176,14 +176,8 @@ class ChannelRecognizer:
 
     async def _start(self, start_sample: int, onset_sample: int) -> None:
         """A new utterance; the event reports the onset, the audio keeps the pre-roll too."""
-        utt = _Utterance(
-            self._next_id,
-            UtteranceAudio(start_sample),
-            speech_arrived=self._arrival(onset_sample),
-            agreement=LocalAgreement(self._agreement),
-        )
+        utt = self._new_utterance(UtteranceAudio(start_sample), self._arrival(onset_sample))
         self._utt = utt
-        self._next_id += 1
         self.metrics.speaking_channels.inc()
         await self._emit(
             SpeechBoundary(True, onset_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
@@ -261,13 +255,17 @@ class ChannelRecognizer:
             cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
             rest = utt.audio.split_off(cut)
             await self._decode_final(utt)
-        self._utt = _Utterance(
+        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
+
+    def _new_utterance(self, audio: UtteranceAudio, speech_arrived: float) -> _Utterance:
+        utt = _Utterance(
             self._next_id,
-            rest,
-            speech_arrived=self._arrival(rest.start_sample),
+            audio,
+            speech_arrived=speech_arrived,
             agreement=LocalAgreement(self._agreement),
         )
         self._next_id += 1
+        return utt
 
     async def _finalize(self, end_sample: int) -> None:
         utt = self._utt
