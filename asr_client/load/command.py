@@ -241,6 +241,7 @@ async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str
         interim_results=not args.no_interim,
         ramp_s=args.ramp,
         connections=args.connections,
+        connect_timeout_s=args.connect_timeout,
     )
     progress = _Progress(stderr, args.quiet or args.json == "-")
     started = time.monotonic()

@@ -67,6 +67,7 @@ class LoadOptions:
     interim_results: bool = True
     ramp_s: float = 0.0  # stream k starts at k/N of the ramp
     connections: int = 1
+    connect_timeout_s: float = 10.0
 
 
 class _Stream:
@@ -174,7 +175,7 @@ async def run_load(
     outcomes = [StreamOutcome(call, silent) for call, silent in calls]
     clients = [AsrClient(server) for _ in range(max(1, options.connections))]
     try:
-        await asyncio.gather(*(c.wait_ready(10.0) for c in clients))
+        await asyncio.gather(*(c.wait_ready(options.connect_timeout_s) for c in clients))
         started = time.monotonic()
 
         async def one(k: int, outcome: StreamOutcome) -> None:
