@@ -45,8 +45,8 @@ class EngineSettings(BaseModel):
         0,
         ge=0,
         le=64,
-        description="Workers that may run partials at once; 0 = auto: all but one, and that "
-        "one too once more partials wait than a batch holds (finals seldom wait behind them).",
+        description="Workers that may run partials at once; 0 = all. Fewer keeps workers free "
+        "for finals: lower final latency at moderate load, slower partials at high load.",
     )
     final_beam_size: int = Field(
         5, ge=1, le=10, description="Beam for finals (partials are greedy); 5 measured best."

@@ -58,13 +58,11 @@ class EngineScheduler:
             1, min(max_batch_size or engine.max_batch_size, engine.max_batch_size)
         )
         self.batch_wait_s = batch_wait_s
-        # Partials may keep at most this many workers busy, the others staying free for
-        # finals. Auto (0): the last free worker takes partials only when more of them are
-        # waiting than one batch holds. Measured on 2 cores (docs/call-center.md): a fixed
-        # reservation lowered the final p95 at 12 calls but slowed partials at 20; the
-        # adaptive rule kept the first and avoided most of the second.
+        # partials may keep at most this many workers busy, the others staying free for
+        # finals. Measured on 2 cores (docs/call-center.md): holding one back lowered the
+        # final latency at 12 calls but slowed partials at 20 without helping finals there,
+        # so by default partials may use every worker.
         self.partial_workers = min(partial_workers or workers, workers)
-        self._adaptive = partial_workers == 0 and workers > 1
         self._partial_calls = 0  # workers running partials now
         self._finals: deque[_Job] = deque()
         self._partials: OrderedDict[Hashable, _Job] = OrderedDict()
@@ -166,12 +164,6 @@ class EngineScheduler:
         finals = self._pop(DecodeKind.FINAL, self.max_batch_size)
         if finals or self._partial_calls >= self.partial_workers:
             return finals
-        if (
-            self._adaptive
-            and self._partial_calls == self.workers - 1
-            and len(self._urgent) + len(self._partials) <= self.max_batch_size
-        ):
-            return []  # the last free worker waits for finals unless partials pile up
         return self._pop(DecodeKind.PARTIAL, self.max_batch_size)
 
     async def _worker(self) -> None:

@@ -123,32 +123,6 @@ async def test_a_worker_held_back_from_partials_stays_free_for_finals(
         await sched.close()
 
 
-async def test_by_default_the_last_worker_takes_partials_only_when_they_pile_up(
-    gate: threading.Event,
-) -> None:
-    engine = FakeEngine(gate=gate, workers=2)
-    sched = EngineScheduler(engine, Metrics(), workers=2)  # one request per call
-    await sched.start()
-    try:
-        tasks = [
-            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag=k), coalesce_key=k))
-            for k in ("s1", "s2")
-        ]
-        await started(engine, 1)
-        await asyncio.sleep(0.05)
-        assert len(engine.calls) == 1  # one partial waiting: the free worker keeps free
-        tasks.append(
-            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag="s3"), coalesce_key="s3"))
-        )
-        await started(engine, 2)  # two waiting, more than a batch: the last worker helps
-        assert [c[0].prompt for c in engine.calls] == ["s1", "s2"]
-        gate.set()
-        await asyncio.gather(*tasks)
-    finally:
-        gate.set()
-        await sched.close()
-
-
 async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) -> None:
     engine = FakeEngine(gate=gate)
     sched = EngineScheduler(engine, Metrics())

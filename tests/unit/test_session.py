@@ -93,7 +93,6 @@ class Harness:
             self.engine,
             self.metrics,
             workers=self.engine.workers,
-            partial_workers=self.engine.workers,  # partials may overlap (see the stale test)
         )
         await scheduler.start()
         config = StreamConfig(
