@@ -10,9 +10,9 @@ import asyncio
 
 import numpy as np
 import pytest
-import soxr
 
 from asr_client import AsrClient, audio_config
+from asr_client.load.calls import telephone_band
 from asr_client.scoring import wer
 from asr_server.audio.g711 import alaw_encode, mulaw_encode
 from tests.helpers import corpus, final_text, finals, read_pcm16, stream_audio
@@ -104,22 +104,12 @@ async def test_no_text_on_silence_and_noise(make_server) -> None:  # type: ignor
     assert texts == []
 
 
-def telephone_band(pcm: np.ndarray, sr: int) -> np.ndarray:
-    """300-3400 Hz band, 8 kHz: what a phone network delivers (before G.711)."""
-    x = pcm[:, 0].astype(np.float64)
-    spectrum = np.fft.rfft(x)
-    freqs = np.fft.rfftfreq(x.size, 1 / sr)
-    spectrum[(freqs < 300) | (freqs > 3400)] = 0
-    band = np.fft.irfft(spectrum, n=x.size)
-    return np.clip(soxr.resample(band, sr, 8000), -32768, 32767).astype(np.int16)
-
-
 @pytest.mark.parametrize(("encoding", "encode"), [("MULAW", mulaw_encode), ("ALAW", alaw_encode)])
 async def test_telephone_g711_8k(make_server, encoding, encode) -> None:  # type: ignore[no-untyped-def]
     server = await make_server()
     rec = corpus()["libri_1089-134686-0000"]
     pcm, sr = read_pcm16(rec.path)
-    narrow = telephone_band(pcm, sr)
+    narrow = telephone_band(pcm[:, 0], sr)
     payload = encode(narrow)
     received = await stream_audio(
         server.port,
