@@ -22,5 +22,12 @@ Example::
 """
 
 from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
+from asr_client.connection import ConnectionOptions
 
-__all__ = ["AsrClient", "RecognitionStream", "StreamClosedError", "audio_config"]
+__all__ = [
+    "AsrClient",
+    "ConnectionOptions",
+    "RecognitionStream",
+    "StreamClosedError",
+    "audio_config",
+]

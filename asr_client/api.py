@@ -9,6 +9,7 @@ from types import TracebackType
 import grpc
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
+from asr_client.connection import ConnectionOptions
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 
@@ -148,33 +149,44 @@ class RecognitionStream:
 
 
 class AsrClient:
-    """A connection to a streamasr server (one gRPC channel, many streams)."""
+    """A connection to a streamasr server (one gRPC channel, many streams).
+
+    ``AsrClient("host:port")`` for a plaintext server on a trusted network, or
+    ``AsrClient(ConnectionOptions(target, tls=True, token=...))`` for TLS, mTLS and tokens.
+    """
 
     def __init__(
         self,
-        target: str = "localhost:50051",
+        target: str | ConnectionOptions = "localhost:50051",
         *,
         options: Sequence[tuple[str, object]] = (),
         max_message_bytes: int = 64 << 20,
     ) -> None:
-        self._channel = grpc.aio.insecure_channel(
-            target,
-            options=[
+        self.connection = (
+            target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
+        )
+        self._metadata = self.connection.call_metadata()
+        self._channel = self.connection.channel(
+            [
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
                 *options,
-            ],
+            ]
         )
         self._stub = asr_pb2_grpc.RecognizerStub(self._channel)
 
-    async def wait_ready(self, timeout_s: float = 30.0) -> None:
+    async def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait until the channel is connected (default: the connect timeout)."""
+        timeout_s = self.connection.connect_timeout_s if timeout_s is None else timeout_s
         await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
 
     def stream(
         self, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
     ) -> RecognitionStream:
         """A new stream; use ``async with`` (or ``await stream.open()``) to send the config."""
-        return RecognitionStream(self._stub.StreamingRecognize(timeout=timeout_s), config)
+        return RecognitionStream(
+            self._stub.StreamingRecognize(timeout=timeout_s, metadata=self._metadata), config
+        )
 
     async def recognize(
         self, audio: bytes, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
@@ -182,7 +194,9 @@ class AsrClient:
         """Transcribe a whole recording in one call."""
         try:
             return await self._stub.Recognize(
-                asr_pb2.RecognizeRequest(config=config, audio=audio), timeout=timeout_s
+                asr_pb2.RecognizeRequest(config=config, audio=audio),
+                timeout=timeout_s,
+                metadata=self._metadata,
             )
         except grpc.aio.AioRpcError as exc:
             raise StreamClosedError(exc.code(), exc.details() or "") from None

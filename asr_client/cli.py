@@ -22,6 +22,11 @@ from typing import IO
 from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
 from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
+from asr_client.connection import (
+    ConnectionConfigError,
+    add_connection_arguments,
+    connection_from_args,
+)
 from asr_client.load.command import add_parser as add_load_parser
 from asr_client.load.command import load_command
 from asr_client.render import (
@@ -77,19 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     path = argparse.ArgumentParser(add_help=False)
     path.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--server", default=DEFAULT_SERVER, help=f"HOST:PORT (default {DEFAULT_SERVER})"
-    )
+    add_connection_arguments(common, default_target=DEFAULT_SERVER)
     common.add_argument("--language", default="", help="language code such as en (default: detect)")
     common.add_argument(
         "--word-timestamps", action="store_true", help="per-word times on final results"
-    )
-    common.add_argument(
-        "--connect-timeout",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds to wait for the server to answer (default 10)",
     )
 
     streaming = argparse.ArgumentParser(add_help=False)
@@ -176,13 +172,25 @@ class StreamStats:
     finals: int = 0
 
 
+def open_client(args: argparse.Namespace) -> AsrClient:
+    """A client for the connection options on the command line (``--server``, ``--tls``...)."""
+    try:
+        return AsrClient(connection_from_args(args))
+    except ConnectionConfigError as exc:
+        raise ClientError(str(exc)) from None
+
+
 async def connect(client: AsrClient, args: argparse.Namespace) -> None:
     try:
         await client.wait_ready(args.connect_timeout)
     except TimeoutError:
+        hint = (
+            " (is asr-server running there, and does it speak TLS as --tls says?)"
+            if client.connection.uses_tls
+            else " (is asr-server running there? add --tls if it serves TLS)"
+        )
         raise ClientError(
-            f"cannot connect to {args.server}: no answer within {args.connect_timeout:g} s "
-            "(is asr-server running there?)"
+            f"cannot connect to {args.server}: no answer within {args.connect_timeout:g} s{hint}"
         ) from None
 
 
@@ -302,7 +310,7 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
         json_out = open_json_out(args.json_out, stdout, stack)
         # JSON on stdout must stay parseable, so the transcript is not printed there too
         quiet = args.quiet or args.json_out == "-"
-        async with AsrClient(args.server) as client:
+        async with open_client(args) as client:
             await connect(client, args)
             with make_renderer(stdout, quiet=quiet, verbose=args.verbose) as renderer:
                 stats = await stream_file(
@@ -339,7 +347,7 @@ async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: 
         interim_results=False,
         word_timestamps=args.word_timestamps,
     )
-    async with AsrClient(args.server) as client:
+    async with open_client(args) as client:
         await connect(client, args)
         response = await client.recognize(data, config)
     if args.json:

@@ -26,6 +26,7 @@ from asr_client.cli import (
     ClientError,
     StreamStats,
     connect,
+    open_client,
     open_json_out,
     receive,
     streaming_config,
@@ -165,7 +166,7 @@ async def mic_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]
         if args.save_transcript:
             renderers.append(TranscriptFile(_open(files, args.save_transcript)))
         audio_file = _open_audio(files, args.save_audio, fmt) if args.save_audio else None
-        async with AsrClient(args.server) as client:
+        async with open_client(args) as client:
             await connect(client, args)
             code = await _record(
                 client, config, fmt, sd, args, stdout, stderr, renderers, json_out, audio_file

@@ -12,6 +12,9 @@ class Status(enum.Enum):
     OUT_OF_RANGE = "OUT_OF_RANGE"  # stream too long
     UNAVAILABLE = "UNAVAILABLE"  # draining, model not loaded
     INTERNAL = "INTERNAL"  # engine failure (with an error id in the log)
+    UNAUTHENTICATED = "UNAUTHENTICATED"  # no or wrong token / client certificate
+    PERMISSION_DENIED = "PERMISSION_DENIED"  # known client, call not allowed
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"  # no config in time, or an idle stream
 
 
 class AsrError(Exception):

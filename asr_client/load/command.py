@@ -18,6 +18,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from asr_client.connection import ConnectionConfigError, connection_from_args
 from asr_client.load.calls import Call, build_call, clips_from_files, clips_from_manifest
 from asr_client.load.report import render_text, stream_record, summarize
 from asr_client.load.runner import LoadOptions, StreamOutcome, run_load
@@ -246,7 +247,10 @@ async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str
     progress = _Progress(stderr, args.quiet or args.json == "-")
     started = time.monotonic()
     try:
-        outcomes = await run_load(args.server, calls, options, on_tick=progress)
+        outcomes = await run_load(connection_from_args(args), calls, options, on_tick=progress)
+    except ConnectionConfigError as exc:
+        print(f"error: {exc}", file=stderr)
+        return 1
     except TimeoutError:
         print(f"error: cannot connect to {args.server}", file=stderr)
         return 1

@@ -24,6 +24,7 @@ import grpc
 
 from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, StreamClosedError, audio_config
+from asr_client.connection import ConnectionOptions
 from asr_client.load.calls import Call
 
 
@@ -164,7 +165,7 @@ class _Stream:
 
 
 async def run_load(
-    server: str,
+    server: str | ConnectionOptions,
     calls: Sequence[tuple[Call, bool]],
     options: LoadOptions,
     *,

@@ -13,4 +13,7 @@ GRPC_CODES: dict[Status, grpc.StatusCode] = {
     Status.OUT_OF_RANGE: grpc.StatusCode.OUT_OF_RANGE,
     Status.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Status.INTERNAL: grpc.StatusCode.INTERNAL,
+    Status.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Status.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
+    Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
 }

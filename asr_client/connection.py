@@ -1,0 +1,128 @@
+"""How a client reaches a server: target, TLS (with an optional client certificate), token.
+
+One object serves every caller (``AsrClient``, each ``asr-client`` command, the load tool,
+the bridge, the benchmarks and the tests), so TLS and authentication are set up in one place.
+The token travels as ``authorization: Bearer <token>`` call metadata, so it also works over a
+plaintext channel to a TLS-terminating proxy; grpc's own access-token credentials would
+refuse that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+DEFAULT_TARGET = "localhost:50051"
+#: environment variable the commands read a token from when ``--token`` is not given
+TOKEN_ENV = "ASR_TOKEN"
+
+
+class ConnectionConfigError(ValueError):
+    """A connection option that cannot work (unreadable file, half a key pair)."""
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    target: str = DEFAULT_TARGET
+    #: TLS to the server; implied by ``ca_file``, ``cert_file`` or ``key_file``
+    tls: bool = False
+    #: PEM bundle of CAs to trust (default: the system's roots)
+    ca_file: Path | None = None
+    #: PEM client certificate and key, for servers that require mTLS
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    #: bearer token sent with every call
+    token: str | None = None
+    #: how long to wait for the server to answer before giving up
+    connect_timeout_s: float = 10.0
+    #: TLS name to check instead of the target's host (a proxy, an IP address)
+    server_name: str | None = None
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or any(p is not None for p in (self.ca_file, self.cert_file, self.key_file))
+
+    def credentials(self) -> grpc.ChannelCredentials | None:
+        """Channel credentials, or None for plaintext."""
+        if not self.uses_tls:
+            return None
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ConnectionConfigError("a client certificate needs both --cert and --key")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file, "CA bundle"),
+            private_key=_read(self.key_file, "client key"),
+            certificate_chain=_read(self.cert_file, "client certificate"),
+        )
+
+    def call_metadata(self) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+
+    def channel(self, options: list[tuple[str, object]]) -> grpc.aio.Channel:
+        """A new channel to ``target`` with these channel arguments."""
+        options = list(options)
+        if self.server_name:
+            options.append(("grpc.ssl_target_name_override", self.server_name))
+        credentials = self.credentials()
+        if credentials is None:
+            return grpc.aio.insecure_channel(self.target, options=options)
+        return grpc.aio.secure_channel(self.target, credentials, options=options)
+
+    def describe(self) -> str:
+        """For messages: ``tls://host:port`` or ``host:port``."""
+        return f"tls://{self.target}" if self.uses_tls else self.target
+
+
+def token_from_env(explicit: str | None) -> str | None:
+    """``--token`` when given, else ``$ASR_TOKEN``; empty means none."""
+    token = explicit if explicit is not None else os.environ.get(TOKEN_ENV)
+    return token.strip() or None if token else None
+
+
+def _read(path: Path | None, what: str) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConnectionConfigError(f"cannot read the {what} {path}: {exc.strerror}") from None
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser, *, default_target: str) -> None:
+    """``--server --tls --ca --cert --key --token --connect-timeout`` on a command's parser."""
+    g = parser.add_argument_group("connection")
+    g.add_argument("--server", default=default_target, help=f"HOST:PORT (default {default_target})")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (system CAs by default)")
+    g.add_argument("--ca", type=Path, metavar="PEM", help="CA bundle to trust (implies --tls)")
+    g.add_argument("--cert", type=Path, metavar="PEM", help="client certificate for mTLS")
+    g.add_argument("--key", type=Path, metavar="PEM", help="client certificate's private key")
+    g.add_argument("--token", metavar="TOKEN", help=f"bearer token (default: ${TOKEN_ENV}, if set)")
+    g.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds to wait for the server to answer (default 10)",
+    )
+
+
+def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
+    return ConnectionOptions(
+        target=args.server,
+        tls=args.tls,
+        ca_file=args.ca,
+        cert_file=args.cert,
+        key_file=args.key,
+        token=token_from_env(args.token),
+        connect_timeout_s=args.connect_timeout,
+    )
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
+    return value
