@@ -3,7 +3,9 @@
 Start-up order matters for operators: the port and the health service come up
 first (NOT_SERVING), the model loads in a worker thread, then health flips to
 SERVING. On SIGTERM/SIGINT health goes NOT_SERVING, new streams get
-UNAVAILABLE, and open streams get ``drain_timeout_s`` to finish.
+UNAVAILABLE, and open streams get ``drain_timeout_s`` to finish. On SIGHUP the
+TLS certificate and the token file are re-read (they are also re-read when the
+files change).
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session import SessionServices
 from asr_server.settings import Settings
+from asr_server.transport.admission import Admission
+from asr_server.transport.auth import TokenRegistry
+from asr_server.transport.interceptors import Authenticator, AuthInterceptor
 from asr_server.transport.servicer import RecognizerServicer
+from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import VoiceDetector
 
 logger = logging.getLogger(__name__)
@@ -74,7 +80,43 @@ def grpc_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
+        # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: one connection cannot open thousands of
+        # calls at once (with the pending-call limit, a bound on calls that sent nothing)
+        ("grpc.max_concurrent_streams", settings.max_concurrent_streams_per_connection),
     ]
+
+
+@dataclass
+class Credentials:
+    """What the server checks callers with; built once at start-up, re-read on SIGHUP."""
+
+    tls: ReloadingServerCredentials | None
+    tokens: TokenRegistry | None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics) -> Credentials:
+        """Raises CertificateError / TokenFileError naming the file that cannot be used."""
+        tls = None
+        if settings.tls_cert is not None and settings.tls_key is not None:
+            files = CertificateFiles(settings.tls_cert, settings.tls_key, settings.tls_client_ca)
+            tls = ReloadingServerCredentials(files, on_reload=_counter(metrics, "tls"))
+        tokens = None
+        if settings.auth_tokens is not None:
+            tokens = TokenRegistry(settings.auth_tokens, on_reload=_counter(metrics, "tokens"))
+        return cls(tls, tokens)
+
+    def reload(self) -> None:
+        if self.tls is not None:
+            self.tls.reload()
+        if self.tokens is not None:
+            self.tokens.reload()
+
+
+def _counter(metrics: Metrics, file: str) -> Callable[[bool], None]:
+    def count(ok: bool) -> None:
+        metrics.credential_reloads.labels(file, "ok" if ok else "failed").inc()
+
+    return count
 
 
 @dataclass
@@ -86,6 +128,9 @@ class RunningServer:
     health: health.aio.HealthServicer
     metrics: Metrics
     ready: asyncio.Event
+    credentials: Credentials
+    health_port: int | None = None
+    _health_server: grpc.aio.Server | None = None
     _scheduler: EngineScheduler | None = None
     _loader: asyncio.Task[None] | None = None
     _metrics_http: object | None = None
@@ -102,6 +147,8 @@ class RunningServer:
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
         await self.server.stop(grace=None)
+        if self._health_server is not None:
+            await self._health_server.stop(grace=None)
         if self._scheduler is not None:
             await self._scheduler.close()
         if self._metrics_http is not None:
@@ -118,25 +165,41 @@ async def start_server(
     """Bind, start serving health, and load the model in the background."""
     metrics = metrics or Metrics()
     metrics.max_streams.set(settings.max_streams)
-    server = grpc.aio.server(options=grpc_options(settings))
-    servicer = RecognizerServicer(None, model_name=settings.engine.model, languages=None)
+    credentials = Credentials.from_settings(settings, metrics)
+    authenticator = Authenticator(credentials.tokens, mtls=settings.tls_client_ca is not None)
+    server = grpc.aio.server(
+        options=grpc_options(settings),
+        interceptors=[AuthInterceptor(authenticator, metrics)],
+    )
+    servicer = RecognizerServicer(
+        None,
+        admission=Admission(settings, metrics),
+        model_name=settings.engine.model,
+        languages=None,
+    )
     asr_pb2_grpc.add_RecognizerServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    reflection.enable_server_reflection(
-        (
-            SERVICE_NAME,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ),
-        server,
-    )
-    port = server.add_insecure_port(f"{settings.host}:{settings.port}")
+    if settings.reflection:
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+    address = f"{settings.host}:{settings.port}"
+    if credentials.tls is not None:
+        port = server.add_secure_port(address, credentials.tls.credentials())
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot bind {settings.host}:{settings.port}")
     await server.start()
+    health_server, health_port = await _start_health_server(settings, health_servicer)
 
     metrics_http = None
     metrics_port = None
@@ -156,6 +219,9 @@ async def start_server(
         health_servicer,
         metrics,
         asyncio.Event(),
+        credentials,
+        health_port=health_port,
+        _health_server=health_server,
         _metrics_http=metrics_http,
     )
 
@@ -190,6 +256,20 @@ async def start_server(
     return running
 
 
+async def _start_health_server(
+    settings: Settings, health_servicer: health.aio.HealthServicer
+) -> tuple[grpc.aio.Server | None, int | None]:
+    """The plaintext health-only port, for probes that cannot do TLS; it serves nothing else,
+    so it exposes no audio and needs no credentials."""
+    if not settings.health_port:
+        return None, None
+    server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(f"{settings.host}:{settings.health_port}")
+    await server.start()
+    return server, port
+
+
 async def serve(
     settings: Settings, on_ready: Callable[[RunningServer], None] | None = None
 ) -> None:
@@ -199,6 +279,10 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # off the loop: reading and checking certificates is file I/O
+    loop.add_signal_handler(
+        signal.SIGHUP, lambda: loop.run_in_executor(None, running.credentials.reload)
+    )
     ready = asyncio.create_task(running.ready.wait())
     stopping = asyncio.create_task(stop.wait())
     assert running._loader is not None

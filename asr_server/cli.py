@@ -1,10 +1,16 @@
-"""``asr-server``: flags → Settings → app.serve(). No logic lives here."""
+"""``asr-server``: flags → Settings → app.serve(); ``asr-server token NAME`` makes a token.
+
+No logic lives here.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from asr_server.log import configure_logging
 from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings
@@ -31,6 +37,39 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--max-streams", type=int, help="concurrent stream limit")
     p.add_argument("--vad", choices=["webrtc", "silero"], help="voice activity detector")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING")
+    sec = p.add_argument_group(
+        "exposure", "TLS, authentication and limits (docs/security.md); env ASR_<NAME>"
+    )
+    sec.add_argument("--tls-cert", type=Path, metavar="PEM", help="certificate chain: serve TLS")
+    sec.add_argument("--tls-key", type=Path, metavar="PEM", help="private key of --tls-cert")
+    sec.add_argument(
+        "--tls-client-ca", type=Path, metavar="PEM", help="require client certificates (mTLS)"
+    )
+    sec.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="allow plaintext on a non-loopback address (a TLS proxy in front)",
+    )
+    sec.add_argument(
+        "--auth-tokens",
+        type=Path,
+        metavar="FILE",
+        help="token file, NAME:SHA256_HEX a line (make lines with: asr-server token NAME)",
+    )
+    sec.add_argument(
+        "--no-reflection",
+        dest="reflection",
+        action="store_false",
+        default=None,
+        help="do not serve gRPC reflection",
+    )
+    sec.add_argument("--max-streams-per-client", type=int, metavar="N", help="0 = no limit")
+    sec.add_argument("--config-timeout-s", type=float, metavar="S", help="default 10")
+    sec.add_argument("--idle-timeout-s", type=float, metavar="S", help="default 60")
+    sec.add_argument(
+        "--health-port", type=int, metavar="PORT", help="plaintext health-only port (0 = off)"
+    )
     a = p.parse_args(argv)
     # Flags become init arguments, which pydantic-settings deep-merges over the environment;
     # --model/--device/--compute-type land on the flat shortcut fields of Settings.
@@ -42,22 +81,71 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     return Settings(**overrides)  # type: ignore[arg-type]
 
 
+def token_command(argv: list[str]) -> None:
+    """``asr-server token NAME``: print a new token and the line for the token file."""
+    from asr_server.transport.auth import TokenFileError, new_token
+
+    p = argparse.ArgumentParser(
+        prog="asr-server token",
+        description="Make a bearer token for a client. The token goes to the client (keep it "
+        "secret; asr-client --token or ASR_TOKEN); the line goes into the --auth-tokens file, "
+        "which holds only its SHA-256.",
+    )
+    p.add_argument("name", help="the client's name (letters, digits, . _ @ -)")
+    a = p.parse_args(argv)
+    try:
+        token, line = new_token(a.name)
+    except TokenFileError as exc:
+        p.error(str(exc))
+    print(f"token for {a.name} (give it to the client; it is not stored anywhere):")
+    print(f"  {token}")
+    print("line for the --auth-tokens file:")
+    print(f"  {line}")
+
+
 def main(argv: list[str] | None = None) -> None:
-    settings = parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["token"]:
+        token_command(args[1:])
+        return
+    try:
+        settings = parse_args(args)
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(x) for x in error["loc"])
+            message = error["msg"].removeprefix("Value error, ")
+            print(f"asr-server: error: {where + ': ' if where else ''}{message}", file=sys.stderr)
+        raise SystemExit(2) from None
     configure_logging(settings.log_level)
     from asr_server.app import RunningServer, serve
+    from asr_server.transport.auth import TokenFileError
+    from asr_server.transport.tls import CertificateError
 
     def announce(running: RunningServer) -> None:
         host = "localhost" if settings.host in ("0.0.0.0", "127.0.0.1", "::") else settings.host
+        security = ", ".join(
+            what
+            for what, on in (
+                ("TLS", settings.tls),
+                ("client certificates", settings.tls_client_ca is not None),
+                ("tokens", settings.auth_tokens is not None),
+            )
+            if on
+        )
+        client_flags = (" --tls" if settings.tls else "") + (
+            " --token $ASR_TOKEN" if settings.auth_tokens is not None else ""
+        )
         print(
             f"\nstreamasr is ready: model {settings.engine.model}, gRPC on {settings.host}:"
             f"{running.port}"
+            + (f" ({security})" if security else "")
             + (
                 f", metrics on http://{host}:{running.metrics_port}/metrics"
                 if running.metrics_port
                 else ""
             )
-            + f"\n  try:  asr-client file audio_samples/<file> --server {host}:{running.port}\n",
+            + f"\n  try:  asr-client file audio_samples/<file> --server {host}:{running.port}"
+            + f"{client_flags}\n",
             file=sys.stderr,
             flush=True,
         )
@@ -66,3 +154,6 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(settings, on_ready=announce))
     except KeyboardInterrupt:
         pass
+    except (CertificateError, TokenFileError) as exc:
+        print(f"asr-server: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

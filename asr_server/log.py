@@ -1,4 +1,4 @@
-"""Logging set-up: every record carries the id of the stream it concerns (or "-")."""
+"""Logging set-up: every record carries the stream it concerns and the client's identity."""
 
 from __future__ import annotations
 
@@ -6,15 +6,18 @@ import contextvars
 import logging
 
 stream_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("stream_id", default="-")
+#: who made the call: a token's name, a client certificate's subject, or ``ip:ADDRESS``
+client_var: contextvars.ContextVar[str] = contextvars.ContextVar("client", default="-")
 
-FORMAT = "%(asctime)s %(levelname)s %(name)s [%(stream_id)s] %(message)s"
+FORMAT = "%(asctime)s %(levelname)s %(name)s [%(stream_id)s %(client)s] %(message)s"
 
 
 class StreamIdFilter(logging.Filter):
-    """Copies the current stream id (set per RPC task) onto the record."""
+    """Copies the current stream id and client (set per RPC task) onto the record."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.stream_id = stream_id_var.get()
+        record.client = client_var.get()
         return True
 
 

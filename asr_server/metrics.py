@@ -111,3 +111,46 @@ class Metrics:
             registry=r,
         )
         self.model_loaded = Gauge("asr_model_loaded", "1 once the model is loaded.", registry=r)
+        # -- exposure: authentication, per-client use, refusals (docs/security.md)
+        self.auth_failures = Counter(
+            "asr_auth_failures_total",
+            "Calls refused before any handler ran, by reason (missing_token, wrong_token, "
+            "permission).",
+            ["reason"],
+            registry=r,
+        )
+        self.client_active_streams = Gauge(
+            "asr_client_active_streams",
+            "Open calls per client identity (anonymous: unauthenticated; other: past the "
+            "label limit).",
+            ["client"],
+            registry=r,
+        )
+        self.client_streams = Counter(
+            "asr_client_streams_total",
+            "Calls admitted per client identity.",
+            ["client"],
+            registry=r,
+        )
+        self.refused_streams = Counter(
+            "asr_refused_streams_total",
+            "Calls refused at admission, by reason (draining, loading, capacity, client_limit, "
+            "pending_limit).",
+            ["reason"],
+            registry=r,
+        )
+        self.stream_timeouts = Counter(
+            "asr_stream_timeouts_total",
+            "Streams ended for sending nothing in time, by kind (config, idle).",
+            ["kind"],
+            registry=r,
+        )
+        self.pending_streams = Gauge(
+            "asr_pending_streams", "Calls open but still waiting for their config.", registry=r
+        )
+        self.credential_reloads = Counter(
+            "asr_credential_reloads_total",
+            "Reloads of the TLS files (tls) or the token file (tokens), by outcome (ok, failed).",
+            ["file", "outcome"],
+            registry=r,
+        )

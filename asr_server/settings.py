@@ -7,6 +7,7 @@ aliases handled by the CLI (``--model`` sets ``engine.model``).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -116,6 +117,53 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(30.0, ge=0)
     log_level: str = "INFO"
 
+    # -- exposure: TLS, authentication, limits (docs/security.md) --------------------------
+    tls_cert: Path | None = Field(None, description="PEM certificate chain: serve TLS.")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert.")
+    tls_client_ca: Path | None = Field(
+        None, description="PEM CA bundle: require client certificates signed by it (mTLS)."
+    )
+    insecure: bool = Field(
+        False, description="Allow plaintext on a non-loopback address (behind a TLS proxy)."
+    )
+    auth_tokens: Path | None = Field(
+        None, description="Token file, one client a line: NAME:SHA256_HEX_OF_TOKEN."
+    )
+    reflection: bool = Field(True, description="Serve gRPC server reflection.")
+    health_port: int = Field(
+        0,
+        ge=0,
+        le=65535,
+        description="A second, plaintext port that serves only gRPC health, for probes that "
+        "cannot speak TLS (Kubernetes gRPC probes, Docker HEALTHCHECK); 0 = off.",
+    )
+    max_streams_per_client: int = Field(
+        0, ge=0, description="Open calls one client identity may hold; 0 = only max_streams."
+    )
+    max_pending_streams: int = Field(
+        0,
+        ge=0,
+        description="Calls still waiting for their config; 0 = 2 x max_streams (at least 64).",
+    )
+    config_timeout_s: float = Field(
+        10.0, gt=0, le=3600, description="A stream must send its config within this time."
+    )
+    idle_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        le=86_400,
+        description="A stream that sends no message for this long is ended (silence audio "
+        "counts as a message).",
+    )
+    max_concurrent_streams_per_connection: int = Field(
+        1000,
+        ge=1,
+        le=100_000,
+        description="HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS. Call-center gateways multiplex "
+        "hundreds of calls on one connection, so it is generous; the pending-call limit and "
+        "the config timeout bound what idle streams can hold.",
+    )
+
     engine: EngineSettings = EngineSettings()
     vad: VadSettings = VadSettings()
     streaming: StreamingSettings = StreamingSettings()
@@ -126,6 +174,28 @@ class Settings(BaseSettings):
     device: Literal["auto", "cpu", "cuda"] | None = None
     compute_type: str | None = None
     cache_dir: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def pending_stream_limit(self) -> int:
+        return self.max_pending_streams or max(64, 2 * self.max_streams)
+
+    @model_validator(mode="after")
+    def _check_exposure(self) -> Settings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both tls_cert and tls_key (--tls-cert and --tls-key)")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("tls_client_ca (mTLS) needs tls_cert and tls_key too")
+        if not self.tls and not self.insecure and not is_loopback(self.host):
+            raise ValueError(
+                f"refusing to serve plaintext on {self.host}: give --tls-cert and --tls-key "
+                "(ASR_TLS_CERT, ASR_TLS_KEY), or --insecure (ASR_INSECURE=1) when a proxy in "
+                "front terminates TLS"
+            )
+        return self
 
     @model_validator(mode="after")
     def _apply_shortcuts(self) -> Settings:
@@ -143,3 +213,13 @@ class Settings(BaseSettings):
             self.engine = self.engine.model_copy(update=shortcuts)
             self.model = self.device = self.compute_type = self.cache_dir = None
         return self
+
+
+def is_loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host`` (a name other than localhost is not)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from asr_api.v1 import asr_pb2
-from asr_client import AsrClient, audio_config
+from asr_client import AsrClient, ConnectionOptions, audio_config
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.base import Engine
 from asr_server.engine.fake import FakeEngine
@@ -87,7 +87,7 @@ class Received:
 
 
 async def stream_audio(
-    port: int,
+    port: int | ConnectionOptions,
     pcm: np.ndarray,
     sample_rate: int,
     *,
@@ -97,7 +97,8 @@ async def stream_audio(
     encoding: str = "LINEAR16",
     payload: bytes | None = None,
 ) -> list[Received]:
-    """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced)."""
+    """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced) to a
+    plaintext server on 127.0.0.1:``port``, or through ``ConnectionOptions``."""
     channels = pcm.shape[1] if pcm.ndim == 2 else 1
     config = config or audio_config(
         sample_rate_hz=sample_rate, channels=channels, encoding=encoding
@@ -106,7 +107,8 @@ async def stream_audio(
     bytes_per_frame = len(data) // max(1, pcm.shape[0])
     chunk = max(1, int(sample_rate * chunk_ms / 1000)) * bytes_per_frame
     received: list[Received] = []
-    async with AsrClient(f"127.0.0.1:{port}") as client:
+    target = port if isinstance(port, ConnectionOptions) else f"127.0.0.1:{port}"
+    async with AsrClient(target) as client:
         async with client.stream(config) as stream:
             t0 = time.monotonic()
 

@@ -19,7 +19,7 @@ import grpc
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_server.engine.scheduler import EngineError
 from asr_server.errors import AsrError, Status
-from asr_server.log import stream_id_var
+from asr_server.log import client_var, stream_id_var
 from asr_server.session import (
     Finalize,
     OutEvent,
@@ -28,7 +28,9 @@ from asr_server.session import (
     SessionServices,
     StreamSession,
 )
+from asr_server.transport.admission import Admission, Ticket
 from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
+from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
 from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
@@ -42,30 +44,47 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self,
         services: SessionServices | None,
         *,
+        admission: Admission,
         model_name: str,
         languages: frozenset[str] | None,
     ) -> None:
         self.services = services  # None until the model is loaded
+        self.admission = admission
         self.model_name = model_name
         self.languages = languages
         self.draining = False
-        self.active = 0
         self._ids = itertools.count(1)
+
+    @property
+    def active(self) -> int:
+        """Open calls, configured or still waiting for their config."""
+        return self.admission.open_calls
 
     # -- RPCs -----------------------------------------------------------------------------
 
     async def StreamingRecognize(self, request_iterator, context):  # type: ignore[no-untyped-def] # noqa: N802
         stream_id = f"s{next(self._ids)}"
 
-        async def stream(services: SessionServices) -> None:
-            config = self._config_of(await context.read(), services)
+        async def stream(services: SessionServices, ticket: Ticket) -> None:
+            timeout_s = services.settings.config_timeout_s
+            first = await _read_within(
+                context,
+                timeout_s,
+                lambda: self._timed_out(
+                    "config",
+                    f"no config within {timeout_s:g} s: send the StreamingConfig as the "
+                    "first message",
+                ),
+            )
+            config = self._config_of(first, services)
+            ticket.seat()
             session = StreamSession(config, services, stream_id)
             logger.info("stream %s opened: %s", stream_id, config.format)
 
             async def send(event: OutEvent, progress: Progress) -> None:
                 await context.write(event_to_proto(event, progress))
 
-            await session.run(self._requests(context), send)
+            await session.run(self._requests(context, services.settings.idle_timeout_s), send)
 
         await self._serve_call(stream_id, context, stream)
 
@@ -73,13 +92,14 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         call_id = f"r{next(self._ids)}"
         response = asr_pb2.RecognizeResponse()
 
-        async def recognize(services: SessionServices) -> None:
+        async def recognize(services: SessionServices, ticket: Ticket) -> None:
             config = stream_config_from_proto(
                 request.config,
                 services.settings,
                 model_name=self.model_name,
                 languages=self.languages,
             )
+            ticket.seat()
             # finals only: the whole file is known, partials would be wasted work
             config = dataclasses.replace(config, interim_results=False)
             session = StreamSession(config, services, call_id)
@@ -110,19 +130,22 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self,
         call_id: str,
         context: grpc.aio.ServicerContext,
-        body: Callable[[SessionServices], Awaitable[None]],
+        body: Callable[[SessionServices, Ticket], Awaitable[None]],
     ) -> None:
         """Admit the call, run ``body``, and turn any failure into one clear status."""
         stream_id_var.set(call_id)
+        # the interceptor has identified the caller; a servicer mounted without it (tests)
+        # treats every caller as anonymous
+        identity = identity_var.get() or Identity(f"ip:{context.peer()}", ANONYMOUS, False)
+        client_var.set(identity.name)
         error: AsrError | None = None
         try:
-            services = self._admit()
-            self._enter(services)
-            try:
-                await body(services)
-            finally:
-                self._leave(services)
-                logger.info("call %s finished", call_id)
+            services = self._ready_services()
+            with self.admission.call(identity) as ticket:
+                try:
+                    await body(services, ticket)
+                finally:
+                    logger.info("call %s finished", call_id)
         except AsrError as exc:
             error = exc
         except EngineError:
@@ -132,26 +155,18 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         if error is not None:
             await self._abort(context, error)
 
-    def _admit(self) -> SessionServices:
+    def _ready_services(self) -> SessionServices:
         if self.draining:
+            self.admission.metrics.refused_streams.labels("draining").inc()
             raise AsrError(Status.UNAVAILABLE, "server is shutting down; reconnect elsewhere")
         if self.services is None:
+            self.admission.metrics.refused_streams.labels("loading").inc()
             raise AsrError(Status.UNAVAILABLE, "model is still loading; retry shortly")
-        limit = self.services.settings.max_streams
-        if self.active >= limit:
-            raise AsrError(
-                Status.RESOURCE_EXHAUSTED,
-                f"server is at its limit of {limit} concurrent streams; retry later",
-            )
         return self.services
 
-    def _enter(self, services: SessionServices) -> None:
-        self.active += 1
-        services.metrics.active_streams.set(self.active)
-
-    def _leave(self, services: SessionServices) -> None:
-        self.active -= 1
-        services.metrics.active_streams.set(self.active)
+    def _timed_out(self, kind: str, message: str) -> AsrError:
+        self.admission.metrics.stream_timeouts.labels(kind).inc()
+        return AsrError(Status.DEADLINE_EXCEEDED, message)
 
     def _config_of(self, first: object, services: SessionServices):  # type: ignore[no-untyped-def]
         if first is grpc.aio.EOF:
@@ -168,12 +183,16 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             languages=self.languages,
         )
 
-    @staticmethod
-    async def _requests(context) -> AsyncIterator[bytes | Finalize]:  # type: ignore[no-untyped-def]
+    async def _requests(self, context, idle_s: float) -> AsyncIterator[bytes | Finalize]:  # type: ignore[no-untyped-def]
+        def idle() -> AsrError:
+            return self._timed_out(
+                "idle",
+                f"no message for {idle_s:g} s: keep sending audio (silence included) or "
+                "half-close the stream",
+            )
+
         while True:
-            # Shielded: cancelling a read that grpc has in flight can break the call, and
-            # the client would see "Internal error from Core" instead of our status.
-            request = await asyncio.shield(context.read())
+            request = await _read_within(context, idle_s, idle)
             if request is grpc.aio.EOF:
                 return
             kind = request.WhichOneof("request")
@@ -194,7 +213,19 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         return AsrError(Status.INTERNAL, f"{what}; error id {error_id}")
 
     async def _abort(self, context, error: AsrError) -> None:  # type: ignore[no-untyped-def]
-        if self.services is not None:
-            self.services.metrics.stream_errors.labels(error.status.value).inc()
+        self.admission.metrics.stream_errors.labels(error.status.value).inc()
         logger.info("call %s ended with %s: %s", stream_id_var.get(), error.status.value, error)
         await context.abort(GRPC_CODES[error.status], error.message)
+
+
+async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrError]):  # type: ignore[no-untyped-def]
+    """``context.read()``, or ``on_timeout()`` raised when the client sends nothing in time.
+
+    Shielded: cancelling a read that grpc has in flight can break the call, and the client
+    would see "Internal error from Core" instead of our status. (The shield also retrieves
+    the abandoned read's outcome, so it never logs as an unretrieved exception.)
+    """
+    try:
+        return await asyncio.wait_for(asyncio.shield(context.read()), timeout_s)
+    except TimeoutError:
+        raise on_timeout() from None

@@ -1,0 +1,102 @@
+"""Admission: how many calls may be open, in total, per client, and before their config.
+
+A call is *pending* from its first byte until its config arrives, then holds a *seat*
+(one of ``max_streams``). Seats are only taken by configured streams, so calls that open
+and never send a config cannot keep a legitimate stream out: they hold pending slots
+(bounded separately, and ended by the config timeout) instead. A client identity may hold
+at most ``max_streams_per_client`` calls, pending or seated, so one client cannot use up
+either pool.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from asr_server.errors import AsrError, Status
+from asr_server.metrics import Metrics
+from asr_server.settings import Settings
+from asr_server.transport.interceptors import Identity
+
+
+class Ticket:
+    """One admitted call; ``seat()`` once its config has arrived."""
+
+    def __init__(self, admission: Admission, identity: Identity) -> None:
+        self._admission = admission
+        self.identity = identity
+        self.seated = False
+
+    def seat(self) -> None:
+        self._admission._seat(self)
+
+
+class Admission:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.pending = 0
+        self.seated = 0
+        self._per_client: collections.Counter[str] = collections.Counter()
+
+    @property
+    def open_calls(self) -> int:
+        return self.pending + self.seated
+
+    @contextmanager
+    def call(self, identity: Identity) -> Iterator[Ticket]:
+        """Admit a new call as pending for the ``with`` block; raises RESOURCE_EXHAUSTED."""
+        s = self.settings
+        per_client = s.max_streams_per_client
+        if per_client and self._per_client[identity.name] >= per_client:
+            self._refuse(
+                "client_limit",
+                f"client {identity.name} is at its limit of {per_client} concurrent streams; "
+                "close one or retry later",
+            )
+        if self.pending >= s.pending_stream_limit:
+            self._refuse(
+                "pending_limit",
+                f"too many streams ({self.pending}) are waiting to send their config; retry later",
+            )
+        ticket = Ticket(self, identity)
+        self._per_client[identity.name] += 1
+        self.pending += 1
+        self._publish(identity, +1)
+        self.metrics.client_streams.labels(identity.label).inc()
+        try:
+            yield ticket
+        finally:
+            if ticket.seated:
+                self.seated -= 1
+            else:
+                self.pending -= 1
+            self._per_client[identity.name] -= 1
+            if not self._per_client[identity.name]:
+                del self._per_client[identity.name]
+            self._publish(identity, -1)
+
+    def _seat(self, ticket: Ticket) -> None:
+        if ticket.seated:
+            return
+        limit = self.settings.max_streams
+        if self.seated >= limit:
+            self._refuse(
+                "capacity",
+                f"server is at its limit of {limit} concurrent streams; retry later",
+            )
+        ticket.seated = True
+        self.pending -= 1
+        self.seated += 1
+        self.metrics.pending_streams.set(self.pending)
+        self.metrics.active_streams.set(self.seated)
+
+    def _refuse(self, reason: str, message: str) -> None:
+        self.metrics.refused_streams.labels(reason).inc()
+        raise AsrError(Status.RESOURCE_EXHAUSTED, message)
+
+    def _publish(self, identity: Identity, delta: int) -> None:
+        self.metrics.pending_streams.set(self.pending)
+        self.metrics.active_streams.set(self.seated)
+        self.metrics.client_active_streams.labels(identity.label).inc(delta)

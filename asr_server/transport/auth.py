@@ -1,0 +1,150 @@
+"""Bearer tokens: the token file, checking a presented token, and making new tokens.
+
+The file holds one client a line, ``NAME:SHA256_HEX_OF_TOKEN`` (``#`` starts a comment), so
+it never contains a usable secret. A presented token is hashed and compared with every
+entry by ``hmac.compare_digest``, so neither the match nor its position leaks through
+timing. The file is re-read when it changes (checked at most once a second) or on
+``reload()`` (SIGHUP); a file that fails to parse keeps the previous tokens and is logged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
+HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+#: tokens longer than this are refused before hashing (a cheap bound on work per call)
+MAX_TOKEN_CHARS = 512
+CHECK_INTERVAL_S = 1.0
+
+
+class TokenFileError(ValueError):
+    """The token file cannot be used; the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    digest: bytes
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token(name: str) -> tuple[str, str]:
+    """A fresh random token for ``name`` and the line that goes into the token file."""
+    if not NAME_RE.match(name):
+        raise TokenFileError(
+            f"client name {name!r}: use 1-64 letters, digits, '.', '_', '@' or '-'"
+        )
+    token = secrets.token_urlsafe(32)
+    return token, f"{name}:{hash_token(token)}"
+
+
+def parse_token_file(path: Path) -> list[_Entry]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokenFileError(f"cannot read the token file {path}: {exc}") from None
+    entries: list[_Entry] = []
+    names: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, digest = line.partition(":")
+        name, digest = name.strip(), digest.strip().lower()
+        where = f"token file {path} line {number}"
+        if not sep or not NAME_RE.match(name):
+            raise TokenFileError(f"{where}: expected NAME:SHA256_HEX (got {line[:40]!r})")
+        if not HASH_RE.match(digest):
+            raise TokenFileError(
+                f"{where}: {name}'s hash must be 64 hex digits (the SHA-256 of the token, "
+                "as `asr-server token NAME` prints it)"
+            )
+        if name in names:
+            raise TokenFileError(f"{where}: {name} appears twice")
+        names.add(name)
+        entries.append(_Entry(name, bytes.fromhex(digest)))
+    return entries
+
+
+class TokenRegistry:
+    """The clients of a token file; ``identify(token)`` returns the client's name or None."""
+
+    def __init__(self, path: Path, *, on_reload: Callable[[bool], None] | None = None) -> None:
+        self.path = path
+        self._on_reload = on_reload
+        self._lock = threading.Lock()
+        self._entries = parse_token_file(path)  # start-up: a bad file is fatal
+        self._stamp = self._mtime()
+        self._failed_stamp: int | None = None
+        self._checked = time.monotonic()
+        if not self._entries:
+            logger.warning("token file %s lists no clients: every call will be refused", path)
+
+    @property
+    def names(self) -> list[str]:
+        return [e.name for e in self._entries]
+
+    def identify(self, token: str) -> str | None:
+        self._maybe_reload()
+        if not token or len(token) > MAX_TOKEN_CHARS:
+            return None
+        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        found = None
+        for entry in self._entries:  # no early exit: the time taken says nothing
+            if hmac.compare_digest(entry.digest, digest):
+                found = entry.name
+        return found
+
+    def reload(self) -> bool:
+        """Re-read the file now (SIGHUP); True if it was taken."""
+        with self._lock:
+            return self._load(self._mtime())
+
+    def _maybe_reload(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < CHECK_INTERVAL_S:
+            return
+        with self._lock:
+            self._checked = now
+            stamp = self._mtime()
+            if stamp != self._stamp and stamp != self._failed_stamp:
+                self._load(stamp)
+
+    def _load(self, stamp: int | None) -> bool:
+        try:
+            entries = parse_token_file(self.path)
+        except TokenFileError as exc:
+            logger.error("token file reload failed, keeping the current tokens: %s", exc)
+            self._failed_stamp = stamp
+            self._notify(False)
+            return False
+        self._entries, self._stamp, self._failed_stamp = entries, stamp, None
+        self._notify(True)
+        logger.info("token file %s reloaded: %d client(s)", self.path, len(entries))
+        return True
+
+    def _notify(self, ok: bool) -> None:
+        if self._on_reload is not None:
+            self._on_reload(ok)
+
+    def _mtime(self) -> int | None:
+        try:
+            return os.stat(self.path).st_mtime_ns
+        except OSError:
+            return None

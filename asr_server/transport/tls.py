@@ -1,0 +1,162 @@
+"""TLS and mTLS server credentials whose certificate files can be replaced while serving.
+
+grpc's dynamic server credentials ask a fetcher for the certificate configuration at every
+new TLS handshake. The fetcher here answers from memory: it hands over a configuration only
+after ``reload()`` (on SIGHUP) or a change of the files' modification times has produced one
+that parsed and whose key matches its certificate. A bad file on reload therefore keeps the
+old credentials (and is logged once per change), and open connections are never touched:
+only new handshakes see a new certificate.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+logger = logging.getLogger(__name__)
+
+
+class CertificateError(ValueError):
+    """A certificate, key or CA file that cannot be used; the message names the file."""
+
+
+@dataclass(frozen=True)
+class CertificateFiles:
+    cert: Path
+    key: Path
+    client_ca: Path | None = None  # set: clients must present a certificate it signed
+
+    def paths(self) -> tuple[Path, ...]:
+        return (self.cert, self.key) + ((self.client_ca,) if self.client_ca else ())
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None
+    stamp: tuple[float, ...]  # modification times when read
+
+
+def load_certificates(files: CertificateFiles) -> _Loaded:
+    """Read and check the files; raises CertificateError saying which file is wrong."""
+    stamp = _stamp(files)
+    cert = _read(files.cert, "certificate")
+    key = _read(files.key, "private key")
+    client_ca = _read(files.client_ca, "client CA") if files.client_ca else None
+    _check_pair(cert, key, files)
+    if client_ca is not None:
+        try:
+            ssl.create_default_context(cadata=client_ca.decode("ascii"))
+        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+            raise CertificateError(
+                f"client CA {files.client_ca} is not a PEM bundle: {exc}"
+            ) from None
+    return _Loaded(cert, key, client_ca, stamp)
+
+
+class ReloadingServerCredentials:
+    """Server credentials for ``CertificateFiles``, re-read on ``reload()`` or a file change."""
+
+    def __init__(
+        self, files: CertificateFiles, *, on_reload: Callable[[bool], None] | None = None
+    ) -> None:
+        self.files = files
+        self._on_reload = on_reload
+        self._lock = threading.Lock()  # the fetcher runs on grpc's threads
+        self._current = load_certificates(files)  # start-up: a bad file is fatal
+        self._pending: _Loaded | None = None
+        self._failed_stamp: tuple[float, ...] | None = None
+        self.reloads = 0
+
+    def credentials(self) -> grpc.ServerCredentials:
+        return grpc.dynamic_ssl_server_credentials(
+            _configuration(self._current),
+            self._fetch,
+            require_client_authentication=self.files.client_ca is not None,
+        )
+
+    def reload(self) -> bool:
+        """Re-read the files now (SIGHUP); True if new credentials will be used."""
+        with self._lock:
+            return self._try_load(force=True)
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        with self._lock:
+            self._try_load(force=False)
+            pending, self._pending = self._pending, None
+        return _configuration(pending) if pending is not None else None
+
+    def _try_load(self, *, force: bool) -> bool:
+        try:
+            stamp = _stamp(self.files)
+        except OSError:
+            stamp = None
+        if not force and (stamp == self._current.stamp or stamp == self._failed_stamp):
+            return False
+        try:
+            loaded = load_certificates(self.files)
+        except (CertificateError, OSError) as exc:
+            if force or stamp != self._failed_stamp:
+                logger.error("TLS reload failed, keeping the current certificate: %s", exc)
+            self._failed_stamp = stamp
+            self._notify(False)
+            return False
+        self._current = self._pending = loaded
+        self._failed_stamp = None
+        self.reloads += 1
+        self._notify(True)
+        logger.info("TLS certificate reloaded from %s", self.files.cert)
+        return True
+
+    def _notify(self, ok: bool) -> None:
+        if self._on_reload is not None:
+            self._on_reload(ok)
+
+
+def _configuration(loaded: _Loaded) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [(loaded.key, loaded.cert)], root_certificates=loaded.client_ca
+    )
+
+
+def _stamp(files: CertificateFiles) -> tuple[float, ...]:
+    return tuple(os.stat(p).st_mtime_ns for p in files.paths())
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise CertificateError(f"cannot read the TLS {what} {path}: {exc.strerror}") from None
+    if b"-----BEGIN" not in data:
+        raise CertificateError(f"TLS {what} {path} is not PEM")
+    return data
+
+
+def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
+    """Let OpenSSL parse both and check the key belongs to the certificate.
+
+    ``load_cert_chain`` takes paths only, so the bytes just read (not whatever the paths
+    hold by now) go through a private temporary file.
+    """
+    with tempfile.TemporaryDirectory(prefix="asr-tls-") as tmp:
+        cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
+        cert_path.write_bytes(cert)
+        key_path.touch(mode=0o600)
+        key_path.write_bytes(key)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+        except ssl.SSLError as exc:
+            raise CertificateError(
+                f"TLS certificate {files.cert} and key {files.key} do not form a usable pair "
+                f"({exc.reason or exc})"
+            ) from None

@@ -1,0 +1,391 @@
+"""Exposure: TLS and mTLS with live certificate rotation, bearer tokens, per-client quotas,
+config and idle timeouts — against real servers on port 0 with real certificates.
+
+The fake engine stands in for the model (tests/integration/test_security_real.py runs the
+real tiny.en over TLS and a token); grpc's TLS is never mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
+from asr_server.log import StreamIdFilter
+from asr_server.transport.auth import hash_token, new_token
+from tests.helpers import eventually, final_text, serve_fake, speech_pcm, stream_audio
+from tests.pki import SERVER_NAME, Pki
+
+EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
+
+
+@pytest.fixture
+def pki(tmp_path: Path) -> Pki:
+    return Pki(tmp_path / "pki")
+
+
+def tls_client(port: int, pki: Pki, **options: object) -> ConnectionOptions:
+    settings: dict[str, object] = {"connect_timeout_s": 5.0, **options}
+    return ConnectionOptions(
+        f"127.0.0.1:{port}",
+        ca_file=pki.ca_file,
+        server_name=SERVER_NAME,
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def token_file(folder: Path, *names: str) -> tuple[Path, dict[str, str]]:
+    tokens, lines = {}, ["# clients of this test"]
+    for name in names:
+        tokens[name], line = new_token(name)
+        lines.append(line)
+    path = folder / "tokens"
+    path.write_text("\n".join(lines) + "\n")
+    return path, tokens
+
+
+def sample(server, name: str, **labels: str) -> float | None:  # type: ignore[no-untyped-def]
+    return server.metrics.registry.get_sample_value(name, labels)
+
+
+async def call_status(options: ConnectionOptions, config: bool = True) -> grpc.StatusCode:
+    """Open a stream (optionally sending a config), read until it ends; the status code."""
+    async with AsrClient(options) as client:
+        stream = client.stream(audio_config())
+        try:
+            if config:
+                await stream.open()
+            async for _ in stream:
+                pass
+        except StreamClosedError as exc:
+            return exc.code
+        finally:
+            stream.cancel()
+    return grpc.StatusCode.OK
+
+
+# -- TLS ----------------------------------------------------------------------------------
+
+
+async def test_tls_transcribes_and_refuses_plaintext_clients(make_server, pki) -> None:  # type: ignore[no-untyped-def]
+    cert, key = pki.server()
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    received = await stream_audio(tls_client(server.port, pki), speech_pcm(), 16_000, speed=None)
+    assert final_text(received) == EXPECTED
+
+    plaintext = ConnectionOptions(f"127.0.0.1:{server.port}", connect_timeout_s=2)
+    async with AsrClient(plaintext) as client:
+        with pytest.raises(TimeoutError):
+            await client.wait_ready()
+    # a client that trusts another CA does not get through either
+    other = Pki(pki.folder / "other", "other-ca")
+    async with AsrClient(tls_client(server.port, other, connect_timeout_s=2)) as client:
+        with pytest.raises(TimeoutError):
+            await client.wait_ready()
+    assert server.servicer.active == 0
+
+
+async def test_certificate_rotation_keeps_open_streams_and_serves_the_new_one(  # type: ignore[no-untyped-def]
+    make_server, pki, tmp_path
+) -> None:
+    cert, key = pki.server()
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    new_ca = Pki(tmp_path / "new", "new-ca")
+    async with AsrClient(tls_client(server.port, pki)) as old_client:
+        async with old_client.stream(audio_config()) as open_stream:
+            await open_stream.send_audio(speech_pcm()[:8000].tobytes())
+            await eventually(lambda: server.servicer.active == 1)
+
+            # the files are replaced in place, as cert-manager or certbot do
+            new_cert, new_key = new_ca.server("rotated")
+            cert.write_bytes(new_cert.read_bytes())
+            key.write_bytes(new_key.read_bytes())
+            assert server.credentials.tls is not None
+            assert await asyncio.to_thread(server.credentials.tls.reload)
+
+            # new connections get the new certificate: trusted by the new CA only
+            received = await stream_audio(
+                tls_client(server.port, new_ca), speech_pcm(), 16_000, speed=None
+            )
+            assert final_text(received) == EXPECTED
+            async with AsrClient(tls_client(server.port, pki, connect_timeout_s=2)) as stale:
+                with pytest.raises(TimeoutError):
+                    await stale.wait_ready()
+
+            # the stream opened before the rotation goes on, on its old connection
+            await open_stream.send_audio(speech_pcm()[8000:].tobytes())
+            await open_stream.end()
+            finals = [e.result.text async for e in open_stream if e.result.is_final]
+    assert finals == [EXPECTED]
+    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="ok") == 1
+
+
+async def test_a_changed_certificate_file_is_picked_up_without_a_signal(  # type: ignore[no-untyped-def]
+    make_server, pki, tmp_path
+) -> None:
+    cert, key = pki.server()
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    new_ca = Pki(tmp_path / "new", "new-ca")
+    new_cert, new_key = new_ca.server("rotated")
+    cert.write_bytes(new_cert.read_bytes())
+    key.write_bytes(new_key.read_bytes())
+    os.utime(cert, ns=(1, 1))  # a distinct modification time even on a coarse clock
+    # the next handshake notices the change
+    received = await stream_audio(tls_client(server.port, new_ca), speech_pcm(), 16_000, speed=None)
+    assert final_text(received) == EXPECTED
+
+
+async def test_a_bad_certificate_on_reload_keeps_the_old_one(make_server, pki, caplog) -> None:  # type: ignore[no-untyped-def]
+    cert, key = pki.server()
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    _, other_key = pki.issue("mismatch", SERVER_NAME)
+    key.write_bytes(other_key.read_bytes())  # a key that is not the certificate's
+    assert server.credentials.tls is not None
+    with caplog.at_level(logging.ERROR):
+        assert not await asyncio.to_thread(server.credentials.tls.reload)
+    assert "keeping the current certificate" in caplog.text
+    assert "do not form a usable pair" in caplog.text
+    cert.write_text("not a certificate")
+    assert not await asyncio.to_thread(server.credentials.tls.reload)
+    assert "is not PEM" in caplog.text
+    received = await stream_audio(tls_client(server.port, pki), speech_pcm(), 16_000, speed=None)
+    assert final_text(received) == EXPECTED
+    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="failed") == 2
+
+
+# -- mTLS ---------------------------------------------------------------------------------
+
+
+async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, caplog) -> None:  # type: ignore[no-untyped-def]
+    cert, key = pki.server()
+    clients = Pki(pki.folder / "clients", "client-ca")
+    server = await serve_fake(
+        make_server, tls_cert=cert, tls_key=key, tls_client_ca=clients.ca_file
+    )
+    alice_cert, alice_key = clients.client("alice")
+    caplog.handler.addFilter(StreamIdFilter())
+    with caplog.at_level(logging.INFO):
+        received = await stream_audio(
+            tls_client(server.port, pki, cert_file=alice_cert, key_file=alice_key),
+            speech_pcm(),
+            16_000,
+            speed=None,
+        )
+    assert final_text(received) == EXPECTED
+    # the certificate's subject is the identity: in the log lines and a metrics label
+    call_records = [r for r in caplog.records if getattr(r, "stream_id", "-") != "-"]
+    assert call_records and all(r.client == "alice" for r in call_records)  # type: ignore[attr-defined]
+    assert sample(server, "asr_client_streams_total", client="alice") == 1
+
+    # no client certificate, or one from another CA: the handshake fails
+    mallory_cert, mallory_key = Pki(pki.folder / "rogue", "rogue-ca").client("mallory")
+    for options in (
+        tls_client(server.port, pki, connect_timeout_s=2),
+        tls_client(
+            server.port, pki, cert_file=mallory_cert, key_file=mallory_key, connect_timeout_s=2
+        ),
+    ):
+        async with AsrClient(options) as client:
+            with pytest.raises(TimeoutError):
+                await client.wait_ready()
+    assert sample(server, "asr_client_streams_total", client="mallory") is None
+
+
+# -- tokens -------------------------------------------------------------------------------
+
+
+async def test_tokens_refuse_before_reading_and_admit_with_a_name(make_server, pki) -> None:  # type: ignore[no-untyped-def]
+    cert, key = pki.server()
+    tokens_path, tokens = token_file(pki.folder, "alice", "bob")
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key, auth_tokens=tokens_path)
+
+    # no token: refused without sending (or the server reading) anything at all
+    assert await call_status(tls_client(server.port, pki), config=False) == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )
+    async with AsrClient(tls_client(server.port, pki)) as client:
+        with pytest.raises(StreamClosedError) as err:
+            async with client.stream(audio_config()) as stream:
+                async for _ in stream:
+                    pass
+    assert "authorization: Bearer" in err.value.details
+    wrong = tls_client(server.port, pki, token=tokens["alice"] + "x")
+    with pytest.raises(StreamClosedError) as err:
+        await stream_audio(wrong, speech_pcm(), 16_000, speed=None)
+    assert err.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert err.value.details == "invalid token"
+    async with AsrClient(wrong) as client:  # the unary call is guarded the same way
+        with pytest.raises(StreamClosedError) as err:
+            await client.recognize(speech_pcm().tobytes(), audio_config())
+    assert err.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert sample(server, "asr_auth_failures_total", reason="missing_token") == 2
+    assert sample(server, "asr_auth_failures_total", reason="wrong_token") == 2
+    assert sample(server, "asr_audio_received_seconds_total") == 0
+    assert sample(server, "asr_client_streams_total", client="alice") is None
+
+    good = tls_client(server.port, pki, token=tokens["alice"])
+    received = await stream_audio(good, speech_pcm(), 16_000, speed=None)
+    assert final_text(received) == EXPECTED
+    assert sample(server, "asr_client_streams_total", client="alice") == 1
+
+
+async def test_token_file_is_reloaded_and_a_bad_one_keeps_the_old(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tokens_path, tokens = token_file(tmp_path, "alice")
+    server = await serve_fake(make_server, auth_tokens=tokens_path)
+    port = server.port
+
+    def as_(token: str) -> ConnectionOptions:
+        return ConnectionOptions(f"127.0.0.1:{port}", token=token)
+
+    carol, carol_line = new_token("carol")
+    assert await call_status(as_(carol)) == grpc.StatusCode.UNAUTHENTICATED
+    tokens_path.write_text(tokens_path.read_text() + carol_line + "\n")
+    assert server.credentials.tokens is not None
+    assert server.credentials.tokens.reload()
+    assert final_text(await stream_audio(as_(carol), speech_pcm(), 16_000, speed=None))
+
+    tokens_path.write_text("carol:not-a-hash\n")  # broken: alice and carol keep working
+    assert not server.credentials.tokens.reload()
+    assert final_text(await stream_audio(as_(tokens["alice"]), speech_pcm(), 16_000, speed=None))
+
+    tokens_path.write_text(f"alice:{hash_token(tokens['alice'])}\n")  # carol revoked
+    assert server.credentials.tokens.reload()
+    assert await call_status(as_(carol)) == grpc.StatusCode.UNAUTHENTICATED
+    assert sample(server, "asr_credential_reloads_total", file="tokens", outcome="failed") == 1
+
+
+async def test_health_stays_open_and_reflection_needs_a_token_or_is_off(  # type: ignore[no-untyped-def]
+    make_server, tmp_path
+) -> None:
+    tokens_path, tokens = token_file(tmp_path, "ops")
+    with_reflection = await serve_fake(make_server, auth_tokens=tokens_path)
+    without = await serve_fake(make_server, auth_tokens=tokens_path, reflection=False)
+    listing = reflection_pb2.ServerReflectionRequest(list_services="")
+
+    async def reflect(port: int, token: str | None) -> grpc.StatusCode:
+        metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+                iter([listing]), metadata=metadata
+            )
+            try:
+                async for _ in call:
+                    pass
+            except grpc.aio.AioRpcError as exc:
+                return exc.code()
+            return grpc.StatusCode.OK
+
+    for server in (with_reflection, without):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            reply = await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service="asr.v1.Recognizer")
+            )
+        assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert await reflect(with_reflection.port, None) == grpc.StatusCode.UNAUTHENTICATED
+    assert await reflect(with_reflection.port, tokens["ops"]) == grpc.StatusCode.OK
+    assert await reflect(without.port, tokens["ops"]) == grpc.StatusCode.UNIMPLEMENTED
+
+
+# -- quotas and timeouts ------------------------------------------------------------------
+
+
+async def test_per_client_limit_names_the_client_and_spares_others(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tokens_path, tokens = token_file(tmp_path, "alice", "bob")
+    server = await serve_fake(
+        make_server, auth_tokens=tokens_path, max_streams_per_client=2, max_streams=10
+    )
+    alice = ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["alice"])
+    bob = ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["bob"])
+    async with AsrClient(alice) as client:
+        streams = [await client.stream(audio_config()).open() for _ in range(2)]
+        await eventually(lambda: server.servicer.active == 2)
+        with pytest.raises(StreamClosedError) as err:
+            async with client.stream(audio_config()) as third:
+                async for _ in third:
+                    pass
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "client alice is at its limit of 2" in err.value.details
+        # another client is not affected
+        assert final_text(await stream_audio(bob, speech_pcm(), 16_000, speed=None)) == EXPECTED
+        for stream in streams:
+            stream.cancel()
+    await eventually(lambda: server.servicer.active == 0)
+    assert sample(server, "asr_refused_streams_total", reason="client_limit") == 1
+    assert sample(server, "asr_client_active_streams", client="alice") == 0
+
+
+async def test_streams_without_a_config_cannot_lock_out_a_real_caller(make_server) -> None:  # type: ignore[no-untyped-def]
+    """8 connections that open a stream and never send a config, under --max-streams 8."""
+    server = await serve_fake(make_server, max_streams=8, config_timeout_s=1.0)
+    options = ConnectionOptions(f"127.0.0.1:{server.port}")
+    squatters = [AsrClient(options) for _ in range(8)]
+    calls = [client.stream(audio_config()) for client in squatters]
+    try:
+        # each squatter's call reaches the server (a read starts the RPC) and sends nothing
+        readers = [asyncio.create_task(_status_of(call)) for call in calls]
+        await eventually(lambda: server.servicer.admission.pending == 8)
+        # a legitimate stream is served at once: seats go to configured streams only
+        received = await stream_audio(server.port, speech_pcm(), 16_000, speed=None)
+        assert final_text(received) == EXPECTED
+        assert server.servicer.admission.pending == 8
+        # and the squatters are ended by the config timeout with a clear status
+        statuses = await asyncio.wait_for(asyncio.gather(*readers), 10)
+    finally:
+        for client in squatters:
+            await client.close()
+    assert {code for code, _ in statuses} == {grpc.StatusCode.DEADLINE_EXCEEDED}
+    assert all("no config within 1 s" in details for _, details in statuses)
+    assert sample(server, "asr_stream_timeouts_total", kind="config") == 8
+    assert server.servicer.active == 0
+
+
+async def test_pending_streams_are_bounded(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, max_pending_streams=3, config_timeout_s=30)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        calls = [client.stream(audio_config()) for _ in range(3)]
+        readers = [asyncio.create_task(_status_of(call)) for call in calls]
+        await eventually(lambda: server.servicer.admission.pending == 3)
+        code, details = await _status_of(client.stream(audio_config()))
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "waiting to send their config" in details
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*readers, return_exceptions=True)  # cancelled by us
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_an_idle_stream_is_ended_but_silence_keeps_one_alive(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, idle_timeout_s=0.5)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        idle = await client.stream(audio_config()).open()
+        code, details = await asyncio.wait_for(_status_of(idle), 5)
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert "no message for 0.5 s" in details
+
+        # 1.5 s of silence in 0.1 s messages, 0.1 s apart: three idle timeouts long
+        async with client.stream(audio_config()) as talking:
+            for _ in range(15):
+                await talking.send_audio(bytes(3200))
+                await asyncio.sleep(0.1)
+            await talking.send_audio(speech_pcm().tobytes())
+            await talking.end()
+            texts = [e.result.text async for e in talking if e.result.is_final]
+    assert texts == [EXPECTED]
+    assert sample(server, "asr_stream_timeouts_total", kind="idle") == 1
+
+
+async def _status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
+    """Read a stream until it ends: its status code and details."""
+    try:
+        async for _ in stream:
+            pass
+    except StreamClosedError as exc:
+        return exc.code, exc.details
+    return grpc.StatusCode.OK, ""
