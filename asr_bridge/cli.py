@@ -32,7 +32,10 @@ def _env_flag(name: str) -> bool:
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
@@ -176,7 +179,7 @@ async def run(a: argparse.Namespace) -> None:
         f"\nasr-bridge is ready: {scheme}://{host}:{bridge.port}/ → gRPC "
         + config.server.describe()
         + (" with a token" if config.server.token else "")
-        + (" (browsers need a token" if a.token else " (no browser token: open to any")
+        + (" (browsers: token required" if a.token else " (browsers: no token needed")
         + f"; origins: {origins}; up to {a.max_sessions} sessions)\n",
         file=sys.stderr,
         flush=True,
