@@ -1,7 +1,8 @@
-"""The bridge's ASGI app (the web page, ``/ws``, ``/healthz``) and running it with uvicorn.
+"""The bridge's ASGI app (the web page, ``/ws``, ``/healthz``, ``/metrics``) and running it.
 
 One gRPC channel to the server serves every browser session; each session is its own
-``StreamingRecognize`` call. The token is checked before the session touches gRPC.
+``StreamingRecognize`` call. A WebSocket passes three gates before it touches gRPC: its
+Origin (refused on the handshake), the browser's token, and the session limit.
 """
 
 from __future__ import annotations
@@ -15,36 +16,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr_bridge.auth import presented_token, token_ok
+from asr_bridge.metrics import BridgeMetrics
+from asr_bridge.origin import OriginPolicy
 from asr_bridge.protocol import (
-    CLOSE_UNAUTHORIZED,
     EVENT_SHAPES,
     MAX_FRAME_BYTES,
     SUBPROTOCOL,
     EventShape,
+    close_code_for,
     close_reason,
     event_writer,
 )
 from asr_bridge.session import BridgeSession
-from asr_client import AsrClient
+from asr_client import AsrClient, ConnectionOptions
 
 logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
+DEFAULT_MAX_SESSIONS = 100
 
 
 @dataclass(frozen=True)
 class BridgeConfig:
-    server: str = "localhost:50051"  # the gRPC server, host:port
-    token: str | None = None  # None or empty: no token needed
-    start_timeout_s: float = 10.0  # how long a new socket may wait before its start message
+    #: the gRPC server: target, TLS, client certificate and the bridge's own bearer token
+    server: ConnectionOptions = field(default_factory=ConnectionOptions)
+    #: the token *browsers* must present to the bridge; None or empty: no token needed
+    token: str | None = None
+    #: how long a new socket may wait before its start message
+    start_timeout_s: float = 10.0
+    #: page origins allowed to open a WebSocket (``https://host[:port]``); empty: the bridge's
+    #: own origin only; ``"*"``: any (see ``asr_bridge.origin``)
+    allowed_origins: tuple[str, ...] = ()
+    #: sessions open at once; past it a WebSocket gets RESOURCE_EXHAUSTED and close 1013
+    max_sessions: int = DEFAULT_MAX_SESSIONS
+
+    def __post_init__(self) -> None:
+        if self.max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {self.max_sessions}")
 
 
 @dataclass
@@ -54,8 +71,12 @@ class _State:
     sessions: set[str] = field(default_factory=set)
 
 
-def create_app(config: BridgeConfig) -> Starlette:
+def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Starlette:
+    """The app; ``metrics`` defaults to a private registry (tests pass their own)."""
     state = _State(config)
+    origins = OriginPolicy.from_list(config.allowed_origins)  # raises on a malformed entry
+    metrics = metrics if metrics is not None else BridgeMetrics()
+    metrics.max_sessions.set(config.max_sessions)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -71,43 +92,81 @@ def create_app(config: BridgeConfig) -> Starlette:
     async def healthz(_request: Request) -> Response:
         return JSONResponse({"status": "ok", "sessions": len(state.sessions)})
 
+    async def metrics_text(_request: Request) -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     async def websocket(ws: WebSocket) -> None:
+        origin = ws.headers.get("origin")
+        if not origins.allows(origin, ws.headers.get("host"), ws.url.scheme):
+            metrics.refused("origin")
+            logger.info(
+                "refused a WebSocket from %s: origin %r is not allowed",
+                _peer(ws),
+                (origin or "")[:200],
+            )
+            await _deny(ws)
+            return
         offered = ws.scope.get("subprotocols", [])
         await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
         shape = ws.query_params.get("events")
         query_shape: EventShape | None = shape if shape in EVENT_SHAPES else None  # type: ignore[assignment]
+        # The token and the limit are told after accepting, so the browser can read why: a
+        # refused handshake is only "1006" to page scripts. No gRPC stream has been opened.
         if not token_ok(config.token, presented_token(ws.query_params, offered)):
-            # Accepted first so the browser can read why: a refused handshake is only
-            # "1006" to page scripts. No gRPC stream has been opened.
-            message = "missing or wrong token"
-            logger.info("refused a session from %s: %s", _peer(ws), message)
-            with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
-                for event in event_writer(query_shape or "streamasr").error(
-                    "UNAUTHENTICATED", message
-                ):
-                    await ws.send_json(event)
-                await ws.close(CLOSE_UNAUTHORIZED, close_reason(f"UNAUTHENTICATED: {message}"))
+            metrics.refused("token")
+            await _refuse(ws, query_shape, "UNAUTHENTICATED", "missing or wrong token")
+            return
+        # No await between the check and the add: two sockets cannot both take the last slot.
+        if len(state.sessions) >= config.max_sessions:
+            metrics.refused("capacity")
+            await _refuse(
+                ws,
+                query_shape,
+                "RESOURCE_EXHAUSTED",
+                f"the bridge is at its limit of {config.max_sessions} sessions; try again later",
+            )
             return
         assert state.client is not None
         session_id = secrets.token_hex(6)
         state.sessions.add(session_id)
+        metrics.sessions.inc()
+        metrics.active_sessions.inc()
         logger.info("session %s: opened from %s", session_id, _peer(ws))
         try:
             await BridgeSession(
-                ws, state.client, session_id, query_shape, config.start_timeout_s
+                ws, state.client, session_id, metrics, query_shape, config.start_timeout_s
             ).run()
         finally:
             state.sessions.discard(session_id)
+            metrics.active_sessions.dec()
 
     return Starlette(
         routes=[
             Route("/", index),
             Route("/healthz", healthz),
+            Route("/metrics", metrics_text),
             WebSocketRoute("/ws", websocket),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         lifespan=lifespan,
     )
+
+
+async def _deny(ws: WebSocket) -> None:
+    """Refuse the handshake with HTTP 403 (the page's scripts never get a socket)."""
+    if "websocket.http.response" in ws.scope.get("extensions", {}):
+        await ws.send_denial_response(PlainTextResponse("origin not allowed\n", 403))
+    else:  # closing before accepting is a 403 too, without the body
+        await ws.close()
+
+
+async def _refuse(ws: WebSocket, shape: EventShape | None, code: str, message: str) -> None:
+    """An accepted socket that gets no session: an error event, then the matching close."""
+    logger.info("refused a session from %s: %s", _peer(ws), message)
+    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
+        for event in event_writer(shape or "streamasr").error(code, message):
+            await ws.send_json(event)
+        await ws.close(close_code_for(code), close_reason(f"{code}: {message}"))
 
 
 def _peer(ws: WebSocket) -> str:
@@ -118,6 +177,7 @@ def _peer(ws: WebSocket) -> str:
 class RunningBridge:
     server: uvicorn.Server
     port: int
+    metrics: BridgeMetrics
     _loop_task: asyncio.Task[None]
 
     async def close(self) -> None:
@@ -133,10 +193,17 @@ async def start_bridge(
     port: int = 8080,
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
+    metrics: BridgeMetrics | None = None,
 ) -> RunningBridge:
-    """Bind and serve on this event loop (port 0 = a free port); ``close()`` stops it."""
+    """Bind and serve on this event loop (port 0 = a free port); ``close()`` stops it.
+
+    Raises ``ConnectionConfigError`` for server credentials that cannot be read and
+    ``OriginConfigError`` for a malformed allowed origin, before binding anything.
+    """
+    config.server.credentials()  # reads the PEM files now: a typo fails here, not per session
+    metrics = metrics if metrics is not None else BridgeMetrics()
     uv_config = uvicorn.Config(
-        create_app(config),
+        create_app(config, metrics),
         host=host,
         port=port,
         ws="websockets-sansio",  # reads one message at a time: see session.py on backpressure
@@ -154,4 +221,6 @@ async def start_bridge(
     server.lifespan = uv_config.lifespan_class(uv_config)
     await server.startup()
     bound = server.servers[0].sockets[0].getsockname()[1]
-    return RunningBridge(server, bound, asyncio.create_task(server.main_loop(), name="bridge"))
+    return RunningBridge(
+        server, bound, metrics, asyncio.create_task(server.main_loop(), name="bridge")
+    )

@@ -6,6 +6,10 @@ back, this task stops reading, the WebSocket's TCP window fills, and the browser
 ``bufferedAmount`` grows — nothing is queued here. *Downstream* turns gRPC responses
 into JSON events; its sends wait for the socket too, so a browser that stops reading
 pushes back on the server in turn. The browser leaving cancels the gRPC call.
+
+Errors from the server reach the browser as an ``error`` event and a close code; those that
+are the operator's to fix (the server refusing the bridge's credentials, the server
+unreachable) are also logged as warnings.
 """
 
 from __future__ import annotations
@@ -13,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import grpc
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
     CLOSE_NORMAL,
+    CLOSE_SERVER_ERROR,
     Audio,
     Event,
     EventShape,
@@ -38,6 +45,14 @@ from asr_client import AsrClient, RecognitionStream, StreamClosedError
 
 logger = logging.getLogger(__name__)
 
+#: a stream the server ends with one of these before its first response was refused by it
+_SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
+    grpc.StatusCode.UNAUTHENTICATED: "server_auth",
+    grpc.StatusCode.PERMISSION_DENIED: "server_auth",
+    grpc.StatusCode.UNAVAILABLE: "server_unavailable",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "server_capacity",
+}
+
 
 class ClientGone(Exception):
     """The browser closed the WebSocket or the connection dropped."""
@@ -48,8 +63,10 @@ class BridgeSession:
     websocket: WebSocket
     client: AsrClient
     session_id: str
+    metrics: BridgeMetrics
     shape: EventShape | None = None  # from the query string; the start message may override
     start_timeout_s: float = 10.0
+    _heard_from_server: bool = field(default=False, init=False)
 
     async def run(self) -> None:
         """Serve the session to its end; never raises for anything the peers do."""
@@ -98,8 +115,7 @@ class BridgeSession:
         except* StreamClosedError as group:
             error = group.exceptions[0]
             assert isinstance(error, StreamClosedError)
-            logger.info("session %s: server ended it: %s", self.session_id, error)
-            await self._fail(events, error.code.name, error.details)
+            await self._server_failed(events, error)
         except* ProtocolError as group:
             await self._fail(events, "INVALID_ARGUMENT", str(group.exceptions[0]))
 
@@ -117,6 +133,7 @@ class BridgeSession:
                 raise ProtocolError(f"{type(message).__name__.lower()} after stop")
             if isinstance(message, Audio):
                 await stream.send_audio(message.pcm)  # waits while the server pushes back
+                self.metrics.audio_received.inc(len(message.pcm))
             elif isinstance(message, Finalize):
                 await stream.finalize()
             elif isinstance(message, Stop):
@@ -127,6 +144,9 @@ class BridgeSession:
 
     async def _downstream(self, stream: RecognitionStream, events: EventWriter) -> None:
         async for response in stream:
+            self._heard_from_server = True
+            if response.HasField("progress"):
+                self.metrics.server_lag.observe(response.progress.lag_s)
             await self._send(events.response(response))
 
     async def _receive(self) -> Start | Audio | Finalize | Stop:
@@ -145,14 +165,44 @@ class BridgeSession:
             # RuntimeError: starlette's word for "the socket is already closed"
             raise ClientGone from None
 
-    async def _fail(self, events: EventWriter, code: str, message: str) -> None:
+    async def _server_failed(self, events: EventWriter, error: StreamClosedError) -> None:
+        code = error.code
+        if code in _SERVER_REFUSALS and not self._heard_from_server:
+            self.metrics.refused(_SERVER_REFUSALS[code])
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            # The bridge's own credentials were refused, not the browser's token: 1011, not
+            # 4401, so that a page does not ask its user for a token they got right.
+            await self._fail(
+                events,
+                code.name,
+                f"the recognition server refused the bridge's credentials: {error.details}",
+                close_code=CLOSE_SERVER_ERROR,
+                level=logging.WARNING,
+            )
+            return
+        # UNAVAILABLE is the server down or unreachable, or TLS to it failing: the operator's
+        level = logging.WARNING if code == grpc.StatusCode.UNAVAILABLE else logging.INFO
+        await self._fail(events, code.name, error.details, level=level)
+
+    async def _fail(
+        self,
+        events: EventWriter,
+        code: str,
+        message: str,
+        *,
+        close_code: int | None = None,
+        level: int = logging.INFO,
+    ) -> None:
         """Tell the browser what went wrong, readably, then close with a matching code."""
-        logger.info("session %s: error %s: %s", self.session_id, code, message)
+        logger.log(level, "session %s: error %s: %s", self.session_id, code, message)
+        self.metrics.session_errors.labels(code).inc()
         try:
             await self._send(events.error(code, message))
         except ClientGone:
             return
-        await self._close(close_code_for(code), close_reason(f"{code}: {message}"))
+        if close_code is None:
+            close_code = close_code_for(code)
+        await self._close(close_code, close_reason(f"{code}: {message}"))
 
     async def _close(self, code: int, reason: str) -> None:
         try:

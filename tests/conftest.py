@@ -45,15 +45,19 @@ async def make_server() -> AsyncIterator[ServerFactory]:
 
 @pytest.fixture
 async def make_bridge() -> AsyncIterator[Callable[..., Any]]:
-    """``await make_bridge(grpc_port, token=...)``: an asr-bridge on 127.0.0.1 port 0."""
+    """``await make_bridge(grpc_port, token=...)``: an asr-bridge on 127.0.0.1 port 0.
+
+    Instead of a port, ``ConnectionOptions(...)`` reaches a server with TLS or a token.
+    """
     from asr_bridge.app import BridgeConfig, RunningBridge, start_bridge
+    from asr_client import ConnectionOptions
 
     bridges: list[RunningBridge] = []
 
-    async def factory(grpc_port: int, **config: Any) -> RunningBridge:
-        bridge = await start_bridge(
-            BridgeConfig(server=f"127.0.0.1:{grpc_port}", **config), host="127.0.0.1", port=0
-        )
+    async def factory(server: int | ConnectionOptions, **config: Any) -> RunningBridge:
+        if isinstance(server, int):
+            server = ConnectionOptions(f"127.0.0.1:{server}")
+        bridge = await start_bridge(BridgeConfig(server=server, **config), host="127.0.0.1", port=0)
         bridges.append(bridge)
         return bridge
 
