@@ -347,3 +347,29 @@ async def test_unreadable_server_credentials_fail_at_start(make_bridge, tmp_path
 
     with pytest.raises(ConnectionConfigError, match="CA bundle"):
         await make_bridge(ConnectionOptions("127.0.0.1:1", ca_file=tmp_path / "missing.pem"))
+
+
+async def test_bridge_reaches_the_real_server_over_tls_with_a_token(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, tmp_path: Path
+) -> None:
+    """End to end: browser WebSocket → bridge → asr-server with TLS and --auth-tokens."""
+    from asr_server.transport.auth import new_token
+    from tests.pki import SERVER_NAME
+    from tests.pki import Pki as ServerPki
+
+    pki = ServerPki(tmp_path / "server-pki")
+    cert, key = pki.server()
+    token, line = new_token("web-bridge")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(line + "\n")
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key, auth_tokens=tokens)
+    options = ConnectionOptions(
+        f"127.0.0.1:{server.port}", ca_file=pki.ca_file, server_name=SERVER_NAME, token=token
+    )
+    bridge = await make_bridge(options)
+    ws = await open_session(bridge)
+    await send_pcm(ws, speech_pcm().tobytes())
+    events = await finish(ws)
+    assert [e["text"] for e in events if e["type"] == "final"] == ["w0 w1 w2 w3"]
+    samples = server.metrics.registry.get_sample_value
+    assert samples("asr_client_streams_total", {"client": "web-bridge"}) == 1
