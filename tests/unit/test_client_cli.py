@@ -304,3 +304,31 @@ def test_plain_renderer_prints_only_finals_unless_verbose(tmp_path: Path):
                 renderer.event(response)
         lines = path.read_text().splitlines()
         assert len(lines) == expected and lines[-1].endswith("ch0  a b")
+
+
+@pytest.mark.parametrize("command", ["file", "recognize", "mic", "load"])
+def test_every_command_takes_the_connection_options(command: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from asr_client.connection import connection_from_args
+
+    monkeypatch.setenv("ASR_TOKEN", "from-env")
+    path = [] if command in ("mic", "load") else ["a.wav"]
+    args = build_parser().parse_args(
+        [command, *path, "--server", "asr.example:443", "--ca", "ca.pem", "--cert", "c.pem"]
+        + ["--key", "k.pem", "--connect-timeout", "3"]
+    )
+    options = connection_from_args(args)
+    assert options.target == "asr.example:443"
+    assert options.uses_tls and str(options.ca_file) == "ca.pem"
+    assert (str(options.cert_file), str(options.key_file)) == ("c.pem", "k.pem")
+    assert options.token == "from-env"  # ASR_TOKEN when --token is not given
+    assert options.connect_timeout_s == 3
+    args = build_parser().parse_args([command, *path, "--tls", "--token", "explicit"])
+    options = connection_from_args(args)
+    assert options.uses_tls and options.ca_file is None and options.token == "explicit"
+    assert options.call_metadata() == (("authorization", "Bearer explicit"),)
+
+
+async def test_half_a_client_key_pair_is_a_readable_error(mono_wav: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    code = await run(["file", str(mono_wav), "--cert", "only-the-cert.pem"])
+    assert code == 1
+    assert "needs both --cert and --key" in capsys.readouterr().err
