@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
             )
             if on
         )
-        client_flags = (" --tls" if settings.tls else "") + (
+        client_flags = (" --tls [--ca CA.pem]" if settings.tls else "") + (
             " --token $ASR_TOKEN" if settings.auth_tokens is not None else ""
         )
         print(

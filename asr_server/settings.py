@@ -103,7 +103,10 @@ class StreamingSettings(BaseModel):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ASR_", env_nested_delimiter="__", extra="ignore")
+    # an empty variable (ASR_TLS_CLIENT_CA= in a compose file) means unset, not Path(".")
+    model_config = SettingsConfigDict(
+        env_prefix="ASR_", env_nested_delimiter="__", extra="ignore", env_ignore_empty=True
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)

@@ -152,6 +152,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             error = self._internal("recognition engine failed")
         except Exception:
             error = self._internal("unexpected server error")
+        self.admission.metrics.streams.labels(error.status.value if error else "OK").inc()
         if error is not None:
             await self._abort(context, error)
 

@@ -47,3 +47,25 @@ def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, env: str, v
     monkeypatch.setenv(env, value)
     with pytest.raises(pydantic.ValidationError):
         Settings()
+
+
+def test_an_empty_variable_means_unset(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("ASR_TLS_CLIENT_CA", "")
+    monkeypatch.setenv("ASR_AUTH_TOKENS", "")
+    settings = Settings()
+    assert settings.tls_client_ca is None and settings.auth_tokens is None
+
+
+def test_plaintext_is_refused_off_loopback_unless_insecure() -> None:
+    from pydantic import ValidationError
+
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        assert Settings(host=host).host == host
+    for host in ("0.0.0.0", "::", "10.1.2.3", "asr.example.com"):
+        with pytest.raises(ValidationError, match="refusing to serve plaintext"):
+            Settings(host=host)
+        assert Settings(host=host, insecure=True).insecure
+    with pytest.raises(ValidationError, match="both tls_cert and tls_key"):
+        Settings(tls_cert="a.pem")
+    with pytest.raises(ValidationError, match="needs tls_cert"):
+        Settings(tls_client_ca="ca.pem")
