@@ -29,6 +29,7 @@ from asr_server.session import (
     StreamSession,
 )
 from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
+from asr_server.transport.decoding import Undecodable
 from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         response = asr_pb2.RecognizeResponse()
 
         async def recognize(services: SessionServices) -> None:
+            if isinstance(request, Undecodable):
+                raise AsrError.invalid(request.reason)
             config = stream_config_from_proto(
                 request.config,
                 services.settings,
@@ -156,6 +159,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
     def _config_of(self, first: object, services: SessionServices):  # type: ignore[no-untyped-def]
         if first is grpc.aio.EOF:
             raise AsrError.invalid("stream closed before a config was sent")
+        if isinstance(first, Undecodable):
+            raise AsrError.invalid(first.reason)
         kind = first.WhichOneof("request")  # type: ignore[attr-defined]
         if kind != "config":
             raise AsrError.precondition(
@@ -176,6 +181,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             request = await asyncio.shield(context.read())
             if request is grpc.aio.EOF:
                 return
+            if isinstance(request, Undecodable):
+                raise AsrError.invalid(request.reason)
             kind = request.WhichOneof("request")
             if kind == "audio":
                 yield request.audio
