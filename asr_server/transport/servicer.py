@@ -87,7 +87,13 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             config = dataclasses.replace(config, interim_results=False)
             session = StreamSession(config, services, call_id)
             fmt = config.format
-            chunk = int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S) * fmt.frame_bytes
+            # whole frames, and never more than a streaming client may send in one message
+            # (48 kHz 8-channel FLOAT32 is 1.5 MB a second, over the default 1 MiB)
+            frames = min(
+                int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S),
+                services.settings.streaming.max_audio_message_bytes // fmt.frame_bytes,
+            )
+            chunk = frames * fmt.frame_bytes
             audio = request.audio
             results: list[RecognitionResult] = []
 
