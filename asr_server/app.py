@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from asr_api.v1 import asr_pb2, asr_pb2_grpc
+from asr_api.v1 import asr_pb2
 from asr_server.engine.base import Engine
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
@@ -28,6 +28,7 @@ from asr_server.session import SessionServices
 from asr_server.settings import Settings
 from asr_server.transport.admission import Admission
 from asr_server.transport.auth import TokenRegistry
+from asr_server.transport.decoding import add_recognizer_to_server
 from asr_server.transport.interceptors import Authenticator, AuthInterceptor
 from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
@@ -177,7 +178,7 @@ async def start_server(
         model_name=settings.engine.model,
         languages=None,
     )
-    asr_pb2_grpc.add_RecognizerServicer_to_server(servicer, server)
+    add_recognizer_to_server(servicer, server)  # tolerant request parsing, see decoding.py
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in ("", SERVICE_NAME):

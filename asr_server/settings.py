@@ -100,6 +100,20 @@ class StreamingSettings(BaseModel):
         description="Previous final text (characters) given to the model as context; off by "
         "default: on our corpus it fixed some short utterances and hurt others.",
     )
+    # Bounds on the text a config hands the model. Whisper reads only the last 223 prompt
+    # tokens (about 900 English characters), yet the whole text is tokenized again for every
+    # partial and final: unbounded, a 1 MB prompt costs each decode far more than the audio.
+    max_prompt_chars: int = Field(
+        2000,
+        ge=0,
+        description="Longest config.initial_prompt in characters; longer is INVALID_ARGUMENT.",
+    )
+    max_hotwords: int = Field(
+        500, ge=0, description="Most config.hotwords entries; more is INVALID_ARGUMENT."
+    )
+    max_hotword_chars: int = Field(
+        100, ge=1, description="Longest single config.hotwords entry in characters."
+    )
 
 
 class Settings(BaseSettings):

@@ -22,6 +22,17 @@ _ENCODINGS = {
     asr_pb2.AudioFormat.ALAW: Encoding.ALAW,
 }
 
+#: how much of a client's string an error message quotes back
+QUOTE_CHARS = 40
+
+
+def _quote(value: str) -> str:
+    """``repr`` of a client's string, cut short: a status message has to fit in the HTTP/2
+    trailers (the client drops anything over 16 KiB of metadata as RESOURCE_EXHAUSTED)."""
+    if len(value) <= QUOTE_CHARS:
+        return repr(value)
+    return f"{value[:QUOTE_CHARS]!r}… ({len(value)} characters)"
+
 
 def stream_config_from_proto(
     msg: asr_pb2.StreamingConfig,
@@ -50,14 +61,14 @@ def stream_config_from_proto(
         raise AsrError.invalid(f"config.format: {exc}") from None
     if msg.model and msg.model != model_name:
         raise AsrError.invalid(
-            f"config.model {msg.model!r} is not served here; this server runs {model_name!r} "
+            f"config.model {_quote(msg.model)} is not served here; this server runs {model_name!r} "
             "(leave model empty to use it)"
         )
     language = msg.language.strip().lower() or None
     if language is not None and languages is not None and language not in languages:
         allowed = ", ".join(sorted(languages)) if len(languages) < 5 else "a Whisper language code"
         raise AsrError.invalid(
-            f"config.language {msg.language!r} is not supported by model {model_name!r} "
+            f"config.language {_quote(msg.language)} is not supported by model {model_name!r} "
             f"(use {allowed}, or leave empty to detect)"
         )
     vad = settings.vad
@@ -69,6 +80,7 @@ def stream_config_from_proto(
         raise AsrError.invalid(
             f"config.endpointing.max_utterance_ms {max_utt} is out of range 2000-28000"
         )
+    _check_prompt(msg, settings)
     prompt_parts = [msg.initial_prompt.strip()] if msg.initial_prompt.strip() else []
     if msg.hotwords:
         prompt_parts.append(", ".join(h.strip() for h in msg.hotwords if h.strip()))
@@ -81,6 +93,25 @@ def stream_config_from_proto(
         prompt=" ".join(prompt_parts),
         word_timestamps=msg.word_timestamps,
     )
+
+
+def _check_prompt(msg: asr_pb2.StreamingConfig, settings: Settings) -> None:
+    limits = settings.streaming
+    if len(msg.initial_prompt) > limits.max_prompt_chars:
+        raise AsrError.invalid(
+            f"config.initial_prompt has {len(msg.initial_prompt)} characters; the limit is "
+            f"{limits.max_prompt_chars} (the model reads only about the last 900)"
+        )
+    if len(msg.hotwords) > limits.max_hotwords:
+        raise AsrError.invalid(
+            f"config.hotwords has {len(msg.hotwords)} entries; the limit is {limits.max_hotwords}"
+        )
+    for i, word in enumerate(msg.hotwords):
+        if len(word) > limits.max_hotword_chars:
+            raise AsrError.invalid(
+                f"config.hotwords[{i}] has {len(word)} characters; the limit is "
+                f"{limits.max_hotword_chars}"
+            )
 
 
 def result_to_proto(result: RecognitionResult) -> asr_pb2.Result:

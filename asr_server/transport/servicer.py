@@ -30,6 +30,7 @@ from asr_server.session import (
 )
 from asr_server.transport.admission import Admission, Ticket
 from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
+from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
 from asr_server.transport.status import GRPC_CODES
 
@@ -93,6 +94,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         response = asr_pb2.RecognizeResponse()
 
         async def recognize(services: SessionServices, ticket: Ticket) -> None:
+            if isinstance(request, Undecodable):
+                raise AsrError.invalid(request.reason)
             config = stream_config_from_proto(
                 request.config,
                 services.settings,
@@ -104,7 +107,13 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             config = dataclasses.replace(config, interim_results=False)
             session = StreamSession(config, services, call_id)
             fmt = config.format
-            chunk = int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S) * fmt.frame_bytes
+            # whole frames, and never more than a streaming client may send in one message
+            # (48 kHz 8-channel FLOAT32 is 1.5 MB a second, over the default 1 MiB)
+            frames = min(
+                int(fmt.sample_rate_hz * RECOGNIZE_CHUNK_S),
+                services.settings.streaming.max_audio_message_bytes // fmt.frame_bytes,
+            )
+            chunk = frames * fmt.frame_bytes
             audio = request.audio
             results: list[RecognitionResult] = []
 
@@ -172,6 +181,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
     def _config_of(self, first: object, services: SessionServices):  # type: ignore[no-untyped-def]
         if first is grpc.aio.EOF:
             raise AsrError.invalid("stream closed before a config was sent")
+        if isinstance(first, Undecodable):
+            raise AsrError.invalid(first.reason)
         kind = first.WhichOneof("request")  # type: ignore[attr-defined]
         if kind != "config":
             raise AsrError.precondition(
@@ -196,6 +207,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             request = await _read_within(context, idle_s, idle)
             if request is grpc.aio.EOF:
                 return
+            if isinstance(request, Undecodable):
+                raise AsrError.invalid(request.reason)
             kind = request.WhichOneof("request")
             if kind == "audio":
                 yield request.audio
