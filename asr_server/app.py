@@ -137,10 +137,11 @@ class RunningServer:
     _metrics_http: object | None = None
 
     async def drain_and_stop(self, timeout_s: float) -> None:
-        """Graceful shutdown: refuse new streams, let open ones finish, then stop."""
-        self.servicer.draining = True
+        """Graceful shutdown: refuse new streams, tell open ones to move (GoingAway), give
+        them ``timeout_s`` to finish or leave, then stop."""
+        told = self.servicer.going_away(timeout_s)
         await self.health.enter_graceful_shutdown()
-        logger.info("draining: %d open stream(s), up to %.0f s", self.servicer.active, timeout_s)
+        logger.info("draining: %d open stream(s) told to move, up to %.0f s", told, timeout_s)
         await self.server.stop(grace=timeout_s)
         await self.close()
 

@@ -38,7 +38,7 @@ class EndpointingConfig(_message.Message):
     def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingConfig(_message.Message):
-    __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model")
+    __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class StreamingConfig(_message.Message):
     INITIAL_PROMPT_FIELD_NUMBER: _ClassVar[int]
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     format: AudioFormat
     language: str
     interim_results: bool
@@ -55,7 +56,36 @@ class StreamingConfig(_message.Message):
     initial_prompt: str
     word_timestamps: bool
     model: str
-    def __init__(self, format: _Optional[_Union[AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., hotwords: _Optional[_Iterable[str]] = ..., initial_prompt: _Optional[str] = ..., word_timestamps: _Optional[bool] = ..., model: _Optional[str] = ...) -> None: ...
+    resume: ResumeFrom
+    def __init__(self, format: _Optional[_Union[AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., hotwords: _Optional[_Iterable[str]] = ..., initial_prompt: _Optional[str] = ..., word_timestamps: _Optional[bool] = ..., model: _Optional[str] = ..., resume: _Optional[_Union[ResumeFrom, _Mapping]] = ...) -> None: ...
+
+class ResumeFrom(_message.Message):
+    __slots__ = ("stream_offset_s", "channels", "session_id")
+    STREAM_OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    stream_offset_s: float
+    channels: _containers.RepeatedCompositeFieldContainer[ChannelResume]
+    session_id: str
+    def __init__(self, stream_offset_s: _Optional[float] = ..., channels: _Optional[_Iterable[_Union[ChannelResume, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class ChannelResume(_message.Message):
+    __slots__ = ("next_utterance_id", "final_until_s", "previous_text")
+    NEXT_UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_UNTIL_S_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    next_utterance_id: int
+    final_until_s: float
+    previous_text: str
+    def __init__(self, next_utterance_id: _Optional[int] = ..., final_until_s: _Optional[float] = ..., previous_text: _Optional[str] = ...) -> None: ...
+
+class GoingAway(_message.Message):
+    __slots__ = ("deadline_s", "reason")
+    DEADLINE_S_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    deadline_s: float
+    reason: str
+    def __init__(self, deadline_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Control(_message.Message):
     __slots__ = ("action",)
@@ -148,14 +178,16 @@ class Progress(_message.Message):
     def __init__(self, audio_received_s: _Optional[float] = ..., audio_processed_s: _Optional[float] = ..., lag_s: _Optional[float] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("speech_event", "result", "progress")
+    __slots__ = ("speech_event", "result", "going_away", "progress")
     SPEECH_EVENT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    GOING_AWAY_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     speech_event: SpeechEvent
     result: Result
+    going_away: GoingAway
     progress: Progress
-    def __init__(self, speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+    def __init__(self, speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., going_away: _Optional[_Union[GoingAway, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
 
 class RecognizeRequest(_message.Message):
     __slots__ = ("config", "audio")

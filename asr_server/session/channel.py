@@ -27,7 +27,13 @@ from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
-from asr_server.session.types import OutEvent, RecognitionResult, SpeechBoundary, StreamConfig
+from asr_server.session.types import (
+    ChannelStart,
+    OutEvent,
+    RecognitionResult,
+    SpeechBoundary,
+    StreamConfig,
+)
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
 
@@ -86,6 +92,7 @@ class ChannelRecognizer:
         coalesce_key: object,
         context_chars: int = 0,
         agreement: int = 2,
+        start: ChannelStart | None = None,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -99,9 +106,13 @@ class ChannelRecognizer:
         self._key = coalesce_key
         self._context_chars = context_chars
         self._agreement = agreement
-        self._context = ""  # the end of this channel's previous finals
+        start = start or ChannelStart()
+        # the end of this channel's previous finals (a resumed stream brings the last one)
+        self._context = ""
+        if context_chars and start.previous_text:
+            self._remember(start.previous_text)
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
-        self._next_id = 0
+        self._next_id = start.next_utterance_id  # ids continue across a resume
         self._utt: _Utterance | None = None
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer

@@ -22,7 +22,14 @@ from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.session.channel import ChannelRecognizer
 from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
-from asr_server.session.types import Finalize, OutEvent, Progress, StreamConfig, StreamDone
+from asr_server.session.types import (
+    Finalize,
+    GoingAway,
+    OutEvent,
+    Progress,
+    StreamConfig,
+    StreamDone,
+)
 from asr_server.settings import Settings
 from asr_server.vad.base import VoiceDetector
 from asr_server.vad.endpointer import Endpointer, EndpointerConfig
@@ -69,6 +76,13 @@ class StreamSession:
             for _ in range(config.format.channels)
         ]
         self._buffered_samples = 0
+        # a resumed stream: per channel, audio before this sample already has its finals
+        resume = config.resume
+        self._mute_until = [
+            resume.channel(c).mute_until_sample if resume else 0
+            for c in range(config.format.channels)
+        ]
+        self._delivered = 0  # samples per channel handed to the channels so far
         self._channels: list[ChannelRecognizer] = []
         self._partial_tasks: set[asyncio.Task[None]] = set()
 
@@ -112,6 +126,13 @@ class StreamSession:
     async def _emit(self, event: OutEvent) -> None:
         await self._out.put((event, self.progress))
 
+    def going_away(self, deadline_s: float, reason: str) -> None:
+        """Tell the client the server is draining (called from outside the session)."""
+        try:
+            self._out.put_nowait((GoingAway(deadline_s, reason), self.progress))
+        except asyncio.QueueFull:  # a client that reads nothing will be cut at the deadline
+            logger.warning("stream %s: no room to send going-away", self.stream_id)
+
     def _make_channel(self, channel: int, tg: asyncio.TaskGroup) -> ChannelRecognizer:
         s = self.services.settings
         detector = (
@@ -138,6 +159,7 @@ class StreamSession:
             coalesce_key=(self.stream_id, channel),
             context_chars=s.streaming.context_chars,
             agreement=s.streaming.agreement,
+            start=self.config.resume.channel(channel) if self.config.resume else None,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:
@@ -162,7 +184,7 @@ class StreamSession:
                 per_channel = self._decoder.decode(request)
             except AudioFormatError as exc:
                 raise AsrError.invalid(str(exc)) from None
-            received_s = self._decoder.input_samples / rate
+            received_s = self.config.time_offset_s + self._decoder.input_samples / rate
             self.services.metrics.audio_received.inc(
                 len(request) / self.config.format.frame_bytes / rate * self.config.format.channels
             )
@@ -178,6 +200,11 @@ class StreamSession:
 
     async def _deliver(self, per_channel: list) -> None:  # type: ignore[type-arg]
         arrived = now()
+        start = self._delivered
+        self._delivered += per_channel[0].size if per_channel else 0
+        for c, mute_until in enumerate(self._mute_until):
+            if start < mute_until:  # already final on the client (a resume): silence
+                per_channel[c][: mute_until - start] = 0
         for channel, inbox, samples in zip(self._channels, self._inboxes, per_channel, strict=True):
             if samples.size:
                 chunk = AudioChunk(samples, arrived)

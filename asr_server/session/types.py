@@ -9,6 +9,30 @@ from asr_server.engine.base import WordTiming
 
 
 @dataclass(frozen=True)
+class ChannelStart:
+    """Where one channel of a resumed stream picks up (docs/scale-out.md, stream resume)."""
+
+    next_utterance_id: int = 0
+    #: audio of this channel before this sample (16 kHz, this connection's clock) already
+    #: has its finals on the client: it is heard as silence
+    mute_until_sample: int = 0
+    previous_text: str = ""
+
+
+@dataclass(frozen=True)
+class ResumeState:
+    """A stream that continues one that was cut off."""
+
+    #: stream time of this connection's first sample; added to every time reported
+    offset_s: float
+    channels: tuple[ChannelStart, ...]
+    session_id: str = ""
+
+    def channel(self, index: int) -> ChannelStart:
+        return self.channels[index] if index < len(self.channels) else ChannelStart()
+
+
+@dataclass(frozen=True)
 class StreamConfig:
     format: AudioFormat
     language: str | None = None  # None = detect
@@ -17,6 +41,12 @@ class StreamConfig:
     max_utterance_ms: int = 15_000
     prompt: str = ""  # initial prompt and hotwords, given to the model as context
     word_timestamps: bool = False
+    resume: ResumeState | None = None
+
+    @property
+    def time_offset_s(self) -> float:
+        """Stream time of this connection's first sample (0 unless resumed)."""
+        return self.resume.offset_s if self.resume is not None else 0.0
 
 
 @dataclass(frozen=True)
@@ -71,4 +101,12 @@ class StreamDone:
     """The last response of a stream: only progress, accounting for all the audio received."""
 
 
-OutEvent = SpeechBoundary | RecognitionResult | StreamDone
+@dataclass(frozen=True)
+class GoingAway:
+    """The server is draining: the stream will be cut after ``deadline_s``."""
+
+    deadline_s: float
+    reason: str
+
+
+OutEvent = SpeechBoundary | RecognitionResult | StreamDone | GoingAway

@@ -6,6 +6,7 @@ from asr_api.v1 import asr_pb2
 from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
 from asr_server.errors import AsrError
 from asr_server.session.types import (
+    GoingAway,
     OutEvent,
     Progress,
     RecognitionResult,
@@ -14,6 +15,7 @@ from asr_server.session.types import (
     StreamDone,
 )
 from asr_server.settings import Settings
+from asr_server.transport.resume import resume_from_proto
 
 _ENCODINGS = {
     asr_pb2.AudioFormat.LINEAR16: Encoding.LINEAR16,
@@ -92,6 +94,7 @@ def stream_config_from_proto(
         max_utterance_ms=max_utt,
         prompt=" ".join(prompt_parts),
         word_timestamps=msg.word_timestamps,
+        resume=resume_from_proto(msg, fmt, settings),
     )
 
 
@@ -114,18 +117,24 @@ def _check_prompt(msg: asr_pb2.StreamingConfig, settings: Settings) -> None:
             )
 
 
-def result_to_proto(result: RecognitionResult) -> asr_pb2.Result:
+def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2.Result:
+    """``offset_s``: stream time of the connection's first sample (a resumed stream)."""
     return asr_pb2.Result(
         is_final=result.is_final,
         text=result.text,
         stability=result.stability,
-        start_s=result.start_s,
-        end_s=result.end_s,
+        start_s=offset_s + result.start_s,
+        end_s=offset_s + result.end_s,
         utterance_id=result.utterance_id,
         channel=result.channel,
         language=result.language,
         words=[
-            asr_pb2.Word(word=w.word, start_s=w.start_s, end_s=w.end_s, probability=w.probability)
+            asr_pb2.Word(
+                word=w.word,
+                start_s=offset_s + w.start_s,
+                end_s=offset_s + w.end_s,
+                probability=w.probability,
+            )
             for w in result.words
         ],
         stable_text=result.stable_text,
@@ -133,19 +142,27 @@ def result_to_proto(result: RecognitionResult) -> asr_pb2.Result:
     )
 
 
-def event_to_proto(event: OutEvent, progress: Progress) -> asr_pb2.StreamingRecognizeResponse:
+def event_to_proto(
+    event: OutEvent, progress: Progress, offset_s: float = 0.0
+) -> asr_pb2.StreamingRecognizeResponse:
+    """The response for ``event``; every time is shifted by ``offset_s`` (a resumed stream)."""
     progress_msg = asr_pb2.Progress(
-        audio_received_s=progress.audio_received_s,
-        audio_processed_s=progress.audio_processed_s,
+        audio_received_s=offset_s + progress.audio_received_s,
+        audio_processed_s=offset_s + progress.audio_processed_s,
         lag_s=progress.lag_s,
     )
+    if isinstance(event, GoingAway):
+        return asr_pb2.StreamingRecognizeResponse(
+            going_away=asr_pb2.GoingAway(deadline_s=event.deadline_s, reason=event.reason),
+            progress=progress_msg,
+        )
     if isinstance(event, SpeechBoundary):
         return asr_pb2.StreamingRecognizeResponse(
             speech_event=asr_pb2.SpeechEvent(
                 type=asr_pb2.SpeechEvent.SPEECH_STARTED
                 if event.started
                 else asr_pb2.SpeechEvent.SPEECH_ENDED,
-                offset_s=event.offset_s,
+                offset_s=offset_s + event.offset_s,
                 channel=event.channel,
                 utterance_id=event.utterance_id,
             ),
@@ -153,4 +170,6 @@ def event_to_proto(event: OutEvent, progress: Progress) -> asr_pb2.StreamingReco
         )
     if isinstance(event, StreamDone):
         return asr_pb2.StreamingRecognizeResponse(progress=progress_msg)
-    return asr_pb2.StreamingRecognizeResponse(result=result_to_proto(event), progress=progress_msg)
+    return asr_pb2.StreamingRecognizeResponse(
+        result=result_to_proto(event, offset_s), progress=progress_msg
+    )

@@ -55,6 +55,19 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self.languages = languages
         self.draining = False
         self._ids = itertools.count(1)
+        self._sessions: set[StreamSession] = set()
+
+    def going_away(self, deadline_s: float) -> int:
+        """Draining: refuse new calls and tell every open stream when it will be cut.
+
+        Clients move to another replica at their next utterance boundary (a resume);
+        returns how many streams were told."""
+        self.draining = True
+        for session in self._sessions:
+            session.going_away(
+                deadline_s, "server is shutting down; continue the stream on another replica"
+            )
+        return len(self._sessions)
 
     @property
     def active(self) -> int:
@@ -80,12 +93,26 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             config = self._config_of(first, services)
             ticket.seat()
             session = StreamSession(config, services, stream_id)
-            logger.info("stream %s opened: %s", stream_id, config.format)
+            if config.resume is None:
+                logger.info("stream %s opened: %s", stream_id, config.format)
+            else:
+                logger.info(
+                    "stream %s opened: %s, resuming session %r at %.2f s",
+                    stream_id,
+                    config.format,
+                    config.resume.session_id,
+                    config.resume.offset_s,
+                )
+            offset_s = config.time_offset_s
 
             async def send(event: OutEvent, progress: Progress) -> None:
-                await context.write(event_to_proto(event, progress))
+                await context.write(event_to_proto(event, progress, offset_s))
 
-            await session.run(self._requests(context, services.settings.idle_timeout_s), send)
+            self._sessions.add(session)
+            try:
+                await session.run(self._requests(context, services.settings.idle_timeout_s), send)
+            finally:
+                self._sessions.discard(session)
 
         await self._serve_call(stream_id, context, stream)
 

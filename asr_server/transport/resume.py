@@ -1,0 +1,50 @@
+"""The ``ResumeFrom`` of a config, validated and turned into the session's ResumeState."""
+
+from __future__ import annotations
+
+import math
+
+from asr_api.v1 import asr_pb2
+from asr_server.audio.decode import SAMPLE_RATE, AudioFormat
+from asr_server.errors import AsrError
+from asr_server.session.types import ChannelStart, ResumeState
+from asr_server.settings import Settings
+
+#: utterance ids stay exact in a JSON number (the bridge and browsers read them)
+MAX_UTTERANCE_ID = 2**53
+MAX_SESSION_ID_CHARS = 128
+
+
+def resume_from_proto(
+    msg: asr_pb2.StreamingConfig, fmt: AudioFormat, settings: Settings
+) -> ResumeState | None:
+    if not msg.HasField("resume"):
+        return None
+    r = msg.resume
+    limit = settings.streaming.max_stream_duration_s
+    if not (math.isfinite(r.stream_offset_s) and 0 <= r.stream_offset_s <= limit):
+        raise AsrError.invalid(f"config.resume.stream_offset_s must be between 0 and {limit:.0f} s")
+    if len(r.channels) > fmt.channels:
+        raise AsrError.invalid(
+            f"config.resume.channels has {len(r.channels)} entries for {fmt.channels} channel(s)"
+        )
+    if len(r.session_id) > MAX_SESSION_ID_CHARS:
+        raise AsrError.invalid(
+            f"config.resume.session_id is longer than {MAX_SESSION_ID_CHARS} characters"
+        )
+    channels = []
+    for i, c in enumerate(r.channels):
+        if not math.isfinite(c.final_until_s) or c.final_until_s < 0:
+            raise AsrError.invalid(f"config.resume.channels[{i}].final_until_s must be >= 0")
+        if c.next_utterance_id >= MAX_UTTERANCE_ID:
+            raise AsrError.invalid(f"config.resume.channels[{i}].next_utterance_id is too large")
+        if len(c.previous_text) > settings.streaming.max_prompt_chars:
+            raise AsrError.invalid(
+                f"config.resume.channels[{i}].previous_text is longer than "
+                f"{settings.streaming.max_prompt_chars} characters"
+            )
+        mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
+        channels.append(
+            ChannelStart(c.next_utterance_id, round(mute_s * SAMPLE_RATE), c.previous_text)
+        )
+    return ResumeState(r.stream_offset_s, tuple(channels), r.session_id)
