@@ -28,6 +28,7 @@ from asr_server.session import (
     SessionServices,
     StreamSession,
 )
+from asr_server.transport.admission import retry_pushback
 from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
 from asr_server.transport.status import GRPC_CODES
 
@@ -115,8 +116,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         """Admit the call, run ``body``, and turn any failure into one clear status."""
         stream_id_var.set(call_id)
         error: AsrError | None = None
+        admitted = False
         try:
             services = self._admit()
+            admitted = True
             self._enter(services)
             try:
                 await body(services)
@@ -130,7 +133,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         except Exception:
             error = self._internal("unexpected server error")
         if error is not None:
-            await self._abort(context, error)
+            # Refused before reading or writing anything: safe to retry on another replica.
+            await self._abort(context, error, () if admitted else retry_pushback())
 
     def _admit(self) -> SessionServices:
         if self.draining:
@@ -193,8 +197,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         logger.exception("%s (error id %s)", what, error_id)
         return AsrError(Status.INTERNAL, f"{what}; error id {error_id}")
 
-    async def _abort(self, context, error: AsrError) -> None:  # type: ignore[no-untyped-def]
+    async def _abort(  # type: ignore[no-untyped-def]
+        self, context, error: AsrError, trailing: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         if self.services is not None:
             self.services.metrics.stream_errors.labels(error.status.value).inc()
         logger.info("call %s ended with %s: %s", stream_id_var.get(), error.status.value, error)
-        await context.abort(GRPC_CODES[error.status], error.message)
+        await context.abort(GRPC_CODES[error.status], error.message, trailing)
