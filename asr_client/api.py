@@ -174,8 +174,10 @@ class AsrClient:
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.enable_retries", int(retry)),
-                *([("grpc.service_config", retry_service_config())] if retry else []),
+                # grpc keeps the first of two equal channel arguments: the caller's service
+                # config (e.g. retry_service_config(load_balancing="round_robin")) comes first.
                 *options,
+                *([("grpc.service_config", retry_service_config())] if retry else []),
             ]
         )
         self._stub = asr_pb2_grpc.RecognizerStub(self._channel)
