@@ -11,6 +11,7 @@ Streams per replica are counted from each replica's log ("stream sN opened" once
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
@@ -314,3 +316,71 @@ async def test_a_refused_stream_is_retried_on_a_replica_with_room(
     finally:
         for h in holders:
             await h.close()
+
+
+# -- (e) long silence -----------------------------------------------------------------------
+
+#: Five minutes of silence in the middle of a call (a caller on hold), sent at about 4.5x
+#: real time so that the test takes about a minute: what a proxy's timers see is the wall
+#: clock with no message from the server, and that is what has to outlast their defaults.
+SILENCE_S = 300
+#: Wall-clock length of the silence. Through nginx the default grpc_read_timeout (60 s
+#: between two messages from the server) would end the stream; through Envoy the defaults
+#: are the route timeout (15 s, counted from the client's half-close) and the stream idle
+#: timeout (5 min with nothing in either direction; audio keeps flowing here). 66 s of no
+#: server message exceeds both 60 s and 15 s; both proxies are tested at once, so the test
+#: costs one gap, not two.
+SILENCE_WALL_S = 66
+
+
+async def call_with_a_long_silence(port: int) -> list[tuple[float, str]]:
+    """Speech, 5 min of silence, speech; (arrival time, kind) of every response."""
+    received: list[tuple[float, str]] = []
+    async with AsrClient(f"127.0.0.1:{port}", retry=False) as client:
+        stream = client.stream(audio_config())
+        await stream.open()
+
+        async def send() -> None:
+            try:
+                await stream.send_audio(SPEECH.tobytes())
+                second = np.zeros(SR, np.int16).tobytes()
+                t0 = time.monotonic()
+                for i in range(SILENCE_S):
+                    await stream.send_audio(second)
+                    due = t0 + (i + 1) * SILENCE_WALL_S / SILENCE_S
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await stream.send_audio(SPEECH.tobytes())
+                await stream.end()
+            except BaseException:
+                stream.cancel()  # so that the reading below ends too
+                raise
+
+        sender = asyncio.create_task(send())
+        try:
+            async for response in stream:  # raises if a proxy ends the stream
+                kind = response.WhichOneof("event") or "end"
+                if kind == "result" and response.result.is_final:
+                    kind = "final"
+                received.append((time.monotonic(), kind))
+        finally:
+            await sender
+    return received
+
+
+async def test_a_stream_survives_minutes_of_silence_through_both_proxies(
+    cluster: Cluster,
+) -> None:
+    calls = await asyncio.wait_for(
+        asyncio.gather(
+            call_with_a_long_silence(cluster.nginx), call_with_a_long_silence(cluster.envoy)
+        ),
+        SILENCE_WALL_S + 60,
+    )
+    for proxy, received in zip(("nginx", "envoy"), calls, strict=True):
+        times = [t for t, _ in received]
+        gap, after = max((b - a, i + 1) for i, (a, b) in enumerate(itertools.pairwise(times)))
+        assert gap > 61, (proxy, gap)
+        kinds = [k for _, k in received]
+        # results before the silence and after it, and the normal end of the stream
+        assert "final" in kinds[:after] and "final" in kinds[after:], (proxy, kinds)
+        assert kinds[-1] == "end", (proxy, kinds)
