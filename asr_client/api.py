@@ -10,6 +10,7 @@ import grpc
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client.connection import ConnectionOptions
+from asr_client.retry import retry_service_config
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 
@@ -153,6 +154,7 @@ class AsrClient:
 
     ``AsrClient("host:port")`` for a plaintext server on a trusted network, or
     ``AsrClient(ConnectionOptions(target, tls=True, token=...))`` for TLS, mTLS and tokens.
+    A stream refused at admission is retried (``retry=False``: fail at once; see retry.py).
     """
 
     def __init__(
@@ -161,6 +163,7 @@ class AsrClient:
         *,
         options: Sequence[tuple[str, object]] = (),
         max_message_bytes: int = 64 << 20,
+        retry: bool = True,
     ) -> None:
         self.connection = (
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
@@ -170,7 +173,11 @@ class AsrClient:
             [
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
+                ("grpc.enable_retries", int(retry)),
+                # grpc keeps the first of two equal channel arguments: the caller's service
+                # config (e.g. retry_service_config(load_balancing="round_robin")) comes first.
                 *options,
+                *([("grpc.service_config", retry_service_config())] if retry else []),
             ]
         )
         self._stub = asr_pb2_grpc.RecognizerStub(self._channel)

@@ -39,8 +39,17 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 
 
+#: ``ASR_ENGINE__MODEL=fake``: the scripted fake engine instead of a model. For tests and
+#: load-balancer drills, where real processes and proxies matter and recognition does not.
+FAKE_MODEL = "fake"
+
+
 def load_whisper_engine(settings: Settings) -> Engine:
     """The production engine factory (runs in a worker thread at start-up)."""
+    if settings.engine.model == FAKE_MODEL:
+        from asr_server.engine.fake import FakeEngine
+
+        return FakeEngine()
     from asr_server.engine.models import resolve_model
     from asr_server.engine.whisper import WhisperEngine
 

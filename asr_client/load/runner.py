@@ -174,7 +174,8 @@ async def run_load(
 ) -> list[StreamOutcome]:
     """Play every ``(call, silent)`` at once (spread over the ramp); return their outcomes."""
     outcomes = [StreamOutcome(call, silent) for call, silent in calls]
-    clients = [AsrClient(server) for _ in range(max(1, options.connections))]
+    # No retries: a refusal is the capacity signal this tool reports, not something to hide.
+    clients = [AsrClient(server, retry=False) for _ in range(max(1, options.connections))]
     try:
         await asyncio.gather(*(c.wait_ready(options.connect_timeout_s) for c in clients))
         started = time.monotonic()

@@ -6,11 +6,17 @@ and never send a config cannot keep a legitimate stream out: they hold pending s
 (bounded separately, and ended by the config timeout) instead. A client identity may hold
 at most ``max_streams_per_client`` calls, pending or seated, so one client cannot use up
 either pool.
+
+Every refusal here happens before anything is written back, so gRPC may retry the call
+transparently: grpc core clients do so when their service config has a ``retryPolicy``
+for the code (asr_client/retry.py), waiting ``grpc-retry-pushback-ms`` from the trailing
+metadata instead of their own backoff. Through a proxy the retry lands on another replica.
 """
 
 from __future__ import annotations
 
 import collections
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,6 +24,20 @@ from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.settings import Settings
 from asr_server.transport.interceptors import Identity
+
+PUSHBACK_KEY = "grpc-retry-pushback-ms"
+#: A short wait: another replica likely has room now. Jittered so that streams refused
+#: together do not come back together.
+PUSHBACK_MS = (50, 250)
+
+
+class AdmissionRefused(AsrError):
+    """A call turned away before any work: the client may retry it, here or elsewhere."""
+
+
+def retry_pushback() -> tuple[tuple[str, str], ...]:
+    """Trailing metadata for a refused call: retry after a jittered short wait."""
+    return ((PUSHBACK_KEY, str(random.randint(*PUSHBACK_MS))),)
 
 
 class Ticket:
@@ -94,7 +114,7 @@ class Admission:
 
     def _refuse(self, reason: str, message: str) -> None:
         self.metrics.refused_streams.labels(reason).inc()
-        raise AsrError(Status.RESOURCE_EXHAUSTED, message)
+        raise AdmissionRefused(Status.RESOURCE_EXHAUSTED, message)
 
     def _publish(self, identity: Identity, delta: int) -> None:
         self.metrics.pending_streams.set(self.pending)

