@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING, Literal
 
 import grpc
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client.connection import ConnectionOptions
+
+if TYPE_CHECKING:
+    from asr_client.resume import ResumeInfo, ResumePolicy
 from asr_client.retry import retry_service_config
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
@@ -164,7 +168,10 @@ class AsrClient:
         options: Sequence[tuple[str, object]] = (),
         max_message_bytes: int = 64 << 20,
         retry: bool = True,
+        resume: ResumePolicy | None = None,
     ) -> None:
+        #: how this client's streams resume by default; None = they fail when they break
+        self.resume = resume
         self.connection = (
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
         )
@@ -188,9 +195,32 @@ class AsrClient:
         await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
 
     def stream(
-        self, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
+        self,
+        config: asr_pb2.StreamingConfig,
+        *,
+        timeout_s: float | None = None,
+        resume: ResumePolicy | None | Literal["default"] = "default",
+        on_resume: Callable[[ResumeInfo], None] | None = None,
     ) -> RecognitionStream:
-        """A new stream; use ``async with`` (or ``await stream.open()``) to send the config."""
+        """A new stream; use ``async with`` (or ``await stream.open()``) to send the config.
+
+        The stream resumes on a new call when its connection breaks or its server goes
+        away (``resume``: the client's policy by default, None = never; see resume.py);
+        ``on_resume`` is told each time. ``timeout_s`` bounds each call.
+        """
+        policy = self.resume if resume == "default" else resume
+        if policy is None:
+            return self._raw_stream(config, timeout_s)
+        from asr_client.resume import ResumableStream
+
+        return ResumableStream(  # type: ignore[return-value]
+            self, config, policy, timeout_s=timeout_s, on_resume=on_resume
+        )
+
+    def _raw_stream(
+        self, config: asr_pb2.StreamingConfig, timeout_s: float | None
+    ) -> RecognitionStream:
+        """One StreamingRecognize call, with no resume."""
         return RecognitionStream(
             self._stub.StreamingRecognize(timeout=timeout_s, metadata=self._metadata), config
         )

@@ -1,0 +1,249 @@
+"""Stream resume: a stream whose connection is cut again and again, or whose server drains,
+goes on with the same finals, on the same clock, with utterance ids that never repeat.
+
+Fake engine and tones here (exact and fast); tests/integration/test_resume_real.py does the
+same with real speech and tiny.en, and tests/integration/test_proxies.py through nginx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import grpc
+import numpy as np
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_client import AsrClient, StreamClosedError, audio_config
+from asr_client.resume import KeptAudio, ResumeError, ResumeInfo, ResumePolicy
+from tests.faultproxy import FaultProxy
+from tests.helpers import serve_fake, silence, tone
+
+pytestmark = pytest.mark.timeout(120)
+
+RATE = 16_000
+CHUNK = 1600  # 100 ms
+
+
+def utterances(n: int, *, seconds: float = 1.0, gap: float = 0.9) -> np.ndarray:
+    parts = [silence(0.5)]
+    for _ in range(n):
+        parts += [tone(seconds), silence(gap)]
+    return (np.concatenate(parts) * 32767).astype("<i2")
+
+
+async def run_stream(
+    target: str,
+    pcm: np.ndarray,
+    *,
+    speed: float | None,
+    resume: ResumePolicy | None,
+    channels: int = 1,
+    on_resume=None,  # type: ignore[no-untyped-def]
+    during=None,  # type: ignore[no-untyped-def]
+) -> list[asr_pb2.StreamingRecognizeResponse]:
+    """Stream ``pcm`` (interleaved int16) at ``speed``× real time; every response."""
+    data = pcm.tobytes()
+    chunk = CHUNK * 2 * channels
+    config = audio_config(channels=channels, interim_results=True)
+    responses: list[asr_pb2.StreamingRecognizeResponse] = []
+    async with AsrClient(target) as client:
+        stream = client.stream(config, resume=resume, on_resume=on_resume)
+        async with stream:
+            loop = asyncio.get_running_loop()
+            t0 = loop.time()
+
+            async def send() -> None:
+                for i, start in enumerate(range(0, len(data), chunk)):
+                    await stream.send_audio(data[start : start + chunk])
+                    if speed:
+                        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.1 / speed - loop.time()))
+                await stream.end()
+
+            sender = asyncio.create_task(send())
+            side = asyncio.create_task(during()) if during else None
+            try:
+                async for response in stream:
+                    responses.append(response)
+            finally:
+                await sender
+                if side is not None:
+                    side.cancel()
+                    await asyncio.gather(side, return_exceptions=True)
+    return responses
+
+
+def finals(responses) -> list[tuple[int, str, float, float]]:  # type: ignore[no-untyped-def]
+    return [
+        (r.result.channel, r.result.text, round(r.result.start_s, 2), round(r.result.end_s, 2))
+        for r in responses
+        if r.HasField("result") and r.result.is_final
+    ]
+
+
+def utterance_ids_never_repeat(responses) -> None:  # type: ignore[no-untyped-def]
+    """Per channel: a final's id is new, and every id is at least the one before it."""
+    last: dict[int, int] = {}
+    finalized: set[tuple[int, int]] = set()
+    for r in responses:
+        kind = r.WhichOneof("event")
+        if kind not in ("result", "speech_event"):
+            continue
+        ev = getattr(r, kind)
+        assert ev.utterance_id >= last.get(ev.channel, 0), (ev, last)
+        last[ev.channel] = ev.utterance_id
+        if kind == "result" and ev.is_final:
+            key = (ev.channel, ev.utterance_id)
+            assert key not in finalized, f"utterance {key} finalized twice"
+            finalized.add(key)
+
+
+async def test_a_stream_cut_ten_times_gives_the_uncut_finals(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    pcm = utterances(10)
+    reference = await run_stream(f"127.0.0.1:{server.port}", pcm, speed=None, resume=None)
+    assert len(finals(reference)) == 10
+
+    proxy = await FaultProxy(server.port).start()
+    infos: list[ResumeInfo] = []
+    rng = random.Random(7)
+    duration = len(pcm) / RATE / 4  # streamed at 4x
+
+    async def cut_at_random() -> None:
+        for at in sorted(rng.uniform(0.2, duration - 0.2) for _ in range(10)):
+            await asyncio.sleep(max(0.0, at - (asyncio.get_running_loop().time() - t0)))
+            proxy.cut()
+
+    t0 = asyncio.get_running_loop().time()
+    try:
+        cut = await run_stream(
+            f"127.0.0.1:{proxy.port}",
+            pcm,
+            speed=4.0,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+            during=cut_at_random,
+        )
+    finally:
+        await proxy.close()
+    assert proxy.cuts == 10
+    assert len(infos) >= 8, infos  # a cut between two calls' lives may find nothing open
+    assert finals(cut) == finals(reference)
+    utterance_ids_never_repeat(cut)
+    # the clock goes on: the closing progress accounts for the whole stream
+    assert cut[-1].progress.audio_received_s == pytest.approx(len(pcm) / RATE)
+    await asyncio.sleep(0)
+    assert server.servicer.active == 0
+
+
+async def test_stereo_channels_resume_each_from_its_own_last_final(make_server) -> None:  # type: ignore[no-untyped-def]
+    """Channel 1 speaks while channel 0 has long been final: neither repeats a final."""
+    server = await serve_fake(make_server)
+    left = utterances(6, gap=1.1)
+    right = np.concatenate([np.zeros(RATE * 3, "<i2"), utterances(4, gap=1.3)])
+    right = np.pad(right, (0, max(0, len(left) - len(right))))[: len(left)]
+    pcm = np.stack([left, right], axis=1).reshape(-1)
+    reference = await run_stream(
+        f"127.0.0.1:{server.port}", pcm, speed=None, resume=None, channels=2
+    )
+    proxy = await FaultProxy(server.port).start()
+
+    async def cut_often() -> None:
+        for _ in range(6):
+            await asyncio.sleep(0.45)
+            proxy.cut()
+
+    try:
+        cut = await run_stream(
+            f"127.0.0.1:{proxy.port}",
+            pcm,
+            speed=4.0,
+            resume=ResumePolicy(),
+            channels=2,
+            during=cut_often,
+        )
+    finally:
+        await proxy.close()
+    assert sorted(finals(cut)) == sorted(finals(reference))
+    utterance_ids_never_repeat(cut)
+
+
+async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_server) -> None:  # type: ignore[no-untyped-def]
+    """GoingAway: the client moves to another replica between utterances; the old server
+    sees its stream leave long before its drain deadline, and no final is lost."""
+    first = await serve_fake(make_server)
+    second = await serve_fake(make_server)
+    pcm = utterances(8)
+    reference = await run_stream(f"127.0.0.1:{second.port}", pcm, speed=None, resume=None)
+    proxy = await FaultProxy(first.port).start()
+    infos: list[ResumeInfo] = []
+
+    async def drain_first() -> None:
+        while first.servicer.active == 0:  # noqa: ASYNC110 - wait for the stream to start
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.0)
+        proxy.upstream_port = second.port  # the balancer sends new calls elsewhere
+        await first.drain_and_stop(30.0)
+
+    drained = asyncio.create_task(drain_first())
+    try:
+        moved = await run_stream(
+            f"127.0.0.1:{proxy.port}",
+            pcm,
+            speed=4.0,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+            during=None,
+        )
+        await asyncio.wait_for(drained, 10)  # the drain ended early: its stream left
+    finally:
+        await proxy.close()
+    assert [i.cause for i in infos] == ["going away"]
+    assert any(r.WhichOneof("event") == "going_away" for r in moved)
+    assert finals(moved) == finals(reference)
+    utterance_ids_never_repeat(moved)
+
+
+async def test_errors_about_the_stream_itself_are_not_resumed(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, idle_timeout_s=0.3)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        stream = client.stream(audio_config(), resume=ResumePolicy())
+        async with stream:
+            with pytest.raises(StreamClosedError) as err:
+                async for _ in stream:
+                    pass
+    assert err.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert stream.resumes == 0  # type: ignore[attr-defined]
+
+
+async def test_giving_up_is_a_clear_error(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+        stream = client.stream(
+            audio_config(), resume=ResumePolicy(give_up_after_s=0.5, max_backoff_s=0.1)
+        )
+        async with stream:
+            await stream.send_audio(bytes(3200))
+            await proxy.close()  # the only way there is gone for good
+            with pytest.raises(ResumeError) as err:
+                async for _ in stream:
+                    pass
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "could not resume the stream within 0.5 s" in err.value.details
+
+
+def test_kept_audio_is_trimmed_and_bounded() -> None:
+    kept = KeptAudio(frame_bytes=2, sample_rate=10, max_frames=30)
+    for _ in range(5):
+        kept.append(bytes(20))  # 10 frames each
+    kept.append_finalize()
+    assert (kept.start, kept.end, kept.lost_until) == (20, 50, 20)  # bounded at 30 frames
+    kept.trim(35)
+    assert kept.start == 35
+    assert [len(x) if x else x for x in kept.replay()] == [10, 20, None]
+    kept.trim(50)
+    assert kept.replay() == [None]  # a FINALIZE at the end stays for the replay
+    with pytest.raises(ValueError, match="whole 2-byte frames"):
+        kept.append(b"\0")
