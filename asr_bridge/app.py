@@ -38,6 +38,7 @@ from asr_bridge.protocol import (
 )
 from asr_bridge.session import BridgeSession
 from asr_client import AsrClient, ConnectionOptions
+from asr_client.resume import ResumePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class BridgeConfig:
     allowed_origins: tuple[str, ...] = ()
     #: sessions open at once; past it a WebSocket gets RESOURCE_EXHAUSTED and close 1013
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    #: continue a session's gRPC stream on a new call when it breaks (the browser keeps
+    #: its WebSocket); False: the session ends with the error
+    resume: bool = True
 
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
@@ -80,7 +84,7 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        state.client = AsrClient(config.server)
+        state.client = AsrClient(config.server, resume=ResumePolicy() if config.resume else None)
         try:
             yield
         finally:

@@ -70,6 +70,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "else only the bridge's own page)",
     )
     b.add_argument(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="end a session when its gRPC stream breaks instead of resuming it on a new call",
+    )
+    b.add_argument(
         "--max-sessions",
         type=_positive_int,
         default=_env("MAX_SESSIONS") or "100",
@@ -154,6 +160,7 @@ def bridge_config(a: argparse.Namespace) -> BridgeConfig:
         token=a.token,
         allowed_origins=tuple(a.allowed_origin),
         max_sessions=a.max_sessions,
+        resume=a.resume,
     )
 
 

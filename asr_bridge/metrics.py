@@ -76,6 +76,12 @@ class BridgeMetrics:
             "int16 PCM received from browsers and handed to the server.",
             registry=r,
         )
+        self.resumes = Counter(
+            "asr_bridge_resumes_total",
+            "gRPC streams continued on a new call after a break or a draining server; the "
+            "browser's WebSocket stays open.",
+            registry=r,
+        )
         self.server_lag = Histogram(
             "asr_bridge_server_lag_seconds",
             "How far the server's recognition was behind the audio, per response (Progress.lag_s).",

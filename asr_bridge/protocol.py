@@ -17,9 +17,12 @@ import binascii
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from asr_api.v1 import asr_pb2
+
+if TYPE_CHECKING:
+    from asr_client.resume import ResumeInfo
 
 EventShape = Literal["streamasr", "openai"]
 EVENT_SHAPES: tuple[EventShape, ...] = ("streamasr", "openai")
@@ -185,6 +188,7 @@ class EventWriter(Protocol):
     def ready(self, session_id: str, sample_rate: int) -> list[Event]: ...
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]: ...
     def error(self, code: str, message: str) -> list[Event]: ...
+    def resumed(self, info: ResumeInfo) -> list[Event]: ...
     def closed(self) -> list[Event]: ...
 
 
@@ -242,6 +246,13 @@ class StreamasrEvents:
 
     def error(self, code: str, message: str) -> list[Event]:
         return [{"type": "error", "code": code, "message": message}]
+
+    def resumed(self, info: ResumeInfo) -> list[Event]:
+        """The bridge continued the stream on a new gRPC call: no final is lost or repeated;
+        the partials of an utterance that was cut start over under a new id."""
+        return [
+            {"type": "resumed", "count": info.count, "offset_s": round(info.stream_offset_s, 3)}
+        ]
 
     def closed(self) -> list[Event]:
         return [{"type": "closed"}]
@@ -325,6 +336,9 @@ class OpenAIEvents:
         kind = "invalid_request_error" if code in _CLIENT_FAULTS else "server_error"
         error = {"type": kind, "code": code, "message": message, "param": None}
         return [self._event("error", error=error)]
+
+    def resumed(self, info: ResumeInfo) -> list[Event]:
+        return []  # the Realtime protocol has no such event; the transcript simply goes on
 
     def closed(self) -> list[Event]:
         return []

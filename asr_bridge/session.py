@@ -42,6 +42,7 @@ from asr_bridge.protocol import (
     streaming_config,
 )
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client.resume import ResumeInfo, resume_notice
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class BridgeSession:
     shape: EventShape | None = None  # from the query string; the start message may override
     start_timeout_s: float = 10.0
     _heard_from_server: bool = field(default=False, init=False)
+    _resumes: list[ResumeInfo] = field(default_factory=list, init=False)
 
     async def run(self) -> None:
         """Serve the session to its end; never raises for anything the peers do."""
@@ -92,7 +94,7 @@ class BridgeSession:
             start.sample_rate,
             type(events).__name__,
         )
-        stream = self.client.stream(streaming_config(start))
+        stream = self.client.stream(streaming_config(start), on_resume=self._resumed)
 
         try:
             await self._relay(stream, events, start)
@@ -142,8 +144,17 @@ class BridgeSession:
             else:
                 raise ProtocolError("start was already sent")
 
+    def _resumed(self, info: ResumeInfo) -> None:
+        # called inside the downstream loop's iteration: the notice goes out before the
+        # next event, from the one task that writes events
+        self._resumes.append(info)
+        self.metrics.resumes.inc()
+        logger.info("session %s: %s", self.session_id, resume_notice(info))
+
     async def _downstream(self, stream: RecognitionStream, events: EventWriter) -> None:
         async for response in stream:
+            while self._resumes:
+                await self._send(events.resumed(self._resumes.pop(0)))
             self._heard_from_server = True
             if response.HasField("progress"):
                 self.metrics.server_lag.observe(response.progress.lag_s)

@@ -39,6 +39,7 @@ from asr_client.render import (
     result_record,
     words_line,
 )
+from asr_client.resume import ResumeInfo, ResumePolicy, resume_notice, resume_record
 
 DEFAULT_SERVER = "localhost:50051"
 #: what AsrClient allows in one message by default; the server's default is the same
@@ -170,12 +171,13 @@ class StreamStats:
     audio_sent_s: float = 0.0
     wall_s: float = 0.0
     finals: int = 0
+    resumes: int = 0
 
 
 def open_client(args: argparse.Namespace) -> AsrClient:
     """A client for the connection options on the command line (``--server``, ``--tls``...)."""
     try:
-        return AsrClient(connection_from_args(args))
+        return AsrClient(connection_from_args(args), resume=ResumePolicy() if args.resume else None)
     except ConnectionConfigError as exc:
         raise ClientError(str(exc)) from None
 
@@ -250,7 +252,14 @@ async def stream_file(
     """Send from one task and receive in another, so backpressure on sending never delays
     showing results; returns once the server has ended the stream after our half-close."""
     stats = StreamStats()
-    async with client.stream(config) as stream:
+
+    def resumed(info: ResumeInfo) -> None:
+        stats.resumes = info.count
+        if json_out is not None:
+            json_out.write(resume_record(info, recv_time=time.time()))
+        print(resume_notice(info), file=sys.stderr)
+
+    async with client.stream(config, on_resume=resumed) as stream:
         t0 = time.monotonic()
         try:
             async with asyncio.TaskGroup() as tasks:
@@ -326,7 +335,8 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
         pace = stats.audio_sent_s / stats.wall_s if stats.wall_s > 0 else 0.0
         print(
             f"sent {stats.audio_sent_s:.1f} s of audio in {stats.wall_s:.1f} s "
-            f"({pace:.1f}x real time); {stats.finals} final result(s)",
+            f"({pace:.1f}x real time); {stats.finals} final result(s)"
+            + (f"; the stream resumed {stats.resumes} time(s)" if stats.resumes else ""),
             file=stderr,
         )
     return 0

@@ -101,6 +101,12 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, default_target:
     g.add_argument("--key", type=Path, metavar="PEM", help="client certificate's private key")
     g.add_argument("--token", metavar="TOKEN", help=f"bearer token (default: ${TOKEN_ENV}, if set)")
     g.add_argument(
+        "--no-resume",
+        dest="resume",
+        action="store_false",
+        help="fail when the connection breaks instead of resuming the stream on a new call",
+    )
+    g.add_argument(
         "--connect-timeout",
         type=_positive_float,
         default=10.0,

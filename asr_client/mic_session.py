@@ -44,6 +44,7 @@ from asr_client.mic import (
     select_device,
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
+from asr_client.resume import resume_notice
 
 
 class MicStatus(Renderer):
@@ -224,7 +225,9 @@ async def _record(
     capture = MicCapture(sd, fmt, on_chunk=on_chunk)
     try:
         with on_interrupt(on_ctrl_c), renderer:
-            async with client.stream(config) as stream, capture:
+            # a dropped network resumes the stream: say so on the screen, nothing is lost
+            resumed = lambda info: note(resume_notice(info))  # noqa: E731
+            async with client.stream(config, on_resume=resumed) as stream, capture:
                 t0 = time.monotonic()
                 d = fmt.device
                 note(

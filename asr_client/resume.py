@@ -84,6 +84,27 @@ class ResumeInfo:
     outage_s: float  # from the break to the new call carrying the stream
 
 
+def resume_notice(info: ResumeInfo) -> str:
+    """One line for a person: what happened and what it cost."""
+    return (
+        f"stream resumed ({info.cause}): {info.outage_s:.2f} s to a new call, "
+        f"{info.replayed_s:.1f} s of audio sent again (resume {info.count})"
+    )
+
+
+def resume_record(info: ResumeInfo, **extra: object) -> dict[str, object]:
+    """A JSON-lines record of a resume, next to the events of ``--json-out``."""
+    return {
+        "type": "resumed",
+        "count": info.count,
+        "cause": info.cause,
+        "stream_offset_s": round(info.stream_offset_s, 3),
+        "replayed_s": round(info.replayed_s, 3),
+        "outage_s": round(info.outage_s, 3),
+        **extra,
+    }
+
+
 class ResumeError(StreamClosedError):
     """The stream broke and could not be continued; ``details`` says why."""
 

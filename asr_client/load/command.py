@@ -243,6 +243,7 @@ async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str
         ramp_s=args.ramp,
         connections=args.connections,
         connect_timeout_s=args.connect_timeout,
+        resume=args.resume,
     )
     progress = _Progress(stderr, args.quiet or args.json == "-")
     started = time.monotonic()

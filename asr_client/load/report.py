@@ -58,6 +58,7 @@ def stream_record(o: StreamOutcome) -> dict[str, Any]:
         "turns": len(o.call.turns),
         "finals": len(o.finals),
         "partials": o.partials,
+        "resumes": o.resumes,
         "wer": _wer([o]),
         "first_partial_s": percentiles(o.first_partial_s),
         "final_latency_s": percentiles(o.final_latency_s),
@@ -83,6 +84,7 @@ def summarize(outcomes: Sequence[StreamOutcome], wall_s: float) -> dict[str, Any
         "completed": len(completed),
         "rejected": sum(o.rejected for o in outcomes),
         "failed": sum(o.status not in ("OK", "RESOURCE_EXHAUSTED") for o in outcomes),
+        "resumes": sum(o.resumes for o in outcomes),
         "wall_s": round(wall_s, 2),
         # rejected calls may have sent a chunk or two before the rejection reached them
         "audio_sent_s": round(sum(o.audio_sent_s for o in outcomes if not o.rejected), 2),
@@ -131,7 +133,8 @@ def render_text(summary: dict[str, Any], streams: Sequence[dict[str, Any]]) -> s
     lines += [
         f"streams: {summary['streams']} ({summary['talking_streams']} talking, "
         f"{summary['silent_streams']} silent); completed {summary['completed']}, "
-        f"rejected {summary['rejected']}, failed {summary['failed']}",
+        f"rejected {summary['rejected']}, failed {summary['failed']}, "
+        f"resumed {summary['resumes']} time(s)",
         f"audio sent {summary['audio_sent_s']:.1f} s, processed {summary['audio_processed_s']:.1f}"
         f" s, left unprocessed {summary['audio_unprocessed_s']:.1f} s; "
         f"{summary['finals']} finals for {summary['turns']} turns",

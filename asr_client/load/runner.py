@@ -26,6 +26,7 @@ from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, StreamClosedError, audio_config
 from asr_client.connection import ConnectionOptions
 from asr_client.load.calls import Call
+from asr_client.resume import ResumeInfo, ResumePolicy
 
 
 @dataclass
@@ -50,6 +51,7 @@ class StreamOutcome:
     finals: list[FinalResult] = field(default_factory=list)
     first_partial_s: list[float] = field(default_factory=list)
     final_latency_s: list[float] = field(default_factory=list)
+    resumes: int = 0  # times the stream continued on a new call after a break
 
     @property
     def rejected(self) -> bool:
@@ -69,6 +71,7 @@ class LoadOptions:
     ramp_s: float = 0.0  # stream k starts at k/N of the ramp
     connections: int = 1
     connect_timeout_s: float = 10.0
+    resume: bool = True  # streams continue on a new call when theirs breaks
 
 
 class _Stream:
@@ -100,7 +103,7 @@ class _Stream:
             interim_results=self.options.interim_results,
         )
         try:
-            async with client.stream(config) as stream:
+            async with client.stream(config, on_resume=self._resumed) as stream:
                 self.t0 = time.monotonic()
                 async with asyncio.TaskGroup() as tasks:
                     tasks.create_task(self._send(stream))
@@ -110,6 +113,9 @@ class _Stream:
             error = group.exceptions[0]
             assert isinstance(error, StreamClosedError)
             out.status, out.error = error.code.name, error.details
+
+    def _resumed(self, info: ResumeInfo) -> None:
+        self.outcome.resumes = info.count
 
     async def _send(self, stream) -> None:  # type: ignore[no-untyped-def]
         call, out = self.outcome.call, self.outcome
@@ -175,7 +181,10 @@ async def run_load(
     """Play every ``(call, silent)`` at once (spread over the ramp); return their outcomes."""
     outcomes = [StreamOutcome(call, silent) for call, silent in calls]
     # No retries: a refusal is the capacity signal this tool reports, not something to hide.
-    clients = [AsrClient(server, retry=False) for _ in range(max(1, options.connections))]
+    resume = ResumePolicy() if options.resume else None
+    clients = [
+        AsrClient(server, retry=False, resume=resume) for _ in range(max(1, options.connections))
+    ]
     try:
         await asyncio.gather(*(c.wait_ready(options.connect_timeout_s) for c in clients))
         started = time.monotonic()

@@ -247,3 +247,86 @@ def test_kept_audio_is_trimmed_and_bounded() -> None:
     assert kept.replay() == [None]  # a FINALIZE at the end stays for the replay
     with pytest.raises(ValueError, match="whole 2-byte frames"):
         kept.append(b"\0")
+
+
+async def test_the_bridge_keeps_the_browser_through_a_broken_grpc_stream(  # type: ignore[no-untyped-def]
+    make_server, make_bridge
+) -> None:
+    """The browser's WebSocket stays open while the bridge resumes its gRPC stream."""
+    import json
+
+    from websockets.asyncio.client import connect
+
+    from tests.integration.test_bridge import events_until_close, ws_url
+
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    bridge = await make_bridge(proxy.port)
+    pcm = utterances(4).tobytes()
+    frame = 1600  # 50 ms
+    try:
+        async with connect(ws_url(bridge)) as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": RATE}))
+            assert json.loads(await ws.recv())["type"] == "ready"
+            for i in range(0, len(pcm), frame):
+                await ws.send(pcm[i : i + frame])
+                if i == frame * 60:  # 3 s in: in the second utterance
+                    proxy.cut()
+                await asyncio.sleep(0.0125)  # 4x real time
+            await ws.send(json.dumps({"type": "stop"}))
+            events = await events_until_close(ws)
+            close_code = ws.close_code
+    finally:
+        await proxy.close()
+    assert close_code == 1000
+    assert [e["type"] for e in events if e["type"] in ("resumed", "error")] == ["resumed"]
+    assert [e["text"] for e in events if e["type"] == "final"] == ["w0 w1 w2 w3"] * 4
+
+
+async def test_the_file_command_resumes_and_says_so(make_server, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import soundfile
+
+    from asr_client.cli import run
+
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    wav = tmp_path / "speech.wav"
+    soundfile.write(wav, utterances(5), RATE, subtype="PCM_16")
+    events = tmp_path / "events.jsonl"
+
+    async def cut_twice() -> None:
+        for _ in range(2):
+            await asyncio.sleep(0.8)
+            proxy.cut()
+
+    cutter = asyncio.create_task(cut_twice())
+    try:
+        code = await run(
+            ["file", str(wav), "--server", f"127.0.0.1:{proxy.port}", "--speed", "4"]
+            + ["--json-out", str(events)]
+        )
+    finally:
+        await cutter
+        await proxy.close()
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [r["text"] for r in records if r["type"] == "final"] == ["w0 w1 w2 w3"] * 5
+    assert [r["count"] for r in records if r["type"] == "resumed"] == [1, 2]
+    assert out.err.count("stream resumed (") == 2
+    assert "the stream resumed 2 time(s)" in out.err
+
+    # --no-resume: the break ends the command with the server's status
+    proxy = await FaultProxy(server.port).start()
+    cutter = asyncio.create_task(cut_twice())
+    try:
+        code = await run(
+            ["file", str(wav), "--server", f"127.0.0.1:{proxy.port}", "--speed", "4", "--no-resume"]
+        )
+    finally:
+        await cutter
+        await proxy.close()
+    assert code == 2
+    assert "error: UNAVAILABLE" in capsys.readouterr().err
