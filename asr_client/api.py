@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 from asr_client.retry import retry_service_config
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
+CANCELLED = "the stream was cancelled"
 
 
 class StreamClosedError(RuntimeError):
@@ -68,6 +69,7 @@ class RecognitionStream:
         self._call = call
         self._config = config
         self._ended = False
+        self._cancelled = False
         self._first_status: tuple[grpc.StatusCode, str] | None = None
         call.add_done_callback(self._remember_status)
 
@@ -109,8 +111,13 @@ class RecognitionStream:
                 await self._call.done_writing()
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 raise await self._closed_error() from None
+            except asyncio.CancelledError:
+                if self._cancelled_by_us():
+                    raise StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED) from None
+                raise
 
     def cancel(self) -> None:
+        self._cancelled = True
         self._call.cancel()
 
     async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
@@ -120,6 +127,16 @@ class RecognitionStream:
             # The call has ended. A failed write only says "Internal error from Core";
             # the call's final status carries the server's real code and message.
             raise await self._closed_error() from None
+        except asyncio.CancelledError:
+            if self._cancelled_by_us():
+                raise StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED) from None
+            raise
+
+    def _cancelled_by_us(self) -> bool:
+        """grpc.aio raises CancelledError from a write on a call we cancelled (from another
+        task, as a resume does): that is the call's end, not this task's cancellation."""
+        task = asyncio.current_task()
+        return self._cancelled and (task is None or not task.cancelling())
 
     async def _closed_error(self) -> StreamClosedError:
         code, details = self._first_status or (await self._call.code(), await self._call.details())

@@ -114,12 +114,17 @@ def is_resumable(error: StreamClosedError) -> bool:
 
     Through a proxy a killed replica shows up as INTERNAL or UNKNOWN "Stream removed
     (RST_STREAM ...)"; a cut connection, a draining server and a refusal at admission as
-    UNAVAILABLE. Errors about the stream itself (a bad config, a timeout) are final.
+    UNAVAILABLE; a transport that failed under a write as INTERNAL "Internal error from
+    Core" (grpc/grpc#36066 hides the real status; our server never says that). Errors
+    about the stream itself (a bad config, a timeout, an engine failure) are final.
     """
     if error.code == grpc.StatusCode.UNAVAILABLE:
         return True
     if error.code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
-        return "RST_STREAM" in error.details or "Stream removed" in error.details
+        return any(
+            marker in error.details
+            for marker in ("RST_STREAM", "Stream removed", "Internal error from Core")
+        )
     return False
 
 
@@ -200,6 +205,7 @@ class ResumableStream:
         self._processed_s = 0.0
         self._going_away_at: float | None = None
         self._ended = False
+        self._failed: StreamClosedError | None = None  # the error that ended the stream
         self._write_lock = asyncio.Lock()
         self._replay_task: asyncio.Task[None] | None = None
         self._call: RecognitionStream = client._raw_stream(config, timeout_s)
@@ -247,8 +253,13 @@ class ResumableStream:
                     return  # the stream ended normally
             except StreamClosedError as exc:
                 if not is_resumable(exc):
+                    self._failed = exc
                     raise
-                await self._resume(f"{exc.code.name}: {exc.details}")
+                try:
+                    await self._resume(f"{exc.code.name}: {exc.details}")
+                except StreamClosedError as error:
+                    self._failed = error
+                    raise
                 continue
             if migrate:
                 await self._resume("going away")
@@ -312,13 +323,17 @@ class ResumableStream:
     # -- resuming -------------------------------------------------------------------------
 
     async def _write(self, write: Callable[[RecognitionStream], object]) -> None:
-        """A write on the current call (with the lock held). If the call broke in a way a
-        resume fixes, return: the receiver resumes and the kept audio includes this."""
+        """A write on the current call (with the lock held). If the call broke, return: the
+        receiver reads the call's real status and resumes (the kept audio includes this
+        write) or ends the stream with it, after which writes raise that error. (A failed
+        write itself often says only "Internal error from Core", grpc/grpc#36066.)"""
+        if self._failed is not None:
+            raise self._failed
         try:
             await write(self._call)  # type: ignore[misc]
-        except StreamClosedError as exc:
-            if not is_resumable(exc) and exc.code != grpc.StatusCode.CANCELLED:
-                raise
+        except StreamClosedError:
+            if self._failed is not None:
+                raise self._failed from None
 
     async def _resume(self, cause: str) -> None:
         broke = time.monotonic()

