@@ -14,6 +14,7 @@ import numpy as np
 
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, ConnectionOptions, audio_config
+from asr_client.resume import ResumeInfo, ResumePolicy
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.base import Engine
 from asr_server.engine.fake import FakeEngine
@@ -96,9 +97,13 @@ async def stream_audio(
     config: asr_pb2.StreamingConfig | None = None,
     encoding: str = "LINEAR16",
     payload: bytes | None = None,
+    resume: ResumePolicy | None = None,
+    on_resume: Callable[[ResumeInfo], None] | None = None,
+    on_response: Callable[[asr_pb2.StreamingRecognizeResponse], None] | None = None,
 ) -> list[Received]:
     """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced) to a
-    plaintext server on 127.0.0.1:``port``, or through ``ConnectionOptions``."""
+    plaintext server on 127.0.0.1:``port``, or through ``ConnectionOptions``; with
+    ``resume``, a stream that resumes when its call breaks."""
     channels = pcm.shape[1] if pcm.ndim == 2 else 1
     config = config or audio_config(
         sample_rate_hz=sample_rate, channels=channels, encoding=encoding
@@ -109,7 +114,7 @@ async def stream_audio(
     received: list[Received] = []
     target = port if isinstance(port, ConnectionOptions) else f"127.0.0.1:{port}"
     async with AsrClient(target) as client:
-        async with client.stream(config) as stream:
+        async with client.stream(config, resume=resume, on_resume=on_resume) as stream:
             t0 = time.monotonic()
 
             async def send() -> None:
@@ -124,6 +129,8 @@ async def stream_audio(
             try:
                 async for response in stream:
                     received.append(Received(time.monotonic() - t0, response))
+                    if on_response is not None:
+                        on_response(response)
             finally:
                 await sender
     return received

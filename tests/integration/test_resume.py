@@ -18,7 +18,7 @@ from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_client.resume import KeptAudio, ResumeError, ResumeInfo, ResumePolicy
 from tests.faultproxy import FaultProxy
-from tests.helpers import serve_fake, silence, tone
+from tests.helpers import serve_fake, silence, stream_audio, tone
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,7 +34,7 @@ def utterances(n: int, *, seconds: float = 1.0, gap: float = 0.9) -> np.ndarray:
 
 
 async def run_stream(
-    target: str,
+    port: int,
     pcm: np.ndarray,
     *,
     speed: float | None,
@@ -43,35 +43,24 @@ async def run_stream(
     on_resume=None,  # type: ignore[no-untyped-def]
     during=None,  # type: ignore[no-untyped-def]
 ) -> list[asr_pb2.StreamingRecognizeResponse]:
-    """Stream ``pcm`` (interleaved int16) at ``speed``× real time; every response."""
-    data = pcm.tobytes()
-    chunk = CHUNK * 2 * channels
-    config = audio_config(channels=channels, interim_results=True)
-    responses: list[asr_pb2.StreamingRecognizeResponse] = []
-    async with AsrClient(target) as client:
-        stream = client.stream(config, resume=resume, on_resume=on_resume)
-        async with stream:
-            loop = asyncio.get_running_loop()
-            t0 = loop.time()
-
-            async def send() -> None:
-                for i, start in enumerate(range(0, len(data), chunk)):
-                    await stream.send_audio(data[start : start + chunk])
-                    if speed:
-                        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.1 / speed - loop.time()))
-                await stream.end()
-
-            sender = asyncio.create_task(send())
-            side = asyncio.create_task(during()) if during else None
-            try:
-                async for response in stream:
-                    responses.append(response)
-            finally:
-                await sender
-                if side is not None:
-                    side.cancel()
-                    await asyncio.gather(side, return_exceptions=True)
-    return responses
+    """Stream ``pcm`` (interleaved int16) at ``speed``× real time, running ``during()``
+    beside it; every response."""
+    side = asyncio.create_task(during()) if during else None
+    try:
+        received = await stream_audio(
+            port,
+            pcm.reshape(-1, channels),
+            RATE,
+            speed=speed,
+            config=audio_config(channels=channels),
+            resume=resume,
+            on_resume=on_resume,
+        )
+    finally:
+        if side is not None:
+            side.cancel()
+            await asyncio.gather(side, return_exceptions=True)
+    return [r.response for r in received]
 
 
 def finals(responses) -> list[tuple[int, str, float, float]]:  # type: ignore[no-untyped-def]
@@ -102,7 +91,7 @@ def utterance_ids_never_repeat(responses) -> None:  # type: ignore[no-untyped-de
 async def test_a_stream_cut_ten_times_gives_the_uncut_finals(make_server) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     pcm = utterances(10)
-    reference = await run_stream(f"127.0.0.1:{server.port}", pcm, speed=None, resume=None)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
     assert len(finals(reference)) == 10
 
     proxy = await FaultProxy(server.port).start()
@@ -118,7 +107,7 @@ async def test_a_stream_cut_ten_times_gives_the_uncut_finals(make_server) -> Non
     t0 = asyncio.get_running_loop().time()
     try:
         cut = await run_stream(
-            f"127.0.0.1:{proxy.port}",
+            proxy.port,
             pcm,
             speed=4.0,
             resume=ResumePolicy(),
@@ -144,9 +133,7 @@ async def test_stereo_channels_resume_each_from_its_own_last_final(make_server) 
     right = np.concatenate([np.zeros(RATE * 3, "<i2"), utterances(4, gap=1.3)])
     right = np.pad(right, (0, max(0, len(left) - len(right))))[: len(left)]
     pcm = np.stack([left, right], axis=1).reshape(-1)
-    reference = await run_stream(
-        f"127.0.0.1:{server.port}", pcm, speed=None, resume=None, channels=2
-    )
+    reference = await run_stream(server.port, pcm, speed=None, resume=None, channels=2)
     proxy = await FaultProxy(server.port).start()
 
     async def cut_often() -> None:
@@ -156,7 +143,7 @@ async def test_stereo_channels_resume_each_from_its_own_last_final(make_server) 
 
     try:
         cut = await run_stream(
-            f"127.0.0.1:{proxy.port}",
+            proxy.port,
             pcm,
             speed=4.0,
             resume=ResumePolicy(),
@@ -175,7 +162,7 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     first = await serve_fake(make_server)
     second = await serve_fake(make_server)
     pcm = utterances(8)
-    reference = await run_stream(f"127.0.0.1:{second.port}", pcm, speed=None, resume=None)
+    reference = await run_stream(second.port, pcm, speed=None, resume=None)
     proxy = await FaultProxy(first.port).start()
     infos: list[ResumeInfo] = []
 
@@ -189,7 +176,7 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     drained = asyncio.create_task(drain_first())
     try:
         moved = await run_stream(
-            f"127.0.0.1:{proxy.port}",
+            proxy.port,
             pcm,
             speed=4.0,
             resume=ResumePolicy(),

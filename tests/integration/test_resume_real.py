@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asr_client import AsrClient, audio_config
+from asr_client import audio_config
 from asr_client.resume import ResumeInfo, ResumePolicy
 from asr_client.scoring import normalize
 from tests.faultproxy import FaultProxy
-from tests.helpers import corpus, read_pcm16
+from tests.helpers import corpus, read_pcm16, stream_audio
 from tests.processes import (
     NGINX,
     Process,
@@ -56,46 +56,34 @@ def speech() -> np.ndarray:
 
 
 Final = tuple[str, float, float]
+RESUME = ResumePolicy()
 
 
 async def play(
-    target: str,
+    port: int,
     pcm: np.ndarray,
     *,
     speed: float | None,
-    resume: ResumePolicy | None = ResumePolicy(),
+    resume: ResumePolicy | None = RESUME,
     infos: list[ResumeInfo] | None = None,
     on_event=None,  # type: ignore[no-untyped-def]
 ) -> list[Final]:
     """Stream ``pcm`` in 100 ms chunks at ``speed``× real time; the finals."""
-    data = pcm.astype("<i2").tobytes()
-    chunk = 3200
-    config = audio_config(language="en", interim_results=False)
-    out: list[Final] = []
-    async with AsrClient(target, resume=resume) as client:
-        stream = client.stream(config, on_resume=infos.append if infos is not None else None)
-        async with stream:
-            loop = asyncio.get_running_loop()
-            t0 = loop.time()
-
-            async def send() -> None:
-                for i, start in enumerate(range(0, len(data), chunk)):
-                    await stream.send_audio(data[start : start + chunk])
-                    if speed:
-                        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.1 / speed - loop.time()))
-                await stream.end()
-
-            sender = asyncio.create_task(send())
-            try:
-                async for response in stream:
-                    if on_event is not None:
-                        on_event(response)
-                    if response.HasField("result") and response.result.is_final:
-                        r = response.result
-                        out.append((r.text, round(r.start_s, 2), round(r.end_s, 2)))
-            finally:
-                await sender
-    return out
+    received = await stream_audio(
+        port,
+        pcm.reshape(-1, 1),
+        SR,
+        speed=speed,
+        config=audio_config(language="en", interim_results=False),
+        resume=resume,
+        on_resume=infos.append if infos is not None else None,
+        on_response=on_event,
+    )
+    return [
+        (r.result.text, round(r.result.start_s, 2), round(r.result.end_s, 2))
+        for r in (x.response for x in received)
+        if r.HasField("result") and r.result.is_final
+    ]
 
 
 def same_finals(got: list[Final], want: list[Final]) -> None:
@@ -120,7 +108,7 @@ def reference(pcm: np.ndarray) -> Iterator[list[Final]]:
     """The recording's finals from a clean, unpaced run against a fresh replica."""
     replica = wait_started(start_replica(model="tiny.en"))
     try:
-        yield asyncio.run(play(f"127.0.0.1:{replica.port}", pcm, speed=None, resume=None))
+        yield asyncio.run(play(replica.port, pcm, speed=None, resume=None))
     finally:
         replica.stop()
 
@@ -144,7 +132,7 @@ async def test_real_speech_cut_ten_times_keeps_every_final(
 
     task = asyncio.create_task(cutter())
     try:
-        got = await play(f"127.0.0.1:{proxy.port}", pcm, speed=1.0, infos=infos)
+        got = await play(proxy.port, pcm, speed=1.0, infos=infos)
     finally:
         task.cancel()
         await proxy.close()
@@ -222,7 +210,7 @@ async def test_rolling_restart_under_twelve_streams_loses_nothing(
 
     async def one(k: int) -> list[Final]:
         await asyncio.sleep(0.3 * k)
-        return await play(f"127.0.0.1:{cluster.port}", pcm, speed=1.0, infos=infos[k])
+        return await play(cluster.port, pcm, speed=1.0, infos=infos[k])
 
     async def rolling_restart() -> None:
         await asyncio.sleep(5.0)
@@ -260,7 +248,7 @@ async def test_sigkill_of_the_serving_replica_mid_utterance(
             victim.proc.send_signal(signal.SIGKILL)
             loop.run_in_executor(None, cluster.restart, index, signal.SIGKILL)
 
-    got = await play(f"127.0.0.1:{cluster.port}", pcm, speed=1.0, infos=infos, on_event=on_event)
+    got = await play(cluster.port, pcm, speed=1.0, infos=infos, on_event=on_event)
     assert killed.is_set()
     assert len(infos) >= 1 and infos[0].cause != "going away"
     same_finals(got, reference)
