@@ -175,6 +175,8 @@ class AsrClient:
 
     ``AsrClient("host:port")`` for a plaintext server on a trusted network, or
     ``AsrClient(ConnectionOptions(target, tls=True, token=...))`` for TLS, mTLS and tokens.
+    Streams resume on a new call when theirs breaks (``resume=None``: they fail instead;
+    see resume.py).
     A stream refused at admission is retried (``retry=False``: fail at once; see retry.py).
     """
 
@@ -185,9 +187,14 @@ class AsrClient:
         options: Sequence[tuple[str, object]] = (),
         max_message_bytes: int = 64 << 20,
         retry: bool = True,
-        resume: ResumePolicy | None = None,
+        resume: ResumePolicy | None | Literal["default"] = "default",
     ) -> None:
-        #: how this client's streams resume by default; None = they fail when they break
+        #: how this client's streams resume when their call breaks (default: the default
+        #: ResumePolicy); None = they fail with the call's error
+        if resume == "default":
+            from asr_client.resume import ResumePolicy
+
+            resume = ResumePolicy()
         self.resume = resume
         self.connection = (
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
