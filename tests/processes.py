@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,10 +101,16 @@ def wait_for(check, timeout_s: float, what: str) -> None:  # type: ignore[no-unt
 
 
 def start_replica(
-    *, max_streams: int = 4, model: str = "fake", port: int = 0, extra: tuple[str, ...] = ()
+    *,
+    max_streams: int = 4,
+    model: str = "fake",
+    port: int = 0,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> Replica:
-    """``python -m asr_server`` on 127.0.0.1 (``model="fake"``: the fake engine)."""
-    env = {**os.environ, "ASR_ENGINE__MODEL": model, "PYTHONUNBUFFERED": "1"}
+    """``python -m asr_server`` on 127.0.0.1 (``model="fake"``: the fake engine); ``env``
+    adds ASR_* settings that have no flag."""
+    env = {**os.environ, **(env or {}), "ASR_ENGINE__MODEL": model, "PYTHONUNBUFFERED": "1"}
     args = [sys.executable, "-m", "asr_server", "--port", str(port), "--metrics-port", "0"]
     proc = subprocess.Popen(
         [*args, "--max-streams", str(max_streams), *extra],
@@ -133,6 +140,16 @@ def render(proxy: str, listen: int, replicas: list[Replica], out: Path, admin: i
         args += ["--replica", f"127.0.0.1:{r.port}"]
     subprocess.run(args, check=True, timeout=30)
     return out
+
+
+def envoy_healthy_hosts(admin: int) -> int:
+    """Replicas Envoy's active gRPC health checks find healthy (its admin /clusters page)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/clusters", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
+    return len(re.findall(r"^streamasr::[\d.:]+::health_flags::healthy$", text, re.M))
 
 
 def connectable(port: int) -> bool:

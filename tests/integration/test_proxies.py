@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,6 +31,7 @@ from tests.processes import (
     Replica,
     connectable,
     envoy_binary,
+    envoy_healthy_hosts,
     free_port,
     render,
     spawn,
@@ -60,15 +59,6 @@ class Cluster:
 
     def refused(self) -> list[int]:
         return [r.refused for r in self.replicas]
-
-
-def envoy_healthy_hosts(admin: int) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/clusters", timeout=2) as r:
-            text = r.read().decode()
-    except OSError:
-        return 0
-    return len(re.findall(r"^streamasr::[\d.:]+::health_flags::healthy$", text, re.M))
 
 
 @pytest.fixture(scope="module")

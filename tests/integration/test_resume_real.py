@@ -1,5 +1,5 @@
 """Stream resume with real speech and the real tiny.en in real server processes: a stream
-cut ten times at random points, a rolling restart of three replicas behind nginx under 12
+cut ten times at random points, a rolling restart of three replicas behind nginx and Envoy under 12
 streams, and a replica SIGKILLed mid-utterance. Each stream's finals must equal those of
 the same recording streamed once without trouble: none missing, none doubled.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
 import signal
 from collections.abc import Iterator
@@ -35,6 +34,8 @@ from tests.processes import (
     Process,
     Replica,
     connectable,
+    envoy_binary,
+    envoy_healthy_hosts,
     free_port,
     render,
     spawn,
@@ -142,16 +143,17 @@ async def test_real_speech_cut_ten_times_keeps_every_final(
     same_finals(got, reference)
 
 
-# -- behind nginx -------------------------------------------------------------------------
+# -- behind nginx and Envoy --------------------------------------------------------------
 
 
 class RealCluster:
-    """Three tiny.en replicas on fixed ports behind nginx; replicas can be restarted."""
+    """Three tiny.en replicas on fixed ports behind nginx or Envoy; replicas restart."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, proxy: str) -> None:
         self.ports = [free_port() for _ in range(3)]
         self.replicas: list[Replica] = []
-        self.nginx: Process | None = None
+        self.proxy_process: Process | None = None
+        self.proxy = proxy
         self.port = free_port()
         self.tmp = tmp
 
@@ -159,19 +161,26 @@ class RealCluster:
         self.replicas = [self._replica(p) for p in self.ports]
         for r in self.replicas:
             wait_started(r)
-        (self.tmp / "tmp").mkdir(parents=True, exist_ok=True)
-        conf = render("nginx", self.port, self.replicas, self.tmp / "nginx.conf")
-        self.nginx = spawn([NGINX, "-p", str(self.tmp), "-e", "stderr", "-c", str(conf)])
-        wait_for(lambda: connectable(self.port), 30, "nginx listening")
+        if self.proxy == "nginx":
+            (self.tmp / "tmp").mkdir(parents=True, exist_ok=True)
+            conf = render("nginx", self.port, self.replicas, self.tmp / "nginx.conf")
+            self.proxy_process = spawn(
+                [NGINX, "-p", str(self.tmp), "-e", "stderr", "-c", str(conf)]
+            )
+            wait_for(lambda: connectable(self.port), 30, "nginx listening")
+        else:
+            envoy, admin = envoy_binary(), free_port()
+            assert envoy is not None
+            conf = render("envoy", self.port, self.replicas, self.tmp / "envoy.yaml", admin)
+            self.proxy_process = spawn([envoy, "-c", str(conf), "--disable-hot-restart"])
+            wait_for(lambda: envoy_healthy_hosts(admin) == 3, 30, "envoy health checks")
         return self
 
     def _replica(self, port: int) -> Replica:
         # a short drain keeps the test short; clients move within an utterance or two
-        os.environ["ASR_DRAIN_TIMEOUT_S"] = "15"
-        try:
-            return start_replica(model="tiny.en", port=port, max_streams=16)
-        finally:
-            del os.environ["ASR_DRAIN_TIMEOUT_S"]
+        return start_replica(
+            model="tiny.en", port=port, max_streams=16, env={"ASR_DRAIN_TIMEOUT_S": "15"}
+        )
 
     def restart(self, index: int, sig: signal.Signals) -> None:
         old = self.replicas[index]
@@ -186,17 +195,18 @@ class RealCluster:
         return opened.index(max(opened))
 
     def stop(self) -> None:
-        if self.nginx is not None:
-            self.nginx.stop()
+        if self.proxy_process is not None:
+            self.proxy_process.stop()
         for r in self.replicas:
             r.stop()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealCluster]:
-    if not os.path.exists(NGINX):
-        pytest.skip("needs Debian's nginx (scripts/test.sh installs it)")
-    c = RealCluster(tmp_path_factory.mktemp("nginx"))
+@pytest.fixture(scope="module", params=["nginx", "envoy"])
+def cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealCluster]:
+    """The real cluster behind each proxy (scripts/test.sh installs nginx and Envoy)."""
+    c = RealCluster(tmp_path_factory.mktemp(request.param), request.param)
     try:
         yield c.start()
     finally:
