@@ -26,6 +26,7 @@ from asr_client.connection import (
     ConnectionConfigError,
     add_connection_arguments,
     connection_from_args,
+    positive_float,
 )
 from asr_client.load.command import add_parser as add_load_parser
 from asr_client.load.command import load_command
@@ -51,13 +52,6 @@ class ClientError(Exception):
 
 
 # -- argument parsing ---------------------------------------------------------------------
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
-    return value
 
 
 def _chunk_ms(text: str) -> int:
@@ -125,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     pace = f.add_mutually_exclusive_group()
     pace.add_argument(
         "--speed",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         metavar="N",
         help="playback speed: 1 = real time (default), 2 = twice as fast",

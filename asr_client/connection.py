@@ -108,7 +108,7 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, default_target:
     )
     g.add_argument(
         "--connect-timeout",
-        type=_positive_float,
+        type=positive_float,
         default=10.0,
         metavar="S",
         help="seconds to wait for the server to answer (default 10)",
@@ -127,7 +127,8 @@ def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     )
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """argparse type: a number greater than 0."""
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
