@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 import pytest
-import trustme
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
@@ -25,6 +24,8 @@ from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import ConnectionOptions
 from tests.helpers import eventually, serve_fake, speech_pcm
 from tests.integration.test_bridge import events_until_close, send_pcm, ws_url
+from tests.pki import SERVER_NAME
+from tests.pki import Pki as CertificateAuthority
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -239,22 +240,14 @@ class Pki:
 @pytest.fixture
 async def tls_server(tmp_path: Path) -> AsyncIterator[tuple[int, TinyRecognizer, Pki]]:
     """A grpc.aio server with TLS that requires a client certificate signed by its CA."""
-    ca, other = trustme.CA(), trustme.CA()
-    server_cert = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("asr-bridge.test")
-    pki = Pki(tmp_path / "ca.pem", tmp_path / "other.pem", tmp_path / "c.pem", tmp_path / "k.pem")
-    ca.cert_pem.write_to_path(str(pki.ca))
-    other.cert_pem.write_to_path(str(pki.other_ca))
-    client.cert_chain_pems[0].write_to_path(str(pki.client_cert))
-    client.private_key_pem.write_to_path(str(pki.client_key))
+    ca = CertificateAuthority(tmp_path / "ca")
+    server_cert, server_key = ca.server()
+    client_cert, client_key = ca.client("asr-bridge")
+    other = CertificateAuthority(tmp_path / "other", "other-ca")
+    pki = Pki(ca.ca_file, other.ca_file, client_cert, client_key)
     credentials = grpc.ssl_server_credentials(
-        [
-            (
-                server_cert.private_key_pem.bytes(),
-                b"".join(p.bytes() for p in server_cert.cert_chain_pems),
-            )
-        ],
-        root_certificates=ca.cert_pem.bytes(),
+        [(server_key.read_bytes(), server_cert.read_bytes())],
+        root_certificates=ca.ca_file.read_bytes(),
         require_client_auth=True,
     )
     servicer = TinyRecognizer()
@@ -354,10 +347,8 @@ async def test_bridge_reaches_the_real_server_over_tls_with_a_token(  # type: ig
 ) -> None:
     """End to end: browser WebSocket → bridge → asr-server with TLS and --auth-tokens."""
     from asr_server.transport.auth import new_token
-    from tests.pki import SERVER_NAME
-    from tests.pki import Pki as ServerPki
 
-    pki = ServerPki(tmp_path / "server-pki")
+    pki = CertificateAuthority(tmp_path / "server-pki")
     cert, key = pki.server()
     token, line = new_token("web-bridge")
     tokens = tmp_path / "tokens"
