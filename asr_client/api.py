@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -18,6 +19,10 @@ from asr_client.retry import retry_service_config
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 CANCELLED = "the stream was cancelled"
+
+
+#: the header a server sends when it admits a stream (asr_server.transport.servicer)
+ADMITTED_HEADER = "asr-stream-id"
 
 
 class StreamClosedError(RuntimeError):
@@ -120,6 +125,15 @@ class RecognitionStream:
         self._cancelled = True
         self._call.cancel()
 
+    async def admitted(self) -> bool:
+        """Did the server admit this call (send its admission header)? False for a call it
+        refused, or one that failed before reaching it: those can be made again as they were."""
+        try:
+            metadata = await self._call.initial_metadata()
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            return False
+        return any(key == ADMITTED_HEADER for key, _ in metadata or ())
+
     async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
         try:
             await self._call.write(request)
@@ -177,7 +191,7 @@ class AsrClient:
     ``AsrClient(ConnectionOptions(target, tls=True, token=...))`` for TLS, mTLS and tokens.
     Streams resume on a new call when theirs breaks (``resume=None``: they fail instead;
     see resume.py).
-    A stream refused at admission is retried (``retry=False``: fail at once; see retry.py).
+    A call refused at admission is made again (``retry=False``: fail at once; retry.py).
     """
 
     def __init__(
@@ -196,6 +210,9 @@ class AsrClient:
 
             resume = ResumePolicy()
         self.resume = resume
+        #: refused calls are made again: Recognize by grpc's retry policy, streams by
+        #: their resume policy (seat_wait_s); False = a refusal fails at once
+        self.retry = retry
         self.connection = (
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
         )
@@ -235,6 +252,8 @@ class AsrClient:
         policy = self.resume if resume == "default" else resume
         if policy is None:
             return self._raw_stream(config, timeout_s)
+        if not self.retry:
+            policy = dataclasses.replace(policy, seat_wait_s=0.0)
         from asr_client.resume import ResumableStream
 
         return ResumableStream(  # type: ignore[return-value]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -67,8 +68,14 @@ class ResumePolicy:
     #: audio kept for a replay, from the settled point on; past it the oldest is dropped
     #: and a resume that would need it fails with ResumeError
     max_kept_s: float = 120.0
-    #: give up when no new call could be started within this long of a break
+    #: give up when no new call carried the stream within this long of a break
     give_up_after_s: float = 30.0
+    #: a stream whose first call was refused for capacity (RESOURCE_EXHAUSTED before
+    #: the server admitted it) makes the call again, with backoff, for this long before
+    #: failing with the refusal: through a proxy or client-side balancing the next try
+    #: may land on a replica with room. 0 = fail at once. (The new calls of a resume are
+    #: tried for give_up_after_s.)
+    seat_wait_s: float = 1.0
     initial_backoff_s: float = 0.05
     max_backoff_s: float = 2.0
 
@@ -126,6 +133,10 @@ def is_resumable(error: StreamClosedError) -> bool:
             for marker in ("RST_STREAM", "Stream removed", "Internal error from Core")
         )
     return False
+
+
+#: how a server turns a call away at admission, before answering it
+_REFUSALS = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
 class KeptAudio:
@@ -202,7 +213,13 @@ class ResumableStream:
         self._next_utterance = [0] * channels
         self._last_final = [""] * channels
         self._speaking = [False] * channels
+        self._open_utterance = [-1] * channels  # the newest utterance id known to be open
         self._processed_s = 0.0
+        self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
+        self._admitted = False  # some call of this stream was admitted by a server
+        self._outage_since: float | None = None  # the first break not yet overcome
+        self._resuming: ResumeInfo | None = None  # the resume whose new call is not yet admitted
+        self._backoff_s = policy.initial_backoff_s
         self._going_away_at: float | None = None
         self._ended = False
         self._failed: StreamClosedError | None = None  # the error that ended the stream
@@ -243,7 +260,11 @@ class ResumableStream:
             call = self._call
             migrate = False
             try:
+                if self._outage_since is not None and await call.admitted():
+                    self._resumed()  # a server has taken the stream (again)
                 async for response in call:
+                    self._admitted = True
+                    self._outage_since = None  # the stream is carried again
                     self._observe(response)
                     yield response
                     if self._should_migrate():
@@ -252,17 +273,29 @@ class ResumableStream:
                 else:
                     return  # the stream ended normally
             except StreamClosedError as exc:
-                if not is_resumable(exc):
+                # a call turned away at admission (a full or draining replica) can be
+                # made again as it was; nothing of it reached the caller
+                admitted = await call.admitted()
+                self._admitted = self._admitted or admitted
+                refused = not admitted and exc.code in _REFUSALS
+                if self._no_seat(exc) and self.policy.seat_wait_s <= 0:
+                    self._failed = exc
+                    raise
+                if not (is_resumable(exc) or refused):
                     self._failed = exc
                     raise
                 try:
-                    await self._resume(f"{exc.code.name}: {exc.details}")
+                    await self._resume(exc)
                 except StreamClosedError as error:
                     self._failed = error
                     raise
                 continue
             if migrate:
-                await self._resume("going away")
+                try:
+                    await self._resume(None)
+                except StreamClosedError as error:
+                    self._failed = error
+                    raise
 
     async def __aenter__(self) -> ResumableStream:
         return await self.open()
@@ -278,33 +311,52 @@ class ResumableStream:
     # -- bookkeeping ----------------------------------------------------------------------
 
     def _observe(self, response: asr_pb2.StreamingRecognizeResponse) -> None:
-        self._processed_s = max(self._processed_s, response.progress.audio_processed_s)
+        progress = response.progress
+        self._processed_s = max(self._processed_s, progress.audio_processed_s)
+        if progress.HasField("settled_s"):
+            # each value is a lower bound that stays true, so the largest one holds
+            self._server_settled_s = max(self._server_settled_s or 0.0, progress.settled_s)
+        else:  # a server that predates it (a mixed rolling upgrade): estimate again
+            self._server_settled_s = None
         kind = response.WhichOneof("event")
         if kind == "speech_event":
             ev = response.speech_event
             ch = min(ev.channel, len(self._speaking) - 1)
             self._seen_utterance(ch, ev.utterance_id)
             if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
-                self._speaking[ch] = True
+                self._utterance_open(ch, ev.utterance_id)
         elif kind == "result":
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)
             self._seen_utterance(ch, r.utterance_id)
-            if r.is_final:
+            if not r.is_final:
+                # an utterance split at the length limit goes on under the next id with
+                # no SPEECH_STARTED; its partials show it is open
+                self._utterance_open(ch, r.utterance_id)
+            else:
                 self._final_until[ch] = max(self._final_until[ch], r.end_s)
                 self._last_final[ch] = r.text
-                self._speaking[ch] = False
+                if r.utterance_id >= self._open_utterance[ch]:
+                    self._speaking[ch] = False
         elif kind == "going_away":
             deadline = response.going_away.deadline_s
             self._going_away_at = time.monotonic() + deadline
             logger.info("server is going away in %.1f s; moving at the next boundary", deadline)
         self._kept.trim(self._replay_frame())
 
+    def _utterance_open(self, channel: int, utterance_id: int) -> None:
+        if utterance_id >= self._open_utterance[channel]:
+            self._open_utterance[channel] = utterance_id
+            self._speaking[channel] = True
+
     def _seen_utterance(self, channel: int, utterance_id: int) -> None:
         self._next_utterance[channel] = max(self._next_utterance[channel], utterance_id + 1)
 
     def _settled_s(self) -> float:
         """Stream time up to which no channel can produce another result."""
+        if self._server_settled_s is not None:
+            return self._server_settled_s  # the server knows (Progress.settled_s)
+        # an older server: estimate from the finals and speech events
         return min(
             until if speaking else max(until, self._processed_s - IDLE_MARGIN_S)
             for until, speaking in zip(self._final_until, self._speaking, strict=True)
@@ -313,6 +365,10 @@ class ResumableStream:
     def _replay_frame(self) -> int:
         align = round(ALIGN_S * self._rate)
         return int(self._settled_s() * self._rate) // align * align
+
+    def _no_seat(self, error: StreamClosedError) -> bool:
+        """The stream's first call was turned away for capacity (seat_wait_s applies)."""
+        return not self._admitted and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
     def _should_migrate(self) -> bool:
         if self._going_away_at is None:
@@ -335,14 +391,33 @@ class ResumableStream:
             if self._failed is not None:
                 raise self._failed from None
 
-    async def _resume(self, cause: str) -> None:
-        broke = time.monotonic()
+    async def _resume(self, error: StreamClosedError | None) -> None:
+        """Carry the stream on a new call: after ``error`` broke or refused the current one,
+        or (None) to leave a server that is going away."""
+        now = time.monotonic()
+        first = not self._admitted  # no server has taken the stream yet: not a resume
+        cause = "going away" if error is None else f"{error.code.name}: {error.details}"
+        if self._outage_since is None:
+            self._outage_since = now
+            self._backoff_s = self.policy.initial_backoff_s
+        else:
+            # the last new call broke or was refused before it carried anything
+            no_seat = error is not None and self._no_seat(error)
+            limit = self.policy.seat_wait_s if no_seat else self.policy.give_up_after_s
+            if now - self._outage_since > limit:
+                if no_seat and error is not None:
+                    raise StreamClosedError(error.code, error.details)
+                raise ResumeError(
+                    grpc.StatusCode.UNAVAILABLE if error is None else error.code,
+                    f"could not resume the stream within {limit:g} s ({cause})",
+                )
+            await asyncio.sleep(random.uniform(0, self._backoff_s))  # full jitter
+            self._backoff_s = min(self.policy.max_backoff_s, self._backoff_s * 2)
         self._call.cancel()
         if self._replay_task is not None:
             self._replay_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._replay_task
-        backoff = self.policy.initial_backoff_s
         await self._write_lock.acquire()
         released = False
         try:
@@ -359,43 +434,51 @@ class ResumableStream:
             frame = max(frame, self._kept.start)
             self._kept.trim(frame)
             offset_s = frame / self._rate
-            config = self._resume_config(offset_s)
-            while True:
-                call = self._client._raw_stream(config, self._timeout_s)
-                try:
-                    await call.open()
-                    break
-                except StreamClosedError as exc:
-                    call.cancel()
-                    if not is_resumable(exc):
-                        raise
-                    if time.monotonic() - broke > self.policy.give_up_after_s:
-                        raise ResumeError(
-                            exc.code,
-                            f"could not resume the stream within "
-                            f"{self.policy.give_up_after_s:g} s ({cause}; last: {exc.details})",
-                        ) from None
-                    await asyncio.sleep(random.uniform(0, backoff))  # full jitter
-                    backoff = min(self.policy.max_backoff_s, backoff * 2)
+            config = self._config if first else self._resume_config(offset_s)
+            call = self._client._raw_stream(config, self._timeout_s)
+            # a refusal shows up on the first read, and a call that failed at once on its
+            # first write: either way the receiver reads its status and comes back here
+            with contextlib.suppress(StreamClosedError):
+                await call.open()
             self._call = call
             self._going_away_at = None
-            self.resumes += 1
             items = self._kept.replay()
             replayed_s = (self._kept.end - self._kept.start) / self._rate
             # the replay runs beside the receiver, which reads the new call's results;
-            # the write lock keeps new audio behind the replayed audio
+            # the write lock keeps new audio behind the replayed audio. The task's done
+            # callback releases it: a task cancelled before it ever ran runs no finally.
             self._replay_task = asyncio.create_task(self._replay(call, items))
+            self._replay_task.add_done_callback(lambda _: self._write_lock.release())
             released = True
         finally:
             if not released:
                 self._write_lock.release()
-        info = ResumeInfo(self.resumes, cause, offset_s, replayed_s, time.monotonic() - broke)
+        if first:
+            logger.info("stream %s refused (%s); trying again", self.session_id, cause)
+        elif self._resuming is None or error is None:
+            self._resuming = ResumeInfo(0, cause, offset_s, replayed_s, 0.0)
+        else:  # another try within one outage: keep its first cause
+            self._resuming = dataclasses.replace(
+                self._resuming, stream_offset_s=offset_s, replayed_s=replayed_s
+            )
+
+    def _resumed(self) -> None:
+        """A new call was admitted: the outage is over; a resume is counted and told."""
+        assert self._outage_since is not None
+        outage_s = time.monotonic() - self._outage_since
+        self._outage_since = None
+        self._admitted = True
+        if self._resuming is None:
+            return  # the stream's first seat, after refusals
+        self.resumes += 1
+        info = dataclasses.replace(self._resuming, count=self.resumes, outage_s=outage_s)
+        self._resuming = None
         logger.info(
             "stream %s resumed (%s) at %.2f s, replaying %.2f s",
             self.session_id,
-            cause,
-            offset_s,
-            replayed_s,
+            info.cause,
+            info.stream_offset_s,
+            info.replayed_s,
         )
         if self._on_resume is not None:
             self._on_resume(info)
@@ -411,8 +494,6 @@ class ResumableStream:
                 await call.end()
         except StreamClosedError:
             pass  # the receiver sees the break and resumes again
-        finally:
-            self._write_lock.release()
 
     def _resume_config(self, offset_s: float) -> asr_pb2.StreamingConfig:
         config = asr_pb2.StreamingConfig()

@@ -1,11 +1,16 @@
-"""The client's gRPC retry policy: a stream refused at admission is retried, elsewhere if it can.
+"""The client's gRPC retry policy: a ``Recognize`` call refused at admission is retried.
 
 A full, draining or still-loading replica refuses a new call before reading or writing
 anything (RESOURCE_EXHAUSTED or UNAVAILABLE, with ``grpc-retry-pushback-ms``). Until a call
 has received response headers, grpc core can replay it from its retry buffer: through an
 L7 proxy the retry is a new request that the proxy balances again; with client-side
-balancing (several addresses, ``round_robin``) it is the next pick. Once the server has
-answered, a call is committed and never retried, so a stream is never recognized twice.
+balancing (several addresses, ``round_robin``) it is the next pick.
+
+Only ``Recognize`` (one request message) is retried this way. A ``StreamingRecognize``
+call replayed by grpc core while its client kept writing lost audio in our tests (0.3 s
+of a stream, a few messages, with no error: tests/integration/test_resume.py), so streams
+are never given a retry policy; the stream itself makes a refused call again and replays
+what it sent (asr_client/resume.py, ``ResumePolicy.seat_wait_s``).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ def retry_service_config(*, load_balancing: str | None = None) -> str:
     config: dict[str, object] = {
         "methodConfig": [
             {
-                "name": [{"service": SERVICE}],
+                "name": [{"service": SERVICE, "method": "Recognize"}],
                 "retryPolicy": {
                     "maxAttempts": MAX_ATTEMPTS,
                     # Used only when the server sends no pushback (e.g. a proxy refused).

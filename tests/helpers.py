@@ -211,6 +211,11 @@ async def serve_fake(make_server, engine: FakeEngine | None = None, **settings):
     return server
 
 
+def sample(server, name: str, **labels: str) -> float | None:  # type: ignore[no-untyped-def]
+    """One value of an in-process server's metrics (None if that series has no value)."""
+    return server.metrics.registry.get_sample_value(name, labels)
+
+
 def speech_pcm(seconds: float = 1.0) -> np.ndarray:
     audio = np.concatenate([tone(seconds), silence(0.7)])
     return (audio * 32767).astype(np.int16).reshape(-1, 1)

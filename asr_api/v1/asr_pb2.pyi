@@ -168,14 +168,16 @@ class Result(_message.Message):
     def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
-    __slots__ = ("audio_received_s", "audio_processed_s", "lag_s")
+    __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")
     AUDIO_RECEIVED_S_FIELD_NUMBER: _ClassVar[int]
     AUDIO_PROCESSED_S_FIELD_NUMBER: _ClassVar[int]
     LAG_S_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_S_FIELD_NUMBER: _ClassVar[int]
     audio_received_s: float
     audio_processed_s: float
     lag_s: float
-    def __init__(self, audio_received_s: _Optional[float] = ..., audio_processed_s: _Optional[float] = ..., lag_s: _Optional[float] = ...) -> None: ...
+    settled_s: float
+    def __init__(self, audio_received_s: _Optional[float] = ..., audio_processed_s: _Optional[float] = ..., lag_s: _Optional[float] = ..., settled_s: _Optional[float] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
     __slots__ = ("speech_event", "result", "going_away", "progress")

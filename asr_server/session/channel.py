@@ -114,8 +114,30 @@ class ChannelRecognizer:
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
         self._utt: _Utterance | None = None
+        # see settled_sample: the start of an utterance whose final is being decoded, and
+        # the endpointer's bound as of the last events this channel finished handling
+        self._finalizing_from: int | None = None
+        self._idle_bound = 0
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
+
+    @property
+    def settled_sample(self) -> int:
+        """This channel's first sample (on this call's clock) that may still end up in a
+        final: every final for audio before it has been emitted. Resuming clients replay
+        from here (Progress.settled_s), so it must never run ahead of an utterance that
+        was detected but not yet finalized, including one split at the length limit."""
+        if self._finalizing_from is not None:
+            return self._finalizing_from
+        if self._utt is not None:
+            return self._utt.audio.start_sample
+        return self._idle_bound
+
+    def _settle(self) -> None:
+        """Every event the endpointer produced so far has been handled: between
+        utterances, the bound moves up to what a later utterance could still claim."""
+        if self._utt is None and not self.endpointer.speaking:
+            self._idle_bound = max(self._idle_bound, self.endpointer.unclaimed_from)
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -146,6 +168,8 @@ class ChannelRecognizer:
         events = self.endpointer.feed(chunk.samples)
         if events:
             inbox.put_event(DetectedEvents(events))
+        else:
+            self._settle()
         return True
 
     def _account(self, chunk: AudioChunk) -> None:
@@ -165,9 +189,11 @@ class ChannelRecognizer:
                 await self._handle(await self._vad(self.endpointer.flush))
                 if self._utt is not None:  # ended inside speech
                     await self._finalize(self.endpointer.position)
+                self._idle_bound = self.position  # nothing more can come
                 return
             else:  # Finalize
                 await self._handle(self.endpointer.force_end())
+            self._settle()
 
     async def _vad(self, fn, *args):  # type: ignore[no-untyped-def]
         if self.endpointer.detector.blocking:
@@ -285,7 +311,11 @@ class ChannelRecognizer:
         self._utt = None
         self.metrics.speaking_channels.dec()
         utt.audio.split_off(end_sample)  # drop trailing silence past the pad
-        await self._decode_final(utt)
+        self._finalizing_from = utt.audio.start_sample
+        try:
+            await self._decode_final(utt)
+        finally:
+            self._finalizing_from = None
 
     async def _decode_final(self, utt: _Utterance) -> None:
         utt.finalizing = True

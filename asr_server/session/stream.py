@@ -94,7 +94,8 @@ class StreamSession:
     def progress(self) -> Progress:
         received = self._decoder.input_samples / self.config.format.sample_rate_hz
         processed = min((c.position for c in self._channels), default=0) / SAMPLE_RATE
-        return Progress(received, min(processed, received))
+        settled = min((c.settled_sample for c in self._channels), default=0) / SAMPLE_RATE
+        return Progress(received, min(processed, received), min(settled, processed, received))
 
     async def run(self, requests: AsyncIterator[bytes | Finalize], send: Send) -> None:
         """Process the whole stream; raises ``AsrError`` for anything the client must be told."""

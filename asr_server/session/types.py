@@ -90,6 +90,8 @@ class RecognitionResult:
 class Progress:
     audio_received_s: float
     audio_processed_s: float
+    #: before this, every final has been emitted (see ChannelRecognizer.settled_sample)
+    settled_s: float = 0.0
 
     @property
     def lag_s(self) -> float:

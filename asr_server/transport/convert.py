@@ -150,6 +150,7 @@ def event_to_proto(
         audio_received_s=offset_s + progress.audio_received_s,
         audio_processed_s=offset_s + progress.audio_processed_s,
         lag_s=progress.lag_s,
+        settled_s=offset_s + progress.settled_s,
     )
     if isinstance(event, GoingAway):
         return asr_pb2.StreamingRecognizeResponse(

@@ -43,6 +43,10 @@ logger = logging.getLogger(__name__)
 
 #: audio bytes per chunk when Recognize feeds a whole file through the streaming pipeline
 RECOGNIZE_CHUNK_S = 1.0
+#: response header sent the moment a stream is admitted (its value: the server's stream id,
+#: as in its logs). A stream ended without it was refused and can be made again as it was;
+#: it also commits the call, so grpc's retry policy never replays an admitted stream.
+ADMITTED_HEADER = "asr-stream-id"
 
 
 class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
@@ -97,6 +101,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
             config = self._config_of(first, services)
             ticket.seat()
+            await context.send_initial_metadata(((ADMITTED_HEADER, stream_id),))
             session = StreamSession(config, services, stream_id)
             if config.resume is None:
                 logger.info("stream %s opened: %s", stream_id, config.format)

@@ -81,6 +81,12 @@ class Endpointer:
         self._silent_run = 0
         self._last_voiced_end = 0
 
+    @property
+    def unclaimed_from(self) -> int:
+        """Between utterances: the first sample a later ``SpeechStarted`` could still take
+        in (the oldest audio of the pre-roll window). Not meaningful while speaking."""
+        return self.position - sum(a.size for a in self._pre_roll)
+
     def feed(self, samples: np.ndarray) -> list[EndpointEvent]:
         """Score whole frames of ``samples``; the remainder waits for the next call."""
         frame = self.detector.frame_samples

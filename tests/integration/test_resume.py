@@ -18,7 +18,7 @@ from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_client.resume import KeptAudio, ResumeError, ResumeInfo, ResumePolicy
 from tests.faultproxy import FaultProxy
-from tests.helpers import serve_fake, silence, stream_audio, tone
+from tests.helpers import eventually, sample, serve_fake, silence, stream_audio, tone
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -192,6 +192,132 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     utterance_ids_never_repeat(moved)
 
 
+def refused(server) -> float:  # type: ignore[no-untyped-def]
+    return sample(server, "asr_refused_streams_total", reason="capacity") or 0.0
+
+
+async def hold_the_only_seat(server) -> tuple[AsrClient, object]:  # type: ignore[no-untyped-def]
+    """A stream opened directly on ``server`` (at --max-streams 1) that keeps its seat."""
+    holder = AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None)
+    stream = await holder.stream(audio_config()).open()
+    await stream.send_audio(bytes(3200))
+    await eventually(lambda: server.servicer.active == 1)
+    return holder, stream
+
+
+async def test_a_resume_refused_by_a_full_replica_waits_for_a_seat(make_server) -> None:  # type: ignore[no-untyped-def]
+    """The stream's replica goes; the only other one is full for 1.5 s and refuses (trailers-
+    only RESOURCE_EXHAUSTED) every new call; the stream goes on once a seat frees, as one
+    resume, and nothing is lost."""
+    first = await serve_fake(make_server)
+    full = await serve_fake(make_server, max_streams=1)
+    pcm = utterances(8)
+    reference = await run_stream(first.port, pcm, speed=None, resume=None)
+    proxy = await FaultProxy(first.port).start()
+    holder, held = await hold_the_only_seat(full)
+    infos: list[ResumeInfo] = []
+
+    async def lose_the_replica() -> None:
+        await eventually(lambda: first.servicer.active == 1)
+        await asyncio.sleep(1.0)
+        proxy.upstream_port = full.port
+        proxy.cut()
+        await eventually(lambda: refused(full) >= 2)
+        await asyncio.sleep(1.0)
+        held.cancel()  # a seat frees
+
+    try:
+        moved = await run_stream(
+            proxy.port,
+            pcm,
+            speed=4.0,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+            during=lose_the_replica,
+        )
+    finally:
+        await proxy.close()
+        await holder.close()
+    assert finals(moved) == finals(reference)
+    utterance_ids_never_repeat(moved)
+    assert len(infos) == 1, infos  # the refused tries are one outage, one resume
+    assert infos[0].cause.startswith("UNAVAILABLE") and infos[0].outage_s > 1.0
+
+
+async def test_a_first_call_refused_for_capacity_waits_for_a_seat_as_long_as_asked(
+    make_server,
+) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, max_streams=1)
+    pcm = utterances(2)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    holder, held = await hold_the_only_seat(server)
+    try:
+        # seat_wait_s=0: the refusal at once, as the server said it
+        with pytest.raises(StreamClosedError) as err:
+            await run_stream(server.port, pcm, speed=None, resume=ResumePolicy(seat_wait_s=0))
+        assert refused(server) == 1
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "limit of 1" in err.value.details
+        assert not isinstance(err.value, ResumeError)
+        # waiting up to 0.5 s for a seat that never frees: the same refusal, later
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(StreamClosedError) as err:
+            await run_stream(server.port, pcm, speed=None, resume=ResumePolicy(seat_wait_s=0.5))
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert asyncio.get_running_loop().time() - started > 0.5
+        assert refused(server) > 2
+
+        async def free_the_seat() -> None:
+            await asyncio.sleep(1.0)
+            held.cancel()
+
+        infos: list[ResumeInfo] = []
+        got = await run_stream(
+            server.port,
+            pcm,
+            speed=None,
+            resume=ResumePolicy(seat_wait_s=10),
+            on_resume=infos.append,
+            during=free_the_seat,
+        )
+    finally:
+        await holder.close()
+    assert finals(got) == finals(reference)
+    assert infos == []  # getting a first seat is not a resume
+
+
+async def test_refusals_without_end_give_up_in_bounded_time(make_server) -> None:  # type: ignore[no-untyped-def]
+    """Every replica left refuses: the stream fails within give_up_after_s (plus one backoff),
+    not after endless tries."""
+    first = await serve_fake(make_server)
+    full = await serve_fake(make_server, max_streams=1)
+    proxy = await FaultProxy(first.port).start()
+    holder, _held = await hold_the_only_seat(full)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(
+                audio_config(), resume=ResumePolicy(give_up_after_s=1.0, max_backoff_s=0.2)
+            )
+            async with stream:
+                await stream.send_audio((tone(1.0) * 32767).astype("<i2").tobytes())
+                events = stream.__aiter__()
+                await anext(events)  # carried by the first replica
+                proxy.upstream_port = full.port
+                proxy.cut()
+                broke = asyncio.get_running_loop().time()
+                with pytest.raises(ResumeError) as err:
+                    async for _ in events:
+                        pass
+                took = asyncio.get_running_loop().time() - broke
+    finally:
+        await proxy.close()
+        await holder.close()
+    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "could not resume the stream within 1 s" in err.value.details
+    assert 1.0 < took < 5.0, took
+    assert refused(full) >= 3
+
+
 async def test_errors_about_the_stream_itself_are_not_resumed(make_server) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server, idle_timeout_s=0.3)
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
@@ -317,3 +443,24 @@ async def test_the_file_command_resumes_and_says_so(make_server, tmp_path, capsy
         await proxy.close()
     assert code == 2
     assert "error: UNAVAILABLE" in capsys.readouterr().err
+
+
+async def test_a_replay_cancelled_before_it_ran_frees_the_writer(make_server) -> None:  # type: ignore[no-untyped-def]
+    """Two breaks in a row: the second resume cancels the first one's replay task before
+    the loop ever ran it. The caller's next write must still go through."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        stream = client.stream(audio_config(), resume=ResumePolicy())
+        async with stream:
+            await stream.send_audio(bytes(3200))
+            resumable = stream  # type: ignore[assignment]
+            cut = StreamClosedError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+            await resumable._resume(cut)  # type: ignore[attr-defined]
+            # as if the new call had been admitted and cut at once: no backoff, so the
+            # first replay task has not run when the second resume cancels it
+            resumable._outage_since = None  # type: ignore[attr-defined]
+            await resumable._resume(cut)  # type: ignore[attr-defined]
+            await asyncio.wait_for(stream.send_audio(bytes(3200)), 5)
+            await stream.end()
+            async for _ in stream:
+                pass

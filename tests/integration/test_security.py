@@ -20,7 +20,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
 from asr_server.log import StreamIdFilter
 from asr_server.transport.auth import hash_token, new_token
-from tests.helpers import eventually, final_text, serve_fake, speech_pcm, stream_audio
+from tests.helpers import eventually, final_text, sample, serve_fake, speech_pcm, stream_audio
 from tests.pki import SERVER_NAME, Pki
 
 EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
@@ -49,10 +49,6 @@ def token_file(folder: Path, *names: str) -> tuple[Path, dict[str, str]]:
     path = folder / "tokens"
     path.write_text("\n".join(lines) + "\n")
     return path, tokens
-
-
-def sample(server, name: str, **labels: str) -> float | None:  # type: ignore[no-untyped-def]
-    return server.metrics.registry.get_sample_value(name, labels)
 
 
 async def call_status(options: ConnectionOptions, config: bool = True) -> grpc.StatusCode:

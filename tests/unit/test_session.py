@@ -302,3 +302,39 @@ async def test_previous_finals_become_context_when_enabled() -> None:
     await h.run(chunks(pcm16(audio)), interim=False)
     prompts = [c[0].prompt for c in h.engine.calls]
     assert prompts == ["", "w0 w1 w2 w3"]
+
+
+def assert_settled_never_runs_ahead(h: Harness) -> None:
+    """Progress.settled_s is a promise: no final sent later starts before it."""
+    sent = list(zip(h.events, h.progress, strict=True))
+    for i, (_, progress) in enumerate(sent):
+        for later, _ in sent[i + 1 :]:
+            if isinstance(later, RecognitionResult) and later.is_final:
+                assert later.start_s >= progress.settled_s - 1e-9, (progress, later)
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+async def test_settled_time_never_passes_an_unfinished_utterance(channels: int) -> None:
+    # short utterances, pauses, and a 25 s utterance split twice at the 10 s limit: after a
+    # split the rest goes on under the next id with no SPEECH_STARTED, and must stay unsettled
+    mono = np.concatenate(
+        [silence(1.0), tone(1.5), silence(3.0), tone(25.0), silence(2.0), tone(0.6), silence(4.0)]
+    )
+    audio = np.stack([mono, np.roll(mono, 8000)], axis=1)[:, :channels].reshape(-1)
+    h = Harness()
+    events = await h.run(
+        chunks(pcm16(audio), 3200 * channels), channels=channels, max_utterance_ms=10_000
+    )
+    finals = results(events, final=True)
+    assert len(finals) >= 5 * channels
+    assert_settled_never_runs_ahead(h)
+    settled = [p.settled_s for p in h.progress]
+    # it moves on: in the pauses it comes within the pre-roll window of what was processed,
+    # and the last response (all audio accounted for) settles everything
+    lead = [p.audio_processed_s - p.settled_s for p in h.progress if p.audio_processed_s > 2.5]
+    assert min(lead) < 0.8, lead
+    assert settled[-1] == pytest.approx(len(mono) / SR)
+    # the long utterance (speech from 5.5 s, 0.3 s pre-roll) is cut at 15.2 s and 25.2 s:
+    # while its second part is open, nothing past that part's start is settled
+    during = [p.settled_s for p in h.progress if 16 < p.audio_processed_s < 25]
+    assert during and 5.1 < min(during) and max(during) < 15.3, during
