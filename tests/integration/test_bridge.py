@@ -66,11 +66,20 @@ async def test_speech_becomes_partials_finals_and_a_clean_close(make_server, mak
 async def test_openai_realtime_event_shape(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)
+    pcm = speech_pcm(2.0).tobytes()
+    speech, silence = pcm[: 2 * 16_000 * 2], pcm[2 * 16_000 * 2 :]
     async with connect(ws_url(bridge, "?events=openai")) as ws:
         await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
-        await send_pcm(ws, speech_pcm(2.0).tobytes())
+        await send_pcm(ws, speech)
+        # the silence that ends the utterance follows the first delta: sent at once, a
+        # loaded machine could finish the final before any partial and the test would
+        # see no delta to check
+        events: list[dict[str, Any]] = []
+        while not any(e["type"].endswith("transcription.delta") for e in events):
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        await send_pcm(ws, silence)
         await ws.send(json.dumps({"type": "stop"}))
-        events = await events_until_close(ws)
+        events += await events_until_close(ws)
     kinds = [e["type"] for e in events]
     assert kinds[0] == "transcription_session.created"
     assert "input_audio_buffer.speech_started" in kinds

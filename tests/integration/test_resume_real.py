@@ -1,8 +1,7 @@
 """Stream resume with real speech and the real tiny.en in a real server process: a stream
 cut ten times at random points by a fault-injecting proxy. Its finals must equal those of
-the same recording streamed once without trouble: none missing, none doubled. (The
-rolling-restart and SIGKILL drills behind nginx and Envoy are in tests/drills: they still
-fail intermittently, see there.)
+the same recording streamed once without trouble: none missing, none doubled. (Rolling
+restarts and SIGKILL behind nginx and Envoy: test_cluster_resume.py.)
 
 Finals only (``interim_results=False``): a final depends on the utterance's audio alone,
 while partials depend on timing, so two clean runs would not give identical partials.
@@ -113,6 +112,10 @@ _reference: list[Final] = []
 
 @pytest.fixture
 async def reference(pcm: np.ndarray) -> list[Final]:
+    return await reference_finals(pcm)
+
+
+async def reference_finals(pcm: np.ndarray) -> list[Final]:
     """The recording's finals from a clean, unpaced run against a fresh replica; made once,
     on a test's own event loop (grpc.aio must not be used from a second loop)."""
     if not _reference:
