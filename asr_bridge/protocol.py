@@ -55,6 +55,7 @@ class ProtocolError(ValueError):
 class Start:
     sample_rate: int
     language: str = ""
+    languages: tuple[str, ...] = ()  # detection chooses among these
     interim_results: bool = True
     silence_ms: int = 0
     hotwords: tuple[str, ...] = ()
@@ -123,9 +124,13 @@ def _parse_start(m: dict[str, Any]) -> Start:
     hotwords = m.get("hotwords", [])
     if not isinstance(hotwords, list) or not all(isinstance(h, str) for h in hotwords):
         raise ProtocolError('"hotwords" must be a list of strings')
+    languages = m.get("languages", [])
+    if not isinstance(languages, list) or not all(isinstance(c, str) for c in languages):
+        raise ProtocolError('"languages" must be a list of language codes, e.g. ["de", "fr"]')
     return Start(
         sample_rate=rate,
         language=_typed(m, "language", str, ""),
+        languages=tuple(languages),
         interim_results=_typed(m, "interim_results", bool, True),
         silence_ms=_typed(m, "silence_ms", int, 0),
         hotwords=tuple(hotwords),
@@ -148,6 +153,7 @@ def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
             encoding=asr_pb2.AudioFormat.LINEAR16, sample_rate_hz=start.sample_rate, channels=1
         ),
         language=start.language,
+        languages=list(start.languages),
         interim_results=start.interim_results,
         endpointing=asr_pb2.EndpointingConfig(silence_ms=start.silence_ms),
         hotwords=list(start.hotwords),
@@ -232,6 +238,8 @@ class StreamasrEvents:
         }
         if r.is_final:
             event["language"] = r.language
+            if r.language_probability:
+                event["language_probability"] = round(r.language_probability, 3)
             if r.words:
                 event["words"] = [
                     {

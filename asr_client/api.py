@@ -40,6 +40,7 @@ def audio_config(
     encoding: Encoding = "LINEAR16",
     channels: int = 1,
     language: str = "",
+    languages: Sequence[str] = (),
     interim_results: bool = True,
     silence_ms: int = 0,
     max_utterance_ms: int = 0,
@@ -56,6 +57,7 @@ def audio_config(
             channels=channels,
         ),
         language=language,
+        languages=list(languages),
         interim_results=interim_results,
         endpointing=asr_pb2.EndpointingConfig(
             silence_ms=silence_ms, max_utterance_ms=max_utterance_ms

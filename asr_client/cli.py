@@ -61,6 +61,13 @@ def _chunk_ms(text: str) -> int:
     return value
 
 
+def _language_list(text: str) -> tuple[str, ...]:
+    codes = tuple(c.strip().lower() for c in text.split(",") if c.strip())
+    if not codes:
+        raise argparse.ArgumentTypeError("give language codes separated by commas, e.g. de,fr")
+    return codes
+
+
 def _rate(text: str) -> int:
     value = int(text)
     if not 8000 <= value <= 48000:
@@ -79,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     add_connection_arguments(common, default_target=DEFAULT_SERVER)
     common.add_argument("--language", default="", help="language code such as en (default: detect)")
+    common.add_argument(
+        "--languages",
+        type=_language_list,
+        default=(),
+        metavar="CODES",
+        help="detect only among these, e.g. de,fr,it (default: any the model knows)",
+    )
     common.add_argument(
         "--word-timestamps", action="store_true", help="per-word times on final results"
     )
@@ -298,6 +312,7 @@ def streaming_config(
         sample_rate_hz=sample_rate_hz,
         channels=channels,
         language=args.language,
+        languages=args.languages,
         interim_results=not args.no_interim,
         silence_ms=args.silence_ms,
         hotwords=args.hotword,
@@ -348,6 +363,7 @@ async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: 
         sample_rate_hz=audio.sample_rate_hz,
         channels=audio.channels,
         language=args.language,
+        languages=args.languages,
         interim_results=False,
         word_timestamps=args.word_timestamps,
     )

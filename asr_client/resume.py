@@ -212,6 +212,7 @@ class ResumableStream:
         self._final_until = [0.0] * channels
         self._next_utterance = [0] * channels
         self._last_final = [""] * channels
+        self._language = [""] * channels  # of the last final: the language the channel keeps
         self._speaking = [False] * channels
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
         self._processed_s = 0.0
@@ -336,6 +337,7 @@ class ResumableStream:
             else:
                 self._final_until[ch] = max(self._final_until[ch], r.end_s)
                 self._last_final[ch] = r.text
+                self._language[ch] = r.language
                 if r.utterance_id >= self._open_utterance[ch]:
                     self._speaking[ch] = False
         elif kind == "going_away":
@@ -507,6 +509,7 @@ class ResumableStream:
                         next_utterance_id=self._next_utterance[c],
                         final_until_s=self._final_until[c],
                         previous_text=self._last_final[c][-1000:],
+                        language=self._language[c],
                     )
                     for c in range(len(self._final_until))
                 ],

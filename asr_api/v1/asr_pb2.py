@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x61sr_api/v1/asr.proto\x12\x06\x61sr.v1\"\xbd\x01\n\x0b\x41udioFormat\x12.\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x1c.asr.v1.AudioFormat.Encoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\x10\n\x08\x63hannels\x18\x03 \x01(\r\"T\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\x0b\n\x07\x46LOAT32\x10\x02\x12\t\n\x05MULAW\x10\x03\x12\x08\n\x04\x41LAW\x10\x04\"A\n\x11\x45ndpointingConfig\x12\x12\n\nsilence_ms\x18\x01 \x01(\r\x12\x18\n\x10max_utterance_ms\x18\x02 \x01(\r\"\x87\x02\n\x0fStreamingConfig\x12#\n\x06\x66ormat\x18\x01 \x01(\x0b\x32\x13.asr.v1.AudioFormat\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12.\n\x0b\x65ndpointing\x18\x04 \x01(\x0b\x32\x19.asr.v1.EndpointingConfig\x12\x10\n\x08hotwords\x18\x05 \x03(\t\x12\x16\n\x0einitial_prompt\x18\x06 \x01(\t\x12\x17\n\x0fword_timestamps\x18\x07 \x01(\x08\x12\r\n\x05model\x18\x08 \x01(\t\x12\"\n\x06resume\x18\t \x01(\x0b\x32\x12.asr.v1.ResumeFrom\"b\n\nResumeFrom\x12\x17\n\x0fstream_offset_s\x18\x01 \x01(\x01\x12\'\n\x08\x63hannels\x18\x02 \x03(\x0b\x32\x15.asr.v1.ChannelResume\x12\x12\n\nsession_id\x18\x03 \x01(\t\"X\n\rChannelResume\x12\x19\n\x11next_utterance_id\x18\x01 \x01(\x04\x12\x15\n\rfinal_until_s\x18\x02 \x01(\x01\x12\x15\n\rprevious_text\x18\x03 \x01(\t\"/\n\tGoingAway\x12\x12\n\ndeadline_s\x18\x01 \x01(\x01\x12\x0e\n\x06reason\x18\x02 \x01(\t\"a\n\x07\x43ontrol\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.asr.v1.Control.Action\".\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46INALIZE\x10\x01\"\x86\x01\n\x19StreamingRecognizeRequest\x12)\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.asr.v1.StreamingConfigH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\"\n\x07\x63ontrol\x18\x03 \x01(\x0b\x32\x0f.asr.v1.ControlH\x00\x42\t\n\x07request\"\xb2\x01\n\x0bSpeechEvent\x12&\n\x04type\x18\x01 \x01(\x0e\x32\x18.asr.v1.SpeechEvent.Type\x12\x10\n\x08offset_s\x18\x02 \x01(\x01\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\r\x12\x14\n\x0cutterance_id\x18\x04 \x01(\x04\"B\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPEECH_STARTED\x10\x01\x12\x10\n\x0cSPEECH_ENDED\x10\x02\"I\n\x04Word\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\x0f\n\x07start_s\x18\x02 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x03 \x01(\x01\x12\x13\n\x0bprobability\x18\x04 \x01(\x02\"\xdd\x01\n\x06Result\x12\x10\n\x08is_final\x18\x01 \x01(\x08\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x0f\n\x07start_s\x18\x04 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x05 \x01(\x01\x12\x14\n\x0cutterance_id\x18\x06 \x01(\x04\x12\x0f\n\x07\x63hannel\x18\x07 \x01(\r\x12\x10\n\x08language\x18\x08 \x01(\t\x12\x1b\n\x05words\x18\t \x03(\x0b\x32\x0c.asr.v1.Word\x12\x13\n\x0bstable_text\x18\n \x01(\t\x12\x15\n\runstable_text\x18\x0b \x01(\t\"t\n\x08Progress\x12\x18\n\x10\x61udio_received_s\x18\x01 \x01(\x01\x12\x19\n\x11\x61udio_processed_s\x18\x02 \x01(\x01\x12\r\n\x05lag_s\x18\x03 \x01(\x01\x12\x16\n\tsettled_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_settled_s\"\xc1\x01\n\x1aStreamingRecognizeResponse\x12+\n\x0cspeech_event\x18\x01 \x01(\x0b\x32\x13.asr.v1.SpeechEventH\x00\x12 \n\x06result\x18\x02 \x01(\x0b\x32\x0e.asr.v1.ResultH\x00\x12\'\n\ngoing_away\x18\x04 \x01(\x0b\x32\x11.asr.v1.GoingAwayH\x00\x12\"\n\x08progress\x18\x03 \x01(\x0b\x32\x10.asr.v1.ProgressB\x07\n\x05\x65vent\"J\n\x10RecognizeRequest\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.asr.v1.StreamingConfig\x12\r\n\x05\x61udio\x18\x02 \x01(\x0c\"H\n\x11RecognizeResponse\x12\x1f\n\x07results\x18\x01 \x03(\x0b\x32\x0e.asr.v1.Result\x12\x12\n\nduration_s\x18\x02 \x01(\x01\x32\xaf\x01\n\nRecognizer\x12_\n\x12StreamingRecognize\x12!.asr.v1.StreamingRecognizeRequest\x1a\".asr.v1.StreamingRecognizeResponse(\x01\x30\x01\x12@\n\tRecognize\x12\x18.asr.v1.RecognizeRequest\x1a\x19.asr.v1.RecognizeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14\x61sr_api/v1/asr.proto\x12\x06\x61sr.v1\"\xbd\x01\n\x0b\x41udioFormat\x12.\n\x08\x65ncoding\x18\x01 \x01(\x0e\x32\x1c.asr.v1.AudioFormat.Encoding\x12\x16\n\x0esample_rate_hz\x18\x02 \x01(\r\x12\x10\n\x08\x63hannels\x18\x03 \x01(\r\"T\n\x08\x45ncoding\x12\x18\n\x14\x45NCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\x0b\n\x07\x46LOAT32\x10\x02\x12\t\n\x05MULAW\x10\x03\x12\x08\n\x04\x41LAW\x10\x04\"A\n\x11\x45ndpointingConfig\x12\x12\n\nsilence_ms\x18\x01 \x01(\r\x12\x18\n\x10max_utterance_ms\x18\x02 \x01(\r\"\x9a\x02\n\x0fStreamingConfig\x12#\n\x06\x66ormat\x18\x01 \x01(\x0b\x32\x13.asr.v1.AudioFormat\x12\x10\n\x08language\x18\x02 \x01(\t\x12\x17\n\x0finterim_results\x18\x03 \x01(\x08\x12.\n\x0b\x65ndpointing\x18\x04 \x01(\x0b\x32\x19.asr.v1.EndpointingConfig\x12\x10\n\x08hotwords\x18\x05 \x03(\t\x12\x16\n\x0einitial_prompt\x18\x06 \x01(\t\x12\x17\n\x0fword_timestamps\x18\x07 \x01(\x08\x12\r\n\x05model\x18\x08 \x01(\t\x12\"\n\x06resume\x18\t \x01(\x0b\x32\x12.asr.v1.ResumeFrom\x12\x11\n\tlanguages\x18\n \x03(\t\"b\n\nResumeFrom\x12\x17\n\x0fstream_offset_s\x18\x01 \x01(\x01\x12\'\n\x08\x63hannels\x18\x02 \x03(\x0b\x32\x15.asr.v1.ChannelResume\x12\x12\n\nsession_id\x18\x03 \x01(\t\"j\n\rChannelResume\x12\x19\n\x11next_utterance_id\x18\x01 \x01(\x04\x12\x15\n\rfinal_until_s\x18\x02 \x01(\x01\x12\x15\n\rprevious_text\x18\x03 \x01(\t\x12\x10\n\x08language\x18\x04 \x01(\t\"/\n\tGoingAway\x12\x12\n\ndeadline_s\x18\x01 \x01(\x01\x12\x0e\n\x06reason\x18\x02 \x01(\t\"a\n\x07\x43ontrol\x12&\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32\x16.asr.v1.Control.Action\".\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x46INALIZE\x10\x01\"\x86\x01\n\x19StreamingRecognizeRequest\x12)\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.asr.v1.StreamingConfigH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\"\n\x07\x63ontrol\x18\x03 \x01(\x0b\x32\x0f.asr.v1.ControlH\x00\x42\t\n\x07request\"\xb2\x01\n\x0bSpeechEvent\x12&\n\x04type\x18\x01 \x01(\x0e\x32\x18.asr.v1.SpeechEvent.Type\x12\x10\n\x08offset_s\x18\x02 \x01(\x01\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\r\x12\x14\n\x0cutterance_id\x18\x04 \x01(\x04\"B\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0eSPEECH_STARTED\x10\x01\x12\x10\n\x0cSPEECH_ENDED\x10\x02\"I\n\x04Word\x12\x0c\n\x04word\x18\x01 \x01(\t\x12\x0f\n\x07start_s\x18\x02 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x03 \x01(\x01\x12\x13\n\x0bprobability\x18\x04 \x01(\x02\"\xfb\x01\n\x06Result\x12\x10\n\x08is_final\x18\x01 \x01(\x08\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\tstability\x18\x03 \x01(\x02\x12\x0f\n\x07start_s\x18\x04 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x05 \x01(\x01\x12\x14\n\x0cutterance_id\x18\x06 \x01(\x04\x12\x0f\n\x07\x63hannel\x18\x07 \x01(\r\x12\x10\n\x08language\x18\x08 \x01(\t\x12\x1b\n\x05words\x18\t \x03(\x0b\x32\x0c.asr.v1.Word\x12\x13\n\x0bstable_text\x18\n \x01(\t\x12\x15\n\runstable_text\x18\x0b \x01(\t\x12\x1c\n\x14language_probability\x18\x0c \x01(\x02\"t\n\x08Progress\x12\x18\n\x10\x61udio_received_s\x18\x01 \x01(\x01\x12\x19\n\x11\x61udio_processed_s\x18\x02 \x01(\x01\x12\r\n\x05lag_s\x18\x03 \x01(\x01\x12\x16\n\tsettled_s\x18\x04 \x01(\x01H\x00\x88\x01\x01\x42\x0c\n\n_settled_s\"\xc1\x01\n\x1aStreamingRecognizeResponse\x12+\n\x0cspeech_event\x18\x01 \x01(\x0b\x32\x13.asr.v1.SpeechEventH\x00\x12 \n\x06result\x18\x02 \x01(\x0b\x32\x0e.asr.v1.ResultH\x00\x12\'\n\ngoing_away\x18\x04 \x01(\x0b\x32\x11.asr.v1.GoingAwayH\x00\x12\"\n\x08progress\x18\x03 \x01(\x0b\x32\x10.asr.v1.ProgressB\x07\n\x05\x65vent\"J\n\x10RecognizeRequest\x12\'\n\x06\x63onfig\x18\x01 \x01(\x0b\x32\x17.asr.v1.StreamingConfig\x12\r\n\x05\x61udio\x18\x02 \x01(\x0c\"H\n\x11RecognizeResponse\x12\x1f\n\x07results\x18\x01 \x03(\x0b\x32\x0e.asr.v1.Result\x12\x12\n\nduration_s\x18\x02 \x01(\x01\x32\xaf\x01\n\nRecognizer\x12_\n\x12StreamingRecognize\x12!.asr.v1.StreamingRecognizeRequest\x1a\".asr.v1.StreamingRecognizeResponse(\x01\x30\x01\x12@\n\tRecognize\x12\x18.asr.v1.RecognizeRequest\x1a\x19.asr.v1.RecognizeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,35 +38,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENDPOINTINGCONFIG']._serialized_start=224
   _globals['_ENDPOINTINGCONFIG']._serialized_end=289
   _globals['_STREAMINGCONFIG']._serialized_start=292
-  _globals['_STREAMINGCONFIG']._serialized_end=555
-  _globals['_RESUMEFROM']._serialized_start=557
-  _globals['_RESUMEFROM']._serialized_end=655
-  _globals['_CHANNELRESUME']._serialized_start=657
-  _globals['_CHANNELRESUME']._serialized_end=745
-  _globals['_GOINGAWAY']._serialized_start=747
-  _globals['_GOINGAWAY']._serialized_end=794
-  _globals['_CONTROL']._serialized_start=796
-  _globals['_CONTROL']._serialized_end=893
-  _globals['_CONTROL_ACTION']._serialized_start=847
-  _globals['_CONTROL_ACTION']._serialized_end=893
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=896
-  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=1030
-  _globals['_SPEECHEVENT']._serialized_start=1033
-  _globals['_SPEECHEVENT']._serialized_end=1211
-  _globals['_SPEECHEVENT_TYPE']._serialized_start=1145
-  _globals['_SPEECHEVENT_TYPE']._serialized_end=1211
-  _globals['_WORD']._serialized_start=1213
-  _globals['_WORD']._serialized_end=1286
-  _globals['_RESULT']._serialized_start=1289
-  _globals['_RESULT']._serialized_end=1510
-  _globals['_PROGRESS']._serialized_start=1512
-  _globals['_PROGRESS']._serialized_end=1628
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=1631
-  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=1824
-  _globals['_RECOGNIZEREQUEST']._serialized_start=1826
-  _globals['_RECOGNIZEREQUEST']._serialized_end=1900
-  _globals['_RECOGNIZERESPONSE']._serialized_start=1902
-  _globals['_RECOGNIZERESPONSE']._serialized_end=1974
-  _globals['_RECOGNIZER']._serialized_start=1977
-  _globals['_RECOGNIZER']._serialized_end=2152
+  _globals['_STREAMINGCONFIG']._serialized_end=574
+  _globals['_RESUMEFROM']._serialized_start=576
+  _globals['_RESUMEFROM']._serialized_end=674
+  _globals['_CHANNELRESUME']._serialized_start=676
+  _globals['_CHANNELRESUME']._serialized_end=782
+  _globals['_GOINGAWAY']._serialized_start=784
+  _globals['_GOINGAWAY']._serialized_end=831
+  _globals['_CONTROL']._serialized_start=833
+  _globals['_CONTROL']._serialized_end=930
+  _globals['_CONTROL_ACTION']._serialized_start=884
+  _globals['_CONTROL_ACTION']._serialized_end=930
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_start=933
+  _globals['_STREAMINGRECOGNIZEREQUEST']._serialized_end=1067
+  _globals['_SPEECHEVENT']._serialized_start=1070
+  _globals['_SPEECHEVENT']._serialized_end=1248
+  _globals['_SPEECHEVENT_TYPE']._serialized_start=1182
+  _globals['_SPEECHEVENT_TYPE']._serialized_end=1248
+  _globals['_WORD']._serialized_start=1250
+  _globals['_WORD']._serialized_end=1323
+  _globals['_RESULT']._serialized_start=1326
+  _globals['_RESULT']._serialized_end=1577
+  _globals['_PROGRESS']._serialized_start=1579
+  _globals['_PROGRESS']._serialized_end=1695
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_start=1698
+  _globals['_STREAMINGRECOGNIZERESPONSE']._serialized_end=1891
+  _globals['_RECOGNIZEREQUEST']._serialized_start=1893
+  _globals['_RECOGNIZEREQUEST']._serialized_end=1967
+  _globals['_RECOGNIZERESPONSE']._serialized_start=1969
+  _globals['_RECOGNIZERESPONSE']._serialized_end=2041
+  _globals['_RECOGNIZER']._serialized_start=2044
+  _globals['_RECOGNIZER']._serialized_end=2219
 # @@protoc_insertion_point(module_scope)

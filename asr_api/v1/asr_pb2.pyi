@@ -38,7 +38,7 @@ class EndpointingConfig(_message.Message):
     def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingConfig(_message.Message):
-    __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume")
+    __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume", "languages")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     INTERIM_RESULTS_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +48,7 @@ class StreamingConfig(_message.Message):
     WORD_TIMESTAMPS_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     RESUME_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGES_FIELD_NUMBER: _ClassVar[int]
     format: AudioFormat
     language: str
     interim_results: bool
@@ -57,7 +58,8 @@ class StreamingConfig(_message.Message):
     word_timestamps: bool
     model: str
     resume: ResumeFrom
-    def __init__(self, format: _Optional[_Union[AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., hotwords: _Optional[_Iterable[str]] = ..., initial_prompt: _Optional[str] = ..., word_timestamps: _Optional[bool] = ..., model: _Optional[str] = ..., resume: _Optional[_Union[ResumeFrom, _Mapping]] = ...) -> None: ...
+    languages: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, format: _Optional[_Union[AudioFormat, _Mapping]] = ..., language: _Optional[str] = ..., interim_results: _Optional[bool] = ..., endpointing: _Optional[_Union[EndpointingConfig, _Mapping]] = ..., hotwords: _Optional[_Iterable[str]] = ..., initial_prompt: _Optional[str] = ..., word_timestamps: _Optional[bool] = ..., model: _Optional[str] = ..., resume: _Optional[_Union[ResumeFrom, _Mapping]] = ..., languages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ResumeFrom(_message.Message):
     __slots__ = ("stream_offset_s", "channels", "session_id")
@@ -70,14 +72,16 @@ class ResumeFrom(_message.Message):
     def __init__(self, stream_offset_s: _Optional[float] = ..., channels: _Optional[_Iterable[_Union[ChannelResume, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ChannelResume(_message.Message):
-    __slots__ = ("next_utterance_id", "final_until_s", "previous_text")
+    __slots__ = ("next_utterance_id", "final_until_s", "previous_text", "language")
     NEXT_UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     FINAL_UNTIL_S_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     next_utterance_id: int
     final_until_s: float
     previous_text: str
-    def __init__(self, next_utterance_id: _Optional[int] = ..., final_until_s: _Optional[float] = ..., previous_text: _Optional[str] = ...) -> None: ...
+    language: str
+    def __init__(self, next_utterance_id: _Optional[int] = ..., final_until_s: _Optional[float] = ..., previous_text: _Optional[str] = ..., language: _Optional[str] = ...) -> None: ...
 
 class GoingAway(_message.Message):
     __slots__ = ("deadline_s", "reason")
@@ -142,7 +146,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text")
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability")
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +158,7 @@ class Result(_message.Message):
     WORDS_FIELD_NUMBER: _ClassVar[int]
     STABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
     UNSTABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     is_final: bool
     text: str
     stability: float
@@ -165,7 +170,8 @@ class Result(_message.Message):
     words: _containers.RepeatedCompositeFieldContainer[Word]
     stable_text: str
     unstable_text: str
-    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ...) -> None: ...
+    language_probability: float
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")

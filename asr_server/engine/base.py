@@ -22,6 +22,10 @@ class DecodeRequest:
     audio: np.ndarray  # float32, 16 kHz, mono
     kind: DecodeKind
     language: str | None = None  # None = detect
+    #: detection chooses among these (empty: any language the model knows)
+    languages: tuple[str, ...] = ()
+    #: report detection scores (Hypothesis.language_scores) even when ``language`` is set
+    detect: bool = False
     #: preceding context (initial prompt, hotwords); conditions but is not output
     prompt: str = ""
     #: text already committed for this audio; decoding continues after it and it is kept verbatim
@@ -46,6 +50,9 @@ class Hypothesis:
     avg_logprob: float = 0.0
     #: the decoder judged this to be non-speech or a hallucination; text is empty then
     rejected: bool = False
+    #: (language, probability), most likely first, over the request's allowed languages;
+    #: empty when nothing was detected
+    language_scores: tuple[tuple[str, float], ...] = ()
 
 
 class Engine(Protocol):

@@ -120,7 +120,7 @@ class WhisperEngine:
             raise ValueError(f"batch of {len(requests)} exceeds {self.max_batch_size}")
         features, frames = self._features(requests)
         encoded = self._ct2.encode(self._storage.from_array(features), to_cpu=False)
-        languages = self._languages(requests, encoded)
+        languages, scores = self._languages(requests, encoded)
         tokenizers = [self._tokenizer(lang) for lang in languages]
         prompts, prefixes = zip(
             *(self._prompt(r, tok) for r, tok in zip(requests, tokenizers, strict=True)),
@@ -151,7 +151,8 @@ class WhisperEngine:
                 results[i] = res
                 tokens[i] = list(res.sequences_ids[0])
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):
-            hyps[i] = self._hypothesis(req, res, tokens[i], len(prefixes[i]), tok, languages[i])
+            hyp = self._hypothesis(req, res, tokens[i], len(prefixes[i]), tok, languages[i])
+            hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames)
         return [h for h in hyps if h is not None]
@@ -168,17 +169,23 @@ class WhisperEngine:
             batch[i, :, :n] = m[:, :n]
         return batch, frames
 
-    def _languages(self, requests: Sequence[DecodeRequest], encoded: object) -> list[str]:
+    def _languages(
+        self, requests: Sequence[DecodeRequest], encoded: object
+    ) -> tuple[list[str], list[tuple[tuple[str, float], ...]]]:
+        """Each request's language (its own, or the most likely allowed one) and, where
+        detection ran, the allowed languages' probabilities (renormalized over them)."""
+        none: list[tuple[tuple[str, float], ...]] = [()] * len(requests)
         if not self.is_multilingual:
-            return ["en"] * len(requests)
+            return ["en"] * len(requests), none
         langs = [r.language or "" for r in requests]
-        if all(langs):
-            return langs
+        if all(langs) and not any(r.detect for r in requests):
+            return langs, none
         detected = self._ct2.detect_language(encoded)
-        return [
-            lang or detected[i][0][0][2:-2]  # tokens look like <|en|>
-            for i, lang in enumerate(langs)
+        scores = [
+            allowed_scores(detected[i], r.languages) if not langs[i] or r.detect else ()
+            for i, r in enumerate(requests)
         ]
+        return [lang or s[0][0] for lang, s in zip(langs, scores, strict=True)], scores
 
     def _tokenizer(self, language: str):  # type: ignore[no-untyped-def]
         from faster_whisper.tokenizer import Tokenizer
@@ -310,3 +317,18 @@ class WhisperEngine:
             # the text may have lost a trimmed repetition: keep the timings it still has
             timings = timings[: len(h.text.split())]
             hyps[i] = dataclasses.replace(h, words=timings)
+
+
+def allowed_scores(
+    detected: Sequence[tuple[str, float]], allowed: Sequence[str], top: int = 5
+) -> tuple[tuple[str, float], ...]:
+    """CTranslate2's detection (``("<|es|>", p)`` pairs, most likely first) restricted to the
+    ``allowed`` languages (all when empty) and renormalized over them; the ``top`` first."""
+    pairs = [(token[2:-2], float(p)) for token, p in detected]  # tokens look like <|en|>
+    if allowed:
+        wanted = set(allowed)
+        pairs = [(lang, p) for lang, p in pairs if lang in wanted]
+    total = sum(p for _, p in pairs)
+    if not pairs or total <= 0:
+        return ((allowed[0], 1.0),) if allowed else (("en", 1.0),)
+    return tuple((lang, p / total) for lang, p in pairs[:top])

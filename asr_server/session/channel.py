@@ -17,6 +17,7 @@ is dropped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -27,6 +28,7 @@ from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
+from asr_server.session.language import LanguageTracker
 from asr_server.session.types import (
     ChannelStart,
     OutEvent,
@@ -113,6 +115,8 @@ class ChannelRecognizer:
             self._remember(start.previous_text)
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
+        kept = start.language if start.language in (config.languages or (start.language,)) else ""
+        self.language = LanguageTracker(config.language, kept=kept or None)
         self._utt: _Utterance | None = None
         # see settled_sample: the start of an utterance whose final is being decoded, and
         # the endpointer's bound as of the last events this channel finished handling
@@ -244,13 +248,19 @@ class ChannelRecognizer:
             utt.samples_since_partial = 0
             self._request_partial(utt)
 
-    def _final_request(self, utt: _Utterance, end_sample: int | None = None) -> DecodeRequest:
+    def _final_request(
+        self, utt: _Utterance, end_sample: int | None = None, language: str | None = None
+    ) -> DecodeRequest:
+        """The final's decode; ``language``: again in that language, without the partials'
+        committed text (it was decoded in another one)."""
         return DecodeRequest(
             utt.audio.snapshot(end_sample),
             DecodeKind.FINAL,
-            language=self.config.language,
+            language=language or self.language.decode_language(),
+            languages=self.config.languages,
+            detect=language is None and self.language.detecting,
             prompt=self._prompt(),
-            prefix=utt.agreement.committed_text,
+            prefix="" if language else utt.agreement.committed_text,
             word_timestamps=self.config.word_timestamps,
         )
 
@@ -329,7 +339,23 @@ class ChannelRecognizer:
             utt.drop_speculation()
             hyp = await self.scheduler.decode(self._final_request(utt))
         if hyp is not None:
+            hyp = await self._in_stream_language(utt, hyp)
+        if hyp is not None:
             await self._emit_final(utt, hyp)
+
+    async def _in_stream_language(self, utt: _Utterance, hyp: Hypothesis) -> Hypothesis | None:
+        """The final in the language the stream keeps: detection on this final updates
+        it (language.py); a final decoded in another language is decoded again."""
+        scores = hyp.language_scores
+        language = self.language.final_language(scores, len(utt.audio) / SAMPLE_RATE)
+        if language is not None and language != hyp.language:
+            again = await self.scheduler.decode(self._final_request(utt, language=language))
+            if again is None:
+                return None
+            hyp = again
+        if not scores:
+            return hyp
+        return dataclasses.replace(hyp, language_scores=scores)
 
     async def _emit_final(self, utt: _Utterance, hyp: Hypothesis) -> None:
         utt.finalizing = True
@@ -358,6 +384,7 @@ class ChannelRecognizer:
                 utterance_id=utt.utterance_id,
                 channel=self.channel,
                 language=hyp.language,
+                language_probability=LanguageTracker.probability(hyp.language_scores, hyp.language),
                 words=words,
             )
         )
@@ -373,7 +400,8 @@ class ChannelRecognizer:
         request = DecodeRequest(
             utt.audio.snapshot(),
             DecodeKind.PARTIAL,
-            language=self.config.language,
+            language=self.language.decode_language(),
+            languages=self.config.languages,
             prompt=self._prompt(),
             prefix=utt.agreement.committed_text,
             word_timestamps=near_limit,

@@ -17,6 +17,8 @@ class ChannelStart:
     #: has its finals on the client: it is heard as silence
     mute_until_sample: int = 0
     previous_text: str = ""
+    #: the language the stream had kept ("" = detect again)
+    language: str = ""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,8 @@ class ResumeState:
 class StreamConfig:
     format: AudioFormat
     language: str | None = None  # None = detect
+    #: detection chooses among these (empty: any language the model knows)
+    languages: tuple[str, ...] = ()
     interim_results: bool = True
     silence_ms: int = 500
     max_utterance_ms: int = 15_000
@@ -73,6 +77,8 @@ class RecognitionResult:
     channel: int
     language: str
     words: list[WordTiming] = field(default_factory=list)  # stream time
+    #: detection's probability of ``language`` for this utterance (0: not detected)
+    language_probability: float = 0.0
 
     @property
     def text(self) -> str:

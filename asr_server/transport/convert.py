@@ -73,6 +73,12 @@ def stream_config_from_proto(
             f"config.language {_quote(msg.language)} is not supported by model {model_name!r} "
             f"(use {allowed}, or leave empty to detect)"
         )
+    allowed_languages = _allowed_languages(msg, languages, model_name)
+    if language is not None and allowed_languages and language not in allowed_languages:
+        raise AsrError.invalid(
+            f"config.language {_quote(msg.language)} is not among config.languages "
+            f"({', '.join(allowed_languages)})"
+        )
     vad = settings.vad
     silence = msg.endpointing.silence_ms or vad.silence_ms
     max_utt = msg.endpointing.max_utterance_ms or vad.max_utterance_ms
@@ -89,6 +95,7 @@ def stream_config_from_proto(
     return StreamConfig(
         format=fmt,
         language=language,
+        languages=allowed_languages,
         interim_results=msg.interim_results,
         silence_ms=silence,
         max_utterance_ms=max_utt,
@@ -117,6 +124,31 @@ def _check_prompt(msg: asr_pb2.StreamingConfig, settings: Settings) -> None:
             )
 
 
+#: more candidates than this is no longer a short list (Whisper knows about 100 languages)
+MAX_ALLOWED_LANGUAGES = 20
+
+
+def _allowed_languages(
+    msg: asr_pb2.StreamingConfig, languages: frozenset[str] | None, model_name: str
+) -> tuple[str, ...]:
+    if len(msg.languages) > MAX_ALLOWED_LANGUAGES:
+        raise AsrError.invalid(
+            f"config.languages has {len(msg.languages)} entries; at most "
+            f"{MAX_ALLOWED_LANGUAGES} (leave it empty to allow every language)"
+        )
+    allowed: list[str] = []
+    for code in msg.languages:
+        lang = code.strip().lower()
+        if languages is not None and lang not in languages:
+            raise AsrError.invalid(
+                f"config.languages has {_quote(code)}, which model {model_name!r} does not "
+                "know (use Whisper language codes such as en, de, es)"
+            )
+        if lang not in allowed:
+            allowed.append(lang)
+    return tuple(allowed)
+
+
 def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2.Result:
     """``offset_s``: stream time of the connection's first sample (a resumed stream)."""
     return asr_pb2.Result(
@@ -128,6 +160,7 @@ def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2
         utterance_id=result.utterance_id,
         channel=result.channel,
         language=result.language,
+        language_probability=result.language_probability,
         words=[
             asr_pb2.Word(
                 word=w.word,

@@ -13,6 +13,7 @@ from asr_server.settings import Settings
 #: utterance ids stay exact in a JSON number (the bridge and browsers read them)
 MAX_UTTERANCE_ID = 2**53
 MAX_SESSION_ID_CHARS = 128
+MAX_LANGUAGE_CHARS = 16
 
 
 def resume_from_proto(
@@ -43,8 +44,14 @@ def resume_from_proto(
                 f"config.resume.channels[{i}].previous_text is longer than "
                 f"{settings.streaming.max_prompt_chars} characters"
             )
+        language = c.language.strip().lower()
+        if len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum():
+            if language:
+                raise AsrError.invalid(f"config.resume.channels[{i}].language is not a language")
         mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
         channels.append(
-            ChannelStart(c.next_utterance_id, round(mute_s * SAMPLE_RATE), c.previous_text)
+            ChannelStart(
+                c.next_utterance_id, round(mute_s * SAMPLE_RATE), c.previous_text, language
+            )
         )
     return ResumeState(r.stream_offset_s, tuple(channels), r.session_id)

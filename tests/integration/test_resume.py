@@ -464,3 +464,24 @@ async def test_a_replay_cancelled_before_it_ran_frees_the_writer(make_server) ->
             await stream.end()
             async for _ in stream:
                 pass
+
+
+async def test_a_resumed_stream_keeps_each_channels_language() -> None:
+    """The client sends each channel's language (its last final's) in the resume; the
+    server's channel starts with it kept, so detection does not start over."""
+    from asr_server.audio.decode import AudioFormat, Encoding
+    from asr_server.session.language import LanguageTracker
+    from asr_server.settings import Settings
+    from asr_server.transport.resume import resume_from_proto
+
+    async with AsrClient("127.0.0.1:1") as client:
+        stream = client.stream(audio_config(channels=2), resume=ResumePolicy())
+        final = asr_pb2.Result(is_final=True, text="hola", language="es", channel=1, end_s=2.0)
+        stream._observe(asr_pb2.StreamingRecognizeResponse(result=final))  # type: ignore[attr-defined]
+        config = stream._resume_config(0.96)  # type: ignore[attr-defined]
+        stream.cancel()
+    assert [c.language for c in config.resume.channels] == ["", "es"]
+    state = resume_from_proto(config, AudioFormat(Encoding.LINEAR16, RATE, 2), Settings())
+    assert state is not None
+    assert [c.language for c in state.channels] == ["", "es"]
+    assert LanguageTracker(kept=state.channels[1].language).decode_language() == "es"

@@ -28,14 +28,21 @@ from asr_bridge.protocol import (
 def test_start_message_becomes_a_linear16_mono_config() -> None:
     start = parse_text(
         json.dumps(
-            {"type": "start", "sample_rate": 48000, "language": "en", "hotwords": ["Kubernetes"]}
+            {
+                "type": "start",
+                "sample_rate": 48000,
+                "language": "en",
+                "languages": ["en", "de"],
+                "hotwords": ["Kubernetes"],
+            }
         )
     )
-    assert start == Start(48000, language="en", hotwords=("Kubernetes",))
+    assert start == Start(48000, language="en", languages=("en", "de"), hotwords=("Kubernetes",))
     config = streaming_config(start)  # type: ignore[arg-type]
     assert config.format.encoding == asr_pb2.AudioFormat.LINEAR16
     assert (config.format.sample_rate_hz, config.format.channels) == (48000, 1)
     assert config.interim_results and list(config.hotwords) == ["Kubernetes"]
+    assert list(config.languages) == ["en", "de"]
 
 
 @pytest.mark.parametrize(
@@ -50,6 +57,7 @@ def test_start_message_becomes_a_linear16_mono_config() -> None:
         ('{"type": "start", "sample_rate": 16000, "silence_ms": true}', "silence_ms"),
         ('{"type": "start", "sample_rate": 16000, "events": "grpc"}', "events"),
         ('{"type": "start", "sample_rate": 16000, "hotwords": "a"}', "hotwords"),
+        ('{"type": "start", "sample_rate": 16000, "languages": "de,fr"}', "languages"),
         ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "base64"),
     ],
 )

