@@ -36,6 +36,8 @@ RECORDINGS = {
     "ru": "deepspeech_ru",  # three finals
     "zh": "triton_zh_long",
 }
+#: every other non-English recording base knows (Estonian it does not)
+MORE = [("zh", "aishell_BAC009S0724W0121"), ("zh", "triton_zh_mid")]
 
 
 def pcm16k(rid: str) -> np.ndarray:
@@ -83,7 +85,7 @@ def offline() -> dict[str, str]:
     path = resolve_model("base", Settings().engine.cache_dir).path_or_id
     model = WhisperModel(path, device="cpu", compute_type="int8")
     out = {}
-    for rid in RECORDINGS.values():
+    for _, rid in [*RECORDINGS.items(), *MORE]:
         segments, _ = model.transcribe(pcm16k(rid).astype(np.float32) / 32768)
         out[rid] = " ".join(s.text.strip() for s in segments)
     return out
@@ -93,7 +95,7 @@ async def test_each_stream_keeps_its_language_and_matches_offline(
     base: RunningServer, offline: dict[str, str]
 ) -> None:
     report = []
-    for language, rid in RECORDINGS.items():
+    for language, rid in [*RECORDINGS.items(), *MORE]:
         got = await finals(base.port, pcm16k(rid))
         assert got, rid
         assert [r.language for r in got] == [language] * len(got), (rid, got)
@@ -105,7 +107,7 @@ async def test_each_stream_keeps_its_language_and_matches_offline(
         assert streamed <= by_offline + 1, (rid, [r.text for r in got], offline[rid])
     print("language, finals, edits streaming, edits offline:", report)
     # the recordings cut at pauses really were several utterances that could have flipped
-    assert sum(n for _, n, _, _ in report) >= len(RECORDINGS) + 3
+    assert sum(n for _, n, _, _ in report) >= len(report) + 3
 
 
 @pytest.mark.parametrize(
