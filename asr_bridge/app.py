@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +31,7 @@ from asr_bridge.protocol import (
     EVENT_SHAPES,
     MAX_FRAME_BYTES,
     SUBPROTOCOL,
+    Event,
     EventShape,
     close_code_for,
     close_reason,
@@ -68,6 +69,10 @@ class BridgeConfig:
             raise ValueError(f"max_sessions must be at least 1, got {self.max_sessions}")
 
 
+#: serves one admitted session of a protocol: (socket, client, session id, metrics, config)
+ServeSession = Callable[[WebSocket, AsrClient, str, BridgeMetrics, "BridgeConfig"], Awaitable[None]]
+
+
 @dataclass
 class _State:
     config: BridgeConfig
@@ -99,7 +104,13 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
     async def metrics_text(_request: Request) -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def websocket(ws: WebSocket) -> None:
+    async def admit(
+        ws: WebSocket, errors: Callable[[str, str], list[Event]], subprotocol: str | None
+    ) -> str | None:
+        """The gates every WebSocket protocol shares: Origin (refused on the handshake),
+        token and session limit (told after accepting, so the client can read why: a
+        refused handshake is only "1006" to page scripts). A new session id, or None when
+        refused; the caller must ``release`` it. No gRPC stream has been opened."""
         origin = ws.headers.get("origin")
         if not origins.allows(origin, ws.headers.get("host"), ws.url.scheme):
             metrics.refused("origin")
@@ -109,40 +120,64 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
                 (origin or "")[:200],
             )
             await _deny(ws)
-            return
+            return None
         offered = ws.scope.get("subprotocols", [])
-        await ws.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-        shape = ws.query_params.get("events")
-        query_shape: EventShape | None = shape if shape in EVENT_SHAPES else None  # type: ignore[assignment]
-        # The token and the limit are told after accepting, so the browser can read why: a
-        # refused handshake is only "1006" to page scripts. No gRPC stream has been opened.
-        if not token_ok(config.token, presented_token(ws.query_params, offered)):
+        await ws.accept(subprotocol=subprotocol if subprotocol in offered else None)
+        if not token_ok(config.token, presented_token(ws.query_params, offered, ws.headers)):
             metrics.refused("token")
-            await _refuse(ws, query_shape, "UNAUTHENTICATED", "missing or wrong token")
-            return
+            await _refuse(ws, errors, "UNAUTHENTICATED", "missing or wrong token")
+            return None
         # No await between the check and the add: two sockets cannot both take the last slot.
         if len(state.sessions) >= config.max_sessions:
             metrics.refused("capacity")
             await _refuse(
                 ws,
-                query_shape,
+                errors,
                 "RESOURCE_EXHAUSTED",
                 f"the bridge is at its limit of {config.max_sessions} sessions; try again later",
             )
-            return
-        assert state.client is not None
+            return None
         session_id = secrets.token_hex(6)
         state.sessions.add(session_id)
         metrics.sessions.inc()
         metrics.active_sessions.inc()
         logger.info("session %s: opened from %s", session_id, _peer(ws))
+        return session_id
+
+    def release(session_id: str) -> None:
+        state.sessions.discard(session_id)
+        metrics.active_sessions.dec()
+
+    async def websocket(ws: WebSocket) -> None:
+        shape = ws.query_params.get("events")
+        query_shape: EventShape | None = shape if shape in EVENT_SHAPES else None  # type: ignore[assignment]
+        session_id = await admit(ws, event_writer(query_shape or "streamasr").error, SUBPROTOCOL)
+        if session_id is None:
+            return
+        assert state.client is not None
         try:
             await BridgeSession(
                 ws, state.client, session_id, metrics, query_shape, config.start_timeout_s
             ).run()
         finally:
-            state.sessions.discard(session_id)
-            metrics.active_sessions.dec()
+            release(session_id)
+
+    def protocol(
+        serve: ServeSession, errors: Callable[[str, str], list[Event]], subprotocol: str | None
+    ) -> Callable[[WebSocket], Awaitable[None]]:
+        """A WebSocket endpoint for a protocol module: the shared gates, then ``serve``."""
+
+        async def endpoint(ws: WebSocket) -> None:
+            session_id = await admit(ws, errors, subprotocol)
+            if session_id is None:
+                return
+            assert state.client is not None
+            try:
+                await serve(ws, state.client, session_id, metrics, config)
+            finally:
+                release(session_id)
+
+        return endpoint
 
     return Starlette(
         routes=[
@@ -164,11 +199,13 @@ async def _deny(ws: WebSocket) -> None:
         await ws.close()
 
 
-async def _refuse(ws: WebSocket, shape: EventShape | None, code: str, message: str) -> None:
+async def _refuse(
+    ws: WebSocket, errors: Callable[[str, str], list[Event]], code: str, message: str
+) -> None:
     """An accepted socket that gets no session: an error event, then the matching close."""
     logger.info("refused a session from %s: %s", _peer(ws), message)
     with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
-        for event in event_writer(shape or "streamasr").error(code, message):
+        for event in errors(code, message):
             await ws.send_json(event)
         await ws.close(close_code_for(code), close_reason(f"{code}: {message}"))
 

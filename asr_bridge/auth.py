@@ -2,7 +2,10 @@
 
 Browsers cannot set headers on a WebSocket, so the token travels either as a
 subprotocol (``bearer.<token>`` beside ``streamasr.v1``; not logged by proxies) or as
-the ``token`` query parameter (easy, but query strings end up in access logs).
+the ``token`` query parameter (easy, but query strings end up in access logs). Server-side
+SDKs of the hosted APIs the bridge stands in for send it as a header instead:
+``Authorization: Bearer <token>`` (OpenAI) or ``Authorization: Token <token>`` (Deepgram);
+OpenAI's browser client uses the subprotocol ``openai-insecure-api-key.<token>``.
 """
 
 from __future__ import annotations
@@ -11,13 +14,25 @@ import hmac
 from collections.abc import Mapping, Sequence
 
 BEARER_PREFIX = "bearer."
+OPENAI_KEY_PREFIX = "openai-insecure-api-key."
+_AUTH_SCHEMES = ("bearer", "token")
 
 
-def presented_token(query: Mapping[str, str], subprotocols: Sequence[str]) -> str | None:
-    """The token the client offered, if any (a subprotocol wins over the query)."""
+def presented_token(
+    query: Mapping[str, str],
+    subprotocols: Sequence[str],
+    headers: Mapping[str, str] | None = None,
+) -> str | None:
+    """The token the client offered, if any: the Authorization header, else a subprotocol,
+    else the query."""
+    authorization = (headers or {}).get("authorization", "")
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() in _AUTH_SCHEMES and value.strip():
+        return value.strip()
     for proto in subprotocols:
-        if proto.startswith(BEARER_PREFIX):
-            return proto[len(BEARER_PREFIX) :]
+        for prefix in (BEARER_PREFIX, OPENAI_KEY_PREFIX):
+            if proto.startswith(prefix):
+                return proto[len(prefix) :]
     return query.get("token")
 
 

@@ -64,3 +64,15 @@ def test_a_list_replaces_same_origin_and_star_allows_any() -> None:
 def test_an_origin_that_cannot_match_is_a_config_error(bad: str) -> None:
     with pytest.raises(OriginConfigError, match="--allowed-origin"):
         OriginPolicy.from_list([bad])
+
+
+def test_the_token_is_read_from_every_place_a_client_may_put_it() -> None:
+    from asr_bridge.auth import presented_token
+
+    assert presented_token({}, [], {"authorization": "Bearer abc"}) == "abc"  # OpenAI SDKs
+    assert presented_token({}, [], {"authorization": "Token abc"}) == "abc"  # Deepgram SDKs
+    assert presented_token({}, ["openai-insecure-api-key.abc"]) == "abc"  # OpenAI in a browser
+    assert presented_token({}, ["streamasr.v1", "bearer.abc"]) == "abc"
+    assert presented_token({"token": "abc"}, []) == "abc"
+    assert presented_token({"token": "q"}, [], {"authorization": "Basic x"}) == "q"
+    assert presented_token({}, [], {"authorization": "Bearer "}) is None
