@@ -24,6 +24,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from asr_bridge import realtime_session
 from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.origin import OriginPolicy
@@ -185,6 +186,11 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             Route("/healthz", healthz),
             Route("/metrics", metrics_text),
             WebSocketRoute("/ws", websocket),
+            # OpenAI Realtime transcription sessions (the official SDKs' base URL + /realtime)
+            WebSocketRoute(
+                "/v1/realtime",
+                protocol(realtime_session.serve, realtime_session.errors, "realtime"),
+            ),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         lifespan=lifespan,

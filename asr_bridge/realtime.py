@@ -1,0 +1,479 @@
+"""OpenAI Realtime transcription sessions, the protocol: client events in, server events out.
+
+Pure (no I/O), like protocol.py; realtime_session.py runs a session with it. What a
+transcription session of OpenAI's Realtime API (``/v1/realtime?intent=transcription``)
+defines, mapped onto one streamasr stream:
+
+* the session: ``session.update`` (GA shape: ``session.audio.input.{format, transcription,
+  turn_detection, noise_reduction}``) or ``transcription_session.update`` (the beta shape:
+  ``input_audio_format``, ``input_audio_transcription``, ``turn_detection``,
+  ``input_audio_noise_reduction``), answered by ``session.updated`` or
+  ``transcription_session.updated`` with the whole effective session;
+* audio: ``input_audio_buffer.append`` (base64; pcm16 24 kHz mono, or G.711 μ-law/A-law
+  8 kHz), ``.commit`` (ends the current utterance now), ``.clear`` (drops what was
+  appended and not yet committed);
+* out: ``input_audio_buffer.speech_started/stopped/committed``,
+  ``conversation.item.input_audio_transcription.delta`` (append-only: only text that
+  became stable) and ``.completed``, and ``error`` in the documented shape.
+
+What is accepted but has no effect here, and what is refused, is in docs/compat.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from asr_api.v1 import asr_pb2
+
+Event = dict[str, Any]
+
+#: (our encoding, sample rate, bytes per sample) of each format name, GA and beta
+FORMATS: dict[str, tuple[str, int, int]] = {
+    "audio/pcm": ("LINEAR16", 24_000, 2),
+    "audio/pcmu": ("MULAW", 8_000, 1),
+    "audio/pcma": ("ALAW", 8_000, 1),
+    "pcm16": ("LINEAR16", 24_000, 2),
+    "g711_ulaw": ("MULAW", 8_000, 1),
+    "g711_alaw": ("ALAW", 8_000, 1),
+}
+_BETA_FORMAT = {"audio/pcm": "pcm16", "audio/pcmu": "g711_ulaw", "audio/pcma": "g711_alaw"}
+_GA_FORMAT = {beta: ga for ga, beta in _BETA_FORMAT.items()}
+
+#: server_vad's silence_duration_ms is our silence_ms; its range is ours
+MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10_000
+#: turn_detection null: the client commits; the server only ends an utterance on long silence
+MANUAL_SILENCE_MS = MAX_SILENCE_MS
+DEFAULT_TRANSCRIPTION_MODEL = "whisper-1"
+#: how much earlier than its stream time a commit or clear takes effect on the server: the
+#: resampler's delay (about 20 ms) plus the voice detector's unfinished frame (up to 32 ms)
+CUT_SLACK_S = 0.1
+
+
+class RealtimeError(ValueError):
+    """A client event the session cannot take: an ``error`` event; the session goes on."""
+
+    def __init__(self, message: str, *, code: str = "invalid_value", param: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
+@dataclass
+class TranscriptionSession:
+    """The effective session, kept in the GA shape; ``to_beta`` renders the beta one."""
+
+    format: str = "audio/pcm"
+    model: str = DEFAULT_TRANSCRIPTION_MODEL
+    language: str = ""
+    languages: list[str] = field(default_factory=list)
+    prompt: str = ""
+    keywords: list[str] = field(default_factory=list)
+    #: None = turn detection off (the client commits); else the server_vad settings
+    turn_detection: dict[str, Any] | None = field(
+        default_factory=lambda: {
+            "type": "server_vad",
+            "threshold": 0.5,
+            "prefix_padding_ms": 300,
+            "silence_duration_ms": 500,
+        }
+    )
+    noise_reduction: dict[str, Any] | None = None
+    include: list[str] | None = None
+
+    # -- what the stream gets ------------------------------------------------------------
+
+    @property
+    def encoding(self) -> str:
+        return FORMATS[self.format][0]
+
+    @property
+    def sample_rate(self) -> int:
+        return FORMATS[self.format][1]
+
+    @property
+    def frame_bytes(self) -> int:
+        return FORMATS[self.format][2]
+
+    @property
+    def server_vad(self) -> bool:
+        return self.turn_detection is not None
+
+    def streaming_config(self) -> asr_pb2.StreamingConfig:
+        silence = (
+            int(self.turn_detection.get("silence_duration_ms") or 500)
+            if self.turn_detection is not None
+            else MANUAL_SILENCE_MS
+        )
+        prompt = self.prompt.strip()
+        return asr_pb2.StreamingConfig(
+            format=asr_pb2.AudioFormat(
+                encoding=self.encoding, sample_rate_hz=self.sample_rate, channels=1
+            ),
+            language=self.language,
+            languages=self.languages,
+            interim_results=True,
+            endpointing=asr_pb2.EndpointingConfig(silence_ms=silence),
+            hotwords=self.keywords,
+            initial_prompt=prompt,
+        )
+
+    # -- updates -------------------------------------------------------------------------
+
+    def update_ga(self, session: Any) -> None:
+        """Apply a ``session.update``'s session (only the fields present change)."""
+        _expect(session, dict, "session")
+        kind = session.get("type", "transcription")
+        if kind != "transcription":
+            raise RealtimeError(
+                f"session.type {kind!r} is not served here: this endpoint transcribes "
+                '(use "type": "transcription")',
+                param="session.type",
+            )
+        audio = _expect(session.get("audio", {}), dict, "session.audio")
+        given = _expect(audio.get("input", {}), dict, "session.audio.input")
+        if "format" in given:
+            fmt = _expect(given["format"], dict, "session.audio.input.format")
+            name = fmt.get("type", "audio/pcm")
+            self._set_format(name, "session.audio.input.format.type")
+            if name == "audio/pcm" and fmt.get("rate", 24_000) != 24_000:
+                raise RealtimeError(
+                    "audio/pcm is 24000 Hz in this API", param="session.audio.input.format.rate"
+                )
+        if "transcription" in given:
+            self._set_transcription(given["transcription"], "session.audio.input.transcription")
+        if "turn_detection" in given:
+            self._set_turn_detection(given["turn_detection"], "session.audio.input.turn_detection")
+        if "noise_reduction" in given:
+            self.noise_reduction = _noise_reduction(
+                given["noise_reduction"], "session.audio.input.noise_reduction"
+            )
+        if "include" in session:
+            self.include = _string_list(session["include"], "session.include")
+
+    def update_beta(self, session: Any) -> None:
+        """Apply a ``transcription_session.update``'s session (the beta field names)."""
+        _expect(session, dict, "session")
+        if "input_audio_format" in session:
+            self._set_format(session["input_audio_format"], "session.input_audio_format")
+        if "input_audio_transcription" in session:
+            self._set_transcription(
+                session["input_audio_transcription"], "session.input_audio_transcription"
+            )
+        if "turn_detection" in session:
+            self._set_turn_detection(session["turn_detection"], "session.turn_detection")
+        if "input_audio_noise_reduction" in session:
+            self.noise_reduction = _noise_reduction(
+                session["input_audio_noise_reduction"], "session.input_audio_noise_reduction"
+            )
+        if "include" in session:
+            self.include = _string_list(session["include"], "session.include")
+
+    def _set_format(self, name: Any, param: str) -> None:
+        if name not in FORMATS:
+            raise RealtimeError(
+                f"unsupported audio format {name!r}: use audio/pcm (pcm16, 24 kHz), "
+                "audio/pcmu (g711_ulaw) or audio/pcma (g711_alaw)",
+                param=param,
+            )
+        self.format = _GA_FORMAT.get(name, name)
+
+    def _set_transcription(self, value: Any, param: str) -> None:
+        if value is None:
+            raise RealtimeError(
+                "transcription cannot be turned off in a transcription session", param=param
+            )
+        _expect(value, dict, param)
+        if "model" in value:
+            self.model = str(value["model"] or DEFAULT_TRANSCRIPTION_MODEL)
+        if "language" in value:
+            self.language = _expect(value["language"] or "", str, f"{param}.language")
+        if "languages" in value:
+            self.languages = _string_list(value["languages"] or [], f"{param}.languages")
+        if "prompt" in value:
+            self.prompt = _expect(value["prompt"] or "", str, f"{param}.prompt")
+        if "keywords" in value:
+            self.keywords = _string_list(value["keywords"] or [], f"{param}.keywords")
+
+    def _set_turn_detection(self, value: Any, param: str) -> None:
+        if value is None:
+            self.turn_detection = None
+            return
+        _expect(value, dict, param)
+        kind = value.get("type", "server_vad")
+        if kind != "server_vad":
+            raise RealtimeError(
+                f"turn_detection type {kind!r} is not supported here: use server_vad, or null "
+                "to commit turns yourself",
+                param=f"{param}.type",
+            )
+        merged = dict(self.turn_detection or {})
+        merged.update({k: v for k, v in value.items() if v is not None})
+        silence = merged.get("silence_duration_ms", 500)
+        if type(silence) is not int or not MIN_SILENCE_MS <= silence <= MAX_SILENCE_MS:
+            raise RealtimeError(
+                f"silence_duration_ms must be an integer from {MIN_SILENCE_MS} to "
+                f"{MAX_SILENCE_MS}, got {silence!r}",
+                param=f"{param}.silence_duration_ms",
+            )
+        threshold = merged.get("threshold", 0.5)
+        if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+            raise RealtimeError(
+                f"threshold must be from 0 to 1, got {threshold!r}", param=f"{param}.threshold"
+            )
+        merged["type"] = "server_vad"
+        self.turn_detection = merged
+
+    # -- what the client is told ---------------------------------------------------------
+
+    def to_ga(self, session_id: str) -> Event:
+        transcription: dict[str, Any] = {
+            "model": self.model,
+            "language": self.language or None,
+            "prompt": self.prompt,
+        }
+        if self.languages:
+            transcription["languages"] = self.languages
+        if self.keywords:
+            transcription["keywords"] = self.keywords
+        fmt: dict[str, Any] = {"type": self.format}
+        if self.format == "audio/pcm":
+            fmt["rate"] = 24_000
+        return {
+            "type": "transcription",
+            "object": "realtime.transcription_session",
+            "id": session_id,
+            "audio": {
+                "input": {
+                    "format": fmt,
+                    "transcription": transcription,
+                    "turn_detection": copy.deepcopy(self.turn_detection),
+                    "noise_reduction": copy.deepcopy(self.noise_reduction),
+                }
+            },
+            "include": self.include,
+        }
+
+    def to_beta(self, session_id: str) -> Event:
+        return {
+            "id": session_id,
+            "object": "realtime.transcription_session",
+            "input_audio_format": _BETA_FORMAT[self.format],
+            "input_audio_transcription": {
+                "model": self.model,
+                "language": self.language,
+                "prompt": self.prompt,
+            },
+            "turn_detection": copy.deepcopy(self.turn_detection),
+            "input_audio_noise_reduction": copy.deepcopy(self.noise_reduction),
+            "include": self.include,
+        }
+
+
+def _expect(value: Any, kind: type, param: str) -> Any:
+    if not isinstance(value, kind):
+        raise RealtimeError(f"{param} must be a {kind.__name__}, got {value!r}"[:300], param=param)
+    return value
+
+
+def _string_list(value: Any, param: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise RealtimeError(f"{param} must be a list of strings", param=param)
+    return list(value)
+
+
+def _noise_reduction(value: Any, param: str) -> dict[str, Any] | None:
+    """Accepted so that clients that ask for it work; there is no filter here (compat.md)."""
+    if value is None:
+        return None
+    _expect(value, dict, param)
+    kind = value.get("type")
+    if kind not in ("near_field", "far_field"):
+        raise RealtimeError(
+            f"noise_reduction type must be near_field or far_field, got {kind!r}",
+            param=f"{param}.type",
+        )
+    return {"type": kind}
+
+
+# -- client events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientEvent:
+    type: str
+    event_id: str | None
+    body: dict[str, Any]
+
+
+def parse_client_event(text: str) -> ClientEvent:
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RealtimeError(f"not JSON: {exc}", code="invalid_json") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise RealtimeError('an event must be a JSON object with a "type"', code="invalid_event")
+    event_id = message.get("event_id")
+    return ClientEvent(message["type"], event_id if isinstance(event_id, str) else None, message)
+
+
+def decode_audio(event: ClientEvent, frame_bytes: int) -> bytes:
+    audio = event.body.get("audio")
+    if not isinstance(audio, str):
+        raise RealtimeError('"audio" must be a base64 string', param="audio")
+    try:
+        data = base64.b64decode(audio, validate=True)
+    except binascii.Error:
+        raise RealtimeError('"audio" is not valid base64', param="audio") from None
+    if len(data) % frame_bytes:
+        raise RealtimeError(
+            f"audio of {len(data)} bytes is not whole {frame_bytes}-byte samples", param="audio"
+        )
+    return data
+
+
+# -- server events -------------------------------------------------------------------------
+
+
+@dataclass
+class ServerEvents:
+    """Numbered server events, and the results of a stream as transcription events."""
+
+    session_id: str
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+    _sent: dict[int, str] = field(default_factory=dict)  # stable text sent, per utterance
+    _started: dict[int, float] = field(default_factory=dict)  # utterance → start (s)
+    _previous_item: str | None = None
+    _committed: set[int] = field(default_factory=set)  # by the server's VAD
+    _committed_until_s: float = 0.0  # by the client: input_audio_buffer.commit
+    #: cleared stretches of stream time, and the utterances the VAD had committed then
+    _cleared: list[tuple[float, float, frozenset[int]]] = field(default_factory=list)
+
+    def commit(self, at_s: float) -> None:
+        """The client committed the buffer at stream time ``at_s``."""
+        self._committed_until_s = at_s
+
+    def clear(self, at_s: float) -> None:
+        """``input_audio_buffer.clear`` at stream time ``at_s``: audio appended since the last
+        commit produces nothing, unless the VAD had already committed its utterance."""
+        self._cleared.append((self._committed_until_s, at_s, frozenset(self._committed)))
+        self._committed_until_s = at_s
+
+    def _dropped(self, utterance_id: int, start_s: float) -> bool:
+        # a commit or clear takes effect a moment before its stream time (CUT_SLACK_S):
+        # both ends of the window move back by that
+        return any(
+            since - CUT_SLACK_S <= start_s < until - CUT_SLACK_S and utterance_id not in committed
+            for since, until, committed in self._cleared
+        )
+
+    def event(self, kind: str, **fields: Any) -> Event:
+        return {"event_id": f"event_{self.session_id}_{next(self._ids)}", "type": kind, **fields}
+
+    def item(self, utterance_id: int) -> str:
+        return f"item_{self.session_id}_{utterance_id}"
+
+    def error(
+        self,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+        event_id: str | None = None,
+    ) -> Event:
+        return self.event(
+            "error",
+            error={
+                "type": kind,
+                "code": code,
+                "message": message,
+                "param": param,
+                "event_id": event_id,
+            },
+        )
+
+    def response(
+        self, response: asr_pb2.StreamingRecognizeResponse, *, server_vad: bool
+    ) -> list[Event]:
+        if response.HasField("speech_event"):
+            return self._speech(response.speech_event, server_vad)
+        if response.HasField("result"):
+            return self._result(response.result)
+        return []
+
+    def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
+        item = self.item(e.utterance_id)
+        ms = round(e.offset_s * 1000)
+        if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+            self._started[e.utterance_id] = e.offset_s
+            if self._dropped(e.utterance_id, e.offset_s) or not server_vad:
+                return []
+            return [
+                self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item)
+            ]
+        if self._dropped(e.utterance_id, self._started.get(e.utterance_id, e.offset_s)):
+            return []
+        self._committed.add(e.utterance_id)
+        out = []
+        if server_vad:
+            out.append(
+                self.event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item)
+            )
+        out.append(
+            self.event(
+                "input_audio_buffer.committed", item_id=item, previous_item_id=self._previous_item
+            )
+        )
+        self._previous_item = item
+        return out
+
+    def _result(self, r: asr_pb2.Result) -> list[Event]:
+        if self._dropped(r.utterance_id, self._started.get(r.utterance_id, r.start_s)):
+            self._sent.pop(r.utterance_id, None)
+            return []
+        item = self.item(r.utterance_id)
+        if r.is_final:
+            self._sent.pop(r.utterance_id, None)
+            self._started.pop(r.utterance_id, None)
+            out = []
+            if r.utterance_id not in self._committed:
+                # an utterance cut at the length limit (or by the end of the audio) ends
+                # with no speech_stopped; its item is committed all the same
+                out.append(
+                    self.event(
+                        "input_audio_buffer.committed",
+                        item_id=item,
+                        previous_item_id=self._previous_item,
+                    )
+                )
+                self._previous_item = item
+            self._committed.discard(r.utterance_id)
+            return [
+                *out,
+                self.event(
+                    "conversation.item.input_audio_transcription.completed",
+                    item_id=item,
+                    content_index=0,
+                    transcript=r.text,
+                    logprobs=None,
+                    usage={"type": "duration", "seconds": round(max(0.0, r.end_s - r.start_s), 3)},
+                ),
+            ]
+        sent = self._sent.get(r.utterance_id, "")
+        if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
+            return []
+        self._sent[r.utterance_id] = r.stable_text
+        return [
+            self.event(
+                "conversation.item.input_audio_transcription.delta",
+                item_id=item,
+                content_index=0,
+                delta=r.stable_text[len(sent) :],
+            )
+        ]

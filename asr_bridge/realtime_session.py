@@ -1,0 +1,255 @@
+"""One OpenAI Realtime transcription session: a WebSocket on one side, a gRPC stream on the other.
+
+The protocol is realtime.py's. The session starts with ``session.created``; updates are
+taken until the first audio arrives, which opens the gRPC stream with the session's
+settings (a later change of format, language or turn detection is refused: it would need
+another stream). From then on, as in session.py, this task awaits each gRPC write before
+reading the next WebSocket message (the server's backpressure reaches the client's socket),
+and a second task turns the stream's responses into server events. Client mistakes are
+``error`` events and the session goes on, as OpenAI's do; a failure of the stream ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import grpc
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from asr_bridge.metrics import BridgeMetrics
+from asr_bridge.protocol import CLOSE_NORMAL, close_code_for, close_reason
+from asr_bridge.realtime import (
+    ClientEvent,
+    Event,
+    RealtimeError,
+    ServerEvents,
+    TranscriptionSession,
+    decode_audio,
+    parse_client_event,
+)
+from asr_client import AsrClient, RecognitionStream, StreamClosedError
+
+if TYPE_CHECKING:
+    from asr_bridge.app import BridgeConfig
+
+logger = logging.getLogger(__name__)
+
+#: the one client message that is not an event: at most this much JSON (base64 audio of
+#: 1 s of pcm16 at 24 kHz is 64 kB)
+MAX_EVENT_CHARS = 1 << 20
+
+
+class _ClientGone(Exception):
+    pass
+
+
+def errors(code: str, message: str) -> list[Event]:
+    """The gate's refusals (token, session limit) as a Realtime ``error`` event."""
+    kind = "invalid_request_error" if code == "UNAUTHENTICATED" else "server_error"
+    return [ServerEvents("refused").error(message, kind=kind, code=code.lower())]
+
+
+async def serve(
+    ws: WebSocket,
+    client: AsrClient,
+    session_id: str,
+    metrics: BridgeMetrics,
+    config: BridgeConfig,
+) -> None:
+    await RealtimeSession(ws, client, f"sess_{session_id}", metrics).run()
+
+
+@dataclass
+class RealtimeSession:
+    websocket: WebSocket
+    client: AsrClient
+    session_id: str
+    metrics: BridgeMetrics
+    settings: TranscriptionSession = field(default_factory=TranscriptionSession)
+    _stream: RecognitionStream | None = field(default=None, init=False)
+    _downstream: asyncio.Task[None] | None = field(default=None, init=False)
+    _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _sent_bytes: int = field(default=0, init=False)  # audio sent on the stream
+    _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
+
+    def __post_init__(self) -> None:
+        self.events = ServerEvents(self.session_id)
+
+    async def run(self) -> None:
+        logger.info("session %s: OpenAI Realtime transcription", self.session_id)
+        try:
+            await self._send(
+                [self.events.event("session.created", session=self.settings.to_ga(self.session_id))]
+            )
+            while True:
+                try:
+                    await self._handle(parse_client_event(await self._receive()))
+                except RealtimeError as exc:  # not an event at all
+                    await self._client_error(exc, None)
+        except _ClientGone:
+            logger.info("session %s: client went away", self.session_id)
+        finally:
+            if self._stream is not None:
+                self._stream.cancel()  # frees the server's stream
+            if self._downstream is not None:
+                self._downstream.cancel()
+                with contextlib.suppress(asyncio.CancelledError, _ClientGone):
+                    await self._downstream
+
+    async def _handle(self, event: ClientEvent) -> None:
+        try:
+            if event.type == "input_audio_buffer.append":
+                await self._append(decode_audio(event, self.settings.frame_bytes))
+            elif event.type in ("session.update", "transcription_session.update"):
+                await self._update(event)
+            elif event.type == "input_audio_buffer.commit":
+                await self._commit(event)
+            elif event.type == "input_audio_buffer.clear":
+                await self._clear()
+            else:
+                raise RealtimeError(
+                    f"unsupported event type {event.type!r} in a transcription session",
+                    code="invalid_event",
+                    param="type",
+                )
+        except RealtimeError as exc:
+            await self._client_error(exc, event.event_id)
+
+    async def _update(self, event: ClientEvent) -> None:
+        updated = TranscriptionSession(**vars(self.settings))
+        session = event.body.get("session")
+        if event.type == "session.update":
+            updated.update_ga(session)
+        else:
+            updated.update_beta(session)
+        if self._stream is not None and updated.streaming_config() != (
+            self.settings.streaming_config()
+        ):
+            raise RealtimeError(
+                "the audio format, transcription and turn detection settings can only change "
+                "before the first input_audio_buffer.append (open a new session instead)",
+                code="session_update_after_audio",
+                param="session",
+            )
+        self.settings = updated
+        if event.type == "session.update":
+            reply = self.events.event("session.updated", session=updated.to_ga(self.session_id))
+        else:
+            reply = self.events.event(
+                "transcription_session.updated", session=updated.to_beta(self.session_id)
+            )
+        await self._send([reply])
+
+    async def _append(self, audio: bytes) -> None:
+        if not audio:
+            return
+        if self._stream is None:
+            await self._open()
+        assert self._stream is not None
+        await self._stream.send_audio(audio)  # waits while the server pushes back
+        self._sent_bytes += len(audio)
+        self._uncommitted = True
+        self.metrics.audio_received.inc(len(audio))
+
+    async def _open(self) -> None:
+        config = self.settings.streaming_config()
+        stream = self.client.stream(config)
+        await stream.open()
+        self._stream = stream
+        self._downstream = asyncio.create_task(
+            self._relay(stream), name=f"realtime-down-{self.session_id}"
+        )
+        logger.info(
+            "session %s: stream opened (%s, %s)",
+            self.session_id,
+            self.settings.format,
+            "server_vad" if self.settings.server_vad else "manual turns",
+        )
+
+    async def _commit(self, event: ClientEvent) -> None:
+        if self._stream is None or not self._uncommitted:
+            raise RealtimeError(
+                "the input audio buffer is empty: append audio before committing",
+                code="input_audio_buffer_commit_empty",
+            )
+        await self._stream.finalize()  # the server ends the utterance here: committed
+        self.events.commit(self._stream_time_s())
+        self._uncommitted = False
+
+    async def _clear(self) -> None:
+        if self._stream is not None:
+            self.events.clear(self._stream_time_s())
+            await self._stream.finalize()  # what follows starts a new utterance
+        self._uncommitted = False
+        await self._send([self.events.event("input_audio_buffer.cleared")])
+
+    def _stream_time_s(self) -> float:
+        """Stream time of the end of the audio sent so far."""
+        return self._sent_bytes / self.settings.frame_bytes / self.settings.sample_rate
+
+    async def _relay(self, stream: RecognitionStream) -> None:
+        """Responses → server events; the stream's end or failure ends the session."""
+        try:
+            async for response in stream:
+                if response.HasField("progress"):
+                    self.metrics.server_lag.observe(response.progress.lag_s)
+                await self._send(
+                    self.events.response(response, server_vad=self.settings.server_vad)
+                )
+        except StreamClosedError as exc:
+            if exc.code == grpc.StatusCode.CANCELLED:
+                return
+            kind = "invalid_request_error" if exc.code.name in _CLIENT_FAULTS else "server_error"
+            logger.info("session %s: stream failed: %s", self.session_id, exc)
+            self.metrics.session_errors.labels(exc.code.name).inc()
+            with contextlib.suppress(_ClientGone):
+                await self._send(
+                    [self.events.error(exc.details, kind=kind, code=exc.code.name.lower())]
+                )
+            await self._close(close_code_for(exc.code.name), close_reason(str(exc)))
+            return
+        await self._close(CLOSE_NORMAL, "done")
+
+    async def _client_error(self, exc: RealtimeError, event_id: str | None) -> None:
+        logger.info("session %s: client error: %s", self.session_id, exc)
+        self.metrics.session_errors.labels("INVALID_ARGUMENT").inc()
+        await self._send(
+            [self.events.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)]
+        )
+
+    async def _receive(self) -> str:
+        message = await self.websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise _ClientGone
+        if message.get("bytes") is not None:
+            raise RealtimeError(
+                "binary messages are not part of this API: send input_audio_buffer.append "
+                "events with base64 audio",
+                code="invalid_event",
+            )
+        text = message.get("text") or ""
+        if len(text) > MAX_EVENT_CHARS:
+            raise RealtimeError(f"an event of over {MAX_EVENT_CHARS} characters", code="too_large")
+        return text
+
+    async def _send(self, events: list[Event]) -> None:
+        if not events:
+            return
+        try:
+            async with self._send_lock:
+                for event in events:
+                    await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            raise _ClientGone from None
+
+    async def _close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+            await self.websocket.close(code, reason)
+
+
+_CLIENT_FAULTS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"}

@@ -1,0 +1,332 @@
+"""asr-bridge as an OpenAI Realtime transcription endpoint (``/v1/realtime``).
+
+With the official ``openai`` package (pinned in the test extra), unmodified, pointed at the
+bridge by its base URL: a real recording through the real tiny.en, at 24 kHz pcm16 (the GA
+``session.update``) and as 8 kHz μ-law (the beta ``transcription_session.update``). With a
+plain WebSocket client and the fake engine: manual turns (commit, clear), every client
+mistake as an ``error`` event with the session going on, the key, and a client leaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+from openai import AsyncOpenAI
+from websockets.asyncio.client import ClientConnection, connect
+
+from asr_client.scoring import wer
+from asr_server.audio.g711 import mulaw_encode
+from tests.helpers import corpus, eventually, read_pcm16, serve_fake, silence, tone
+
+pytestmark = pytest.mark.timeout(180)
+
+KEY = "sk-test-not-a-real-key"
+RECORDING = "libri_1089-134686-0000"  # 10 s
+
+
+def resampled(pcm: np.ndarray, rate: int, to: int) -> np.ndarray:
+    audio = soxr.resample(pcm.astype(np.float32) / 32768, rate, to)
+    return (np.clip(audio, -1, 1) * 32767).astype("<i2")
+
+
+def recording(rate: int) -> tuple[np.ndarray, str]:
+    rec = corpus()[RECORDING]
+    pcm, sr = read_pcm16(rec.path)
+    speech = resampled(pcm[:, 0], sr, rate)
+    return np.concatenate([speech, np.zeros(rate, "<i2")]), rec.transcript  # 1 s of quiet after
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def check_sequence(events: list[Any]) -> dict[str, str]:
+    """The documented order per item; deltas only append; the transcripts by item."""
+    ids = [e.event_id for e in events]
+    assert len(set(ids)) == len(ids), "event ids repeat"
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["session.created", "session.updated"] or kinds[:2] == [
+        "session.created",
+        "transcription_session.updated",
+    ], kinds[:3]
+    seen: dict[str, list[str]] = defaultdict(list)
+    deltas: dict[str, str] = defaultdict(str)
+    done: dict[str, str] = {}
+    for e in events[2:]:
+        item = getattr(e, "item_id", None)
+        if item is None:
+            continue
+        seen[item].append(e.type)
+        if e.type.endswith("transcription.delta"):
+            deltas[item] += e.delta
+        if e.type.endswith("transcription.completed"):
+            done[item] = e.transcript
+            assert e.transcript.startswith(deltas[item]), (deltas[item], e.transcript)
+            assert e.usage.type == "duration" and e.usage.seconds > 0
+    for item, order in seen.items():
+        vad = [k.rsplit(".", 1)[-1] for k in order if k.startswith("input_audio_buffer.")]
+        assert vad == ["speech_started", "speech_stopped", "committed"], (item, order)
+        assert order[-1] == "conversation.item.input_audio_transcription.completed", order
+    return done
+
+
+async def transcribe_with_the_sdk(
+    port: int, session_event: str, session: dict[str, Any], audio: np.ndarray, chunk: int
+) -> list[Any]:
+    """The official client: update the session, append the audio at about 4x real time,
+    read events until every committed item is completed and the audio is all sent."""
+    client = AsyncOpenAI(api_key=KEY, base_url=f"http://127.0.0.1:{port}/v1")
+    events: list[Any] = []
+    async with client.realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        if session_event == "session.update":
+            await conn.session.update(session=session)  # type: ignore[arg-type]
+        else:  # the beta event has no helper in this SDK: sent as a raw event
+            await conn.send({"type": session_event, "session": session})  # type: ignore[arg-type]
+        sent = asyncio.Event()
+
+        async def send() -> None:
+            for i in range(0, len(audio), chunk):
+                await conn.input_audio_buffer.append(audio=b64(audio[i : i + chunk].tobytes()))
+                await asyncio.sleep(0.025)
+            sent.set()
+
+        sender = asyncio.create_task(send())
+        committed, completed = 0, 0
+        deadline = asyncio.get_running_loop().time() + 90
+        while not (sent.is_set() and completed and completed == committed):
+            try:  # short waits: the last item may be done before the last audio is sent
+                event = await asyncio.wait_for(conn.recv(), 1.0)
+            except TimeoutError:
+                assert asyncio.get_running_loop().time() < deadline, [e.type for e in events]
+                continue
+            events.append(event)
+            committed += event.type == "input_audio_buffer.committed"
+            completed += event.type.endswith("transcription.completed")
+        await sender
+    await client.close()
+    return events
+
+
+async def test_the_official_sdk_transcribes_a_recording(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()  # the real tiny.en
+    bridge = await make_bridge(server.port, token=KEY)
+    audio, reference = recording(24_000)
+    session = {
+        "type": "transcription",
+        "audio": {
+            "input": {
+                "format": {"type": "audio/pcm", "rate": 24_000},
+                "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
+                "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+                "noise_reduction": {"type": "near_field"},
+            }
+        },
+    }
+    events = await transcribe_with_the_sdk(bridge.port, "session.update", session, audio, 2400)
+    updated = events[1].session
+    assert updated.type == "transcription"
+    assert updated.audio.input.turn_detection.silence_duration_ms == 500
+    done = check_sequence(events)
+    assert done
+    assert any(e.type.endswith("transcription.delta") for e in events)
+    text = " ".join(done.values())
+    assert wer([reference], [text]) <= 0.15, text
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_phone_audio_with_the_beta_session_update(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    bridge = await make_bridge(server.port)
+    audio, reference = recording(8_000)
+    ulaw = np.frombuffer(mulaw_encode(audio), np.uint8)
+    session = {
+        "input_audio_format": "g711_ulaw",
+        "input_audio_transcription": {"model": "whisper-1", "language": "en"},
+        "turn_detection": {"type": "server_vad", "silence_duration_ms": 500},
+    }
+    events = await transcribe_with_the_sdk(
+        bridge.port, "transcription_session.update", session, ulaw, 800
+    )
+    assert events[1].type == "transcription_session.updated"
+    # an event this SDK has no model for comes as it was sent: the beta session's shape
+    session_back = events[1].session  # type: ignore[union-attr]
+    assert session_back["input_audio_format"] == "g711_ulaw"
+    assert session_back["turn_detection"]["silence_duration_ms"] == 500
+    done = check_sequence(events)
+    assert wer([reference], [" ".join(done.values())]) <= 0.25, done
+
+
+# -- the protocol with a plain WebSocket client and the fake engine --------------------------
+
+
+async def open_session(port: int, **headers: str) -> ClientConnection:
+    ws = await connect(
+        f"ws://127.0.0.1:{port}/v1/realtime?intent=transcription",
+        additional_headers={"Authorization": f"Bearer {KEY}", **headers},
+    )
+    created = json.loads(await ws.recv())
+    assert created["type"] == "session.created"
+    assert created["session"]["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    return ws
+
+
+async def send(ws: ClientConnection, kind: str, **fields: Any) -> None:
+    await ws.send(json.dumps({"type": kind, **fields}))
+
+
+async def next_of(ws: ClientConnection, *kinds: str) -> dict[str, Any]:
+    """The next event of one of ``kinds`` (others are skipped)."""
+    while True:
+        event = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        if event["type"] in kinds:
+            return event
+
+
+def pcm24(x: np.ndarray) -> bytes:
+    return resampled((x * 32767).astype(np.int16), 16_000, 24_000).tobytes()
+
+
+MANUAL = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
+
+
+async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "session.update", session=MANUAL)
+        updated = await next_of(ws, "session.updated")
+        assert updated["session"]["audio"]["input"]["turn_detection"] is None
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+        await send(ws, "input_audio_buffer.commit")
+        committed = await next_of(ws, "input_audio_buffer.committed", "error")
+        assert committed["type"] == "input_audio_buffer.committed"
+        completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert completed["transcript"] == "w0 w1 w2 w3"
+        assert completed["item_id"] == committed["item_id"]
+        # appended, then cleared: that audio never becomes a transcript
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(2.0))))
+        await send(ws, "input_audio_buffer.clear")
+        await next_of(ws, "input_audio_buffer.cleared")
+        await send(ws, "input_audio_buffer.commit", event_id="evt_empty")
+        error = await next_of(ws, "error")
+        assert error["error"]["code"] == "input_audio_buffer_commit_empty"
+        assert error["error"]["event_id"] == "evt_empty"
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(0.5))))
+        await send(ws, "input_audio_buffer.commit")
+        after = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert after["transcript"] == "w0 w1"  # 0.5 s, not the 2 s that were cleared
+        # turn detection off: the server says nothing of speech starting or stopping
+    await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.parametrize(
+    ("event", "code", "phrase"),
+    [
+        ("not json", "invalid_json", "not JSON"),
+        ('{"no": "type"}', "invalid_event", '"type"'),
+        ('{"type": "response.create"}', "invalid_event", "unsupported event type"),
+        ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "invalid_value", "base64"),
+        ('{"type": "input_audio_buffer.append", "audio": "AA=="}', "invalid_value", "whole"),
+        (
+            '{"type": "session.update", "session": {"type": "realtime"}}',
+            "invalid_value",
+            "transcribes",
+        ),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"format": '
+            '{"type": "audio/flac"}}}}}',
+            "invalid_value",
+            "unsupported audio format",
+        ),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"turn_detection": '
+            '{"type": "semantic_vad"}}}}}',
+            "invalid_value",
+            "use server_vad",
+        ),
+        (
+            '{"type": "transcription_session.update", "session": {"turn_detection": '
+            '{"type": "server_vad", "silence_duration_ms": 50}}}',
+            "invalid_value",
+            "silence_duration_ms",
+        ),
+        (
+            '{"type": "transcription_session.update", "session": '
+            '{"input_audio_transcription": null}}',
+            "invalid_value",
+            "cannot be turned off",
+        ),
+    ],
+)
+async def test_client_mistakes_are_error_events_and_the_session_goes_on(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, event: str, code: str, phrase: str
+) -> None:
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await ws.send(event)
+        error = await next_of(ws, "error")
+        assert error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["code"] == code and phrase in error["error"]["message"], error
+        # nothing was lost: the session still transcribes
+        await send(
+            ws,
+            "input_audio_buffer.append",
+            audio=b64(pcm24(np.concatenate([tone(1.0), silence(0.8)]))),
+        )
+        completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert completed["transcript"] == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_settings_cannot_change_once_audio_flows_but_binary_frames_are_refused(  # type: ignore[no-untyped-def]
+    make_server, make_bridge
+) -> None:
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(0.3))))
+        german = {"audio": {"input": {"transcription": {"language": "de"}}}}
+        await send(ws, "session.update", session=german)
+        error = await next_of(ws, "error")
+        assert error["error"]["code"] == "session_update_after_audio"
+        await ws.send(b"\x00\x01")
+        error = await next_of(ws, "error")
+        assert "base64" in error["error"]["message"]
+        # an update that changes nothing the stream uses is fine
+        await send(ws, "session.update", session={"include": []})
+        assert (await next_of(ws, "session.updated", "error"))["type"] == "session.updated"
+
+
+async def test_a_wrong_key_opens_no_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=KEY)
+    async with connect(
+        f"ws://127.0.0.1:{bridge.port}/v1/realtime",
+        additional_headers={"Authorization": "Bearer sk-wrong"},
+    ) as ws:
+        error = json.loads(await ws.recv())
+        assert error["type"] == "error" and error["error"]["code"] == "unauthenticated"
+        await ws.wait_closed()
+    assert ws.close_code == 4401
+    assert server.servicer.active == 0
+    assert bridge.metrics.registry.get_sample_value("asr_bridge_sessions_total") in (0, None)
+
+
+async def test_a_client_leaving_mid_utterance_frees_the_server_stream(
+    make_server, make_bridge
+) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+        await next_of(ws, "input_audio_buffer.speech_started")
+        assert server.servicer.active == 1
+    await eventually(lambda: server.servicer.active == 0)
