@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from asr_bridge import realtime_session
+from asr_bridge import deepgram, deepgram_session, realtime_session
 from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.origin import OriginPolicy
@@ -72,6 +72,9 @@ class BridgeConfig:
 
 #: serves one admitted session of a protocol: (socket, client, session id, metrics, config)
 ServeSession = Callable[[WebSocket, AsrClient, str, BridgeMetrics, "BridgeConfig"], Awaitable[None]]
+#: a refusal on the handshake, for protocols whose hosted original answers with an HTTP
+#: status (Deepgram): (gRPC status name, message) → the response
+HandshakeDenial = Callable[[str, str], Response]
 
 
 @dataclass
@@ -106,12 +109,19 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     async def admit(
-        ws: WebSocket, errors: Callable[[str, str], list[Event]], subprotocol: str | None
+        ws: WebSocket,
+        errors: Callable[[str, str], list[Event]],
+        subprotocol: str | None,
+        deny: HandshakeDenial | None = None,
     ) -> str | None:
         """The gates every WebSocket protocol shares: Origin (refused on the handshake),
         token and session limit (told after accepting, so the client can read why: a
         refused handshake is only "1006" to page scripts). A new session id, or None when
-        refused; the caller must ``release`` it. No gRPC stream has been opened."""
+        refused; the caller must ``release`` it. No gRPC stream has been opened.
+
+        With ``deny``, token and limit are refused on the handshake too, with its response,
+        and the socket is left for the caller to accept (server-side SDKs read the HTTP
+        status of a refused handshake; Deepgram's answers 401 and 429 so)."""
         origin = ws.headers.get("origin")
         if not origins.allows(origin, ws.headers.get("host"), ws.url.scheme):
             metrics.refused("origin")
@@ -123,17 +133,24 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             await _deny(ws)
             return None
         offered = ws.scope.get("subprotocols", [])
-        await ws.accept(subprotocol=subprotocol if subprotocol in offered else None)
+        if deny is None:
+            await ws.accept(subprotocol=subprotocol if subprotocol in offered else None)
+
+        async def refuse(code: str, message: str) -> None:
+            if deny is None:
+                await _refuse(ws, errors, code, message)
+            else:
+                logger.info("refused a session from %s: %s", _peer(ws), message)
+                await _deny(ws, deny(code, message))
+
         if not token_ok(config.token, presented_token(ws.query_params, offered, ws.headers)):
             metrics.refused("token")
-            await _refuse(ws, errors, "UNAUTHENTICATED", "missing or wrong token")
+            await refuse("UNAUTHENTICATED", "missing or wrong token")
             return None
         # No await between the check and the add: two sockets cannot both take the last slot.
         if len(state.sessions) >= config.max_sessions:
             metrics.refused("capacity")
-            await _refuse(
-                ws,
-                errors,
+            await refuse(
                 "RESOURCE_EXHAUSTED",
                 f"the bridge is at its limit of {config.max_sessions} sessions; try again later",
             )
@@ -164,12 +181,16 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             release(session_id)
 
     def protocol(
-        serve: ServeSession, errors: Callable[[str, str], list[Event]], subprotocol: str | None
+        serve: ServeSession,
+        errors: Callable[[str, str], list[Event]],
+        subprotocol: str | None,
+        deny: HandshakeDenial | None = None,
     ) -> Callable[[WebSocket], Awaitable[None]]:
-        """A WebSocket endpoint for a protocol module: the shared gates, then ``serve``."""
+        """A WebSocket endpoint for a protocol module: the shared gates, then ``serve``
+        (which accepts the socket itself when ``deny`` is given: see ``admit``)."""
 
         async def endpoint(ws: WebSocket) -> None:
-            session_id = await admit(ws, errors, subprotocol)
+            session_id = await admit(ws, errors, subprotocol, deny)
             if session_id is None:
                 return
             assert state.client is not None
@@ -191,16 +212,22 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
                 "/v1/realtime",
                 protocol(realtime_session.serve, realtime_session.errors, "realtime"),
             ),
+            # Deepgram's live API: its SDKs work with only the base URL and key changed
+            WebSocketRoute(
+                "/v1/listen",
+                protocol(deepgram_session.serve, deepgram.errors, None, deepgram_session.deny),
+            ),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],
         lifespan=lifespan,
     )
 
 
-async def _deny(ws: WebSocket) -> None:
-    """Refuse the handshake with HTTP 403 (the page's scripts never get a socket)."""
+async def _deny(ws: WebSocket, response: Response | None = None) -> None:
+    """Refuse the handshake with ``response``, by default HTTP 403 for a disallowed origin
+    (the page's scripts never get a socket)."""
     if "websocket.http.response" in ws.scope.get("extensions", {}):
-        await ws.send_denial_response(PlainTextResponse("origin not allowed\n", 403))
+        await ws.send_denial_response(response or PlainTextResponse("origin not allowed\n", 403))
     else:  # closing before accepting is a 403 too, without the body
         await ws.close()
 

@@ -1,0 +1,473 @@
+"""Deepgram's live API (``/v1/listen``) on the bridge: the pure part.
+
+Query parameters → ``StreamingConfig``, client text messages → commands, gRPC responses →
+Deepgram's server messages, refusals → Deepgram's error shapes. No I/O, so every mapping is
+unit-tested directly; ``deepgram_session.py`` runs a socket with it. What is supported,
+ignored and refused is documented in ``docs/compat.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from asr_api.v1 import asr_pb2
+from asr_server.audio.g711 import alaw_decode, mulaw_decode
+
+Event = dict[str, Any]
+
+MIN_RATE_HZ, MAX_RATE_HZ = 8_000, 48_000
+MAX_CHANNELS = 8  # the server's limit (asr_server.audio.decode.MAX_CHANNELS)
+#: the server's endpointing range: Deepgram's default of 10 ms would cut Whisper's context
+#: at every breath, so shorter values are raised to the server's minimum
+MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10_000
+#: one binary frame at most, as on /ws; the SDK's examples send 10-100 ms chunks
+MAX_FRAME_BYTES = 256 * 1024
+
+#: what this server reports as its model (Deepgram's Results carry model metadata)
+MODEL_INFO = {"name": "streamasr", "version": "1", "arch": "whisper"}
+MODEL_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/streamasr/whisper"))
+
+_ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
+_BYTES_PER_SAMPLE = {"linear16": 2, "mulaw": 1, "alaw": 1}
+#: accepted and without effect here: model choice, billing and bookkeeping options
+_IGNORED = {"model", "version", "tag", "mip_opt_out", "extra", "token"}
+#: Deepgram features this server does not have: refused when turned on, accepted when off
+_UNSUPPORTED_FEATURES = {
+    "diarize",
+    "detect_entities",
+    "dictation",
+    "numerals",
+    "profanity_filter",
+    "filler_words",
+    "redact",
+    "search",
+    "replace",
+    "callback",
+    "callback_method",
+    "diarize_model",
+    "language_hint",
+    "detect_language",
+}
+_HANDLED = {
+    "encoding",
+    "sample_rate",
+    "channels",
+    "multichannel",
+    "interim_results",
+    "endpointing",
+    "utterance_end_ms",
+    "vad_events",
+    "punctuate",
+    "smart_format",
+    "language",
+    "keywords",
+    "keyterm",
+}
+
+
+class ListenQueryError(ValueError):
+    """A query parameter the bridge refuses: HTTP 400 on the handshake, as Deepgram does."""
+
+
+class SchemaError(ValueError):
+    """A client text message that is not one of Deepgram's."""
+
+
+# -- the query string ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListenOptions:
+    encoding: str = "linear16"
+    sample_rate: int = 16_000
+    channels: int = 1
+    multichannel: bool = False
+    interim_results: bool = False
+    #: None: the server's default; else the silence that ends an utterance
+    silence_ms: int | None = None
+    utterance_end_ms: int | None = None
+    vad_events: bool = False
+    punctuate: bool = False
+    language: str = "en"
+    hotwords: tuple[str, ...] = ()
+
+    @property
+    def downmix(self) -> bool:
+        """Several channels without ``multichannel``: Deepgram transcribes them as one, so
+        the bridge mixes them to mono (the server would otherwise recognize each)."""
+        return self.channels > 1 and not self.multichannel
+
+    @property
+    def reported_channels(self) -> int:
+        return 1 if self.downmix else self.channels
+
+    @property
+    def frame_bytes(self) -> int:
+        return _BYTES_PER_SAMPLE[self.encoding] * self.channels
+
+    @property
+    def bytes_per_second(self) -> int:
+        return self.frame_bytes * self.sample_rate
+
+
+def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
+    """The options of a ``/v1/listen`` URL's query (repeated keys allowed for keywords)."""
+    single: dict[str, str] = {}
+    hotwords: list[str] = []
+    for key, value in params:
+        if key in ("keywords", "keyterm"):
+            # keywords carry an optional boost ("word:2"); the server's hotwords take none
+            term = re.sub(r":-?\d+(\.\d+)?$", "", value).strip() if key == "keywords" else value
+            if term.strip():
+                hotwords.append(term.strip())
+        elif key in _UNSUPPORTED_FEATURES:
+            if value.lower() not in ("false", ""):
+                raise ListenQueryError(f"{key} is not supported by this server")
+        elif key in _HANDLED or key in _IGNORED:
+            if key in single and single[key] != value:
+                raise ListenQueryError(f"{key} is given twice with different values")
+            single[key] = value
+        else:
+            raise ListenQueryError(f"unknown query parameter {_show(key)}")
+    encoding = single.get("encoding")
+    if encoding is None:
+        raise ListenQueryError(
+            "encoding is required: this server takes raw audio (linear16, mulaw or alaw), "
+            "not containers"
+        )
+    if encoding not in _ENCODINGS:
+        raise ListenQueryError(
+            f"encoding {_show(encoding)} is not supported (use linear16, mulaw or alaw)"
+        )
+    if "sample_rate" not in single:
+        raise ListenQueryError("sample_rate is required with encoding")
+    rate = _integer(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
+    channels = _integer(single, "channels", 1, MAX_CHANNELS, default=1)
+    utterance_end_ms = (
+        _integer(single, "utterance_end_ms", 1, 60_000) if "utterance_end_ms" in single else None
+    )
+    return ListenOptions(
+        encoding=encoding,
+        sample_rate=rate,
+        channels=channels,
+        multichannel=_boolean(single, "multichannel", False),
+        interim_results=_boolean(single, "interim_results", False),
+        silence_ms=_endpointing(single.get("endpointing")),
+        utterance_end_ms=utterance_end_ms,
+        vad_events=_boolean(single, "vad_events", False),
+        # smart_format punctuates too; Whisper writes cased, punctuated text either way
+        punctuate=_boolean(single, "punctuate", False) or _boolean(single, "smart_format", False),
+        language=_language(single.get("language", "en")),
+        hotwords=tuple(hotwords),
+    )
+
+
+def _show(value: str) -> str:
+    return repr(value[:40] + ("…" if len(value) > 40 else ""))
+
+
+def _boolean(single: dict[str, str], key: str, default: bool) -> bool:
+    value = single.get(key)
+    if value is None:
+        return default
+    if value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ListenQueryError(f"{key} must be true or false, got {_show(value)}")
+
+
+def _integer(single: dict[str, str], key: str, low: int, high: int, default: int = 0) -> int:
+    value = single.get(key)
+    if value is None:
+        return default
+    if not re.fullmatch(r"\d{1,9}", value) or not low <= int(value) <= high:
+        raise ListenQueryError(f"{key} must be an integer from {low} to {high}, got {_show(value)}")
+    return int(value)
+
+
+def _endpointing(value: str | None) -> int | None:
+    if value is None or value.lower() == "true":
+        return None  # the server's default silence
+    if value.lower() == "false":
+        return MAX_SILENCE_MS  # no endpointing: only the longest silence ends an utterance
+    if not re.fullmatch(r"\d{1,9}", value):
+        raise ListenQueryError(f"endpointing must be milliseconds or false, got {_show(value)}")
+    return min(MAX_SILENCE_MS, max(MIN_SILENCE_MS, int(value)))
+
+
+def _language(value: str) -> str:
+    """A BCP-47 tag → the server's language code: ``en-US`` → ``en``; ``multi`` → detect."""
+    if value.lower() == "multi":
+        return ""
+    if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", value):
+        raise ListenQueryError(f"language must be a BCP-47 tag such as en-US, got {_show(value)}")
+    return value.split("-")[0].lower()
+
+
+def streaming_config(options: ListenOptions) -> asr_pb2.StreamingConfig:
+    encoding = "LINEAR16" if options.downmix else _ENCODINGS[options.encoding]
+    return asr_pb2.StreamingConfig(
+        format=asr_pb2.AudioFormat(
+            encoding=encoding,  # type: ignore[arg-type]
+            sample_rate_hz=options.sample_rate,
+            channels=options.reported_channels,
+        ),
+        language=options.language,
+        interim_results=options.interim_results,
+        endpointing=asr_pb2.EndpointingConfig(silence_ms=options.silence_ms or 0),
+        hotwords=list(options.hotwords),
+        word_timestamps=True,  # Deepgram's finals always carry words
+    )
+
+
+# -- audio -------------------------------------------------------------------------------
+
+
+@dataclass
+class AudioFramer:
+    """Deepgram takes audio cut anywhere; the server takes whole sample frames. Holds back
+    the bytes of a frame cut in two until the rest arrives, and mixes channels down when
+    the client asked for one transcript of several channels."""
+
+    options: ListenOptions
+    _held: bytes = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self._held + data
+        whole = len(data) - len(data) % self.options.frame_bytes
+        data, self._held = data[:whole], data[whole:]
+        return self._mix(data) if self.options.downmix and data else data
+
+    def _mix(self, data: bytes) -> bytes:
+        encoding = self.options.encoding
+        if encoding == "linear16":
+            samples = np.frombuffer(data, dtype="<i2")
+        else:
+            samples = mulaw_decode(data) if encoding == "mulaw" else alaw_decode(data)
+        frames = samples.reshape(-1, self.options.channels).astype(np.int32)
+        return frames.mean(axis=1).round().astype("<i2").tobytes()
+
+
+# -- client text messages ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    pass
+
+
+@dataclass(frozen=True)
+class Finalize:
+    pass
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    pass
+
+
+@dataclass(frozen=True)
+class Configure:
+    """Deepgram's mid-stream reconfiguration: this server cannot change a running stream."""
+
+
+ControlMessage = KeepAlive | Finalize | CloseStream | Configure
+_CONTROL: dict[str, type[ControlMessage]] = {
+    "KeepAlive": KeepAlive,
+    "Finalize": Finalize,
+    "CloseStream": CloseStream,
+    "Configure": Configure,
+}
+
+
+def parse_text(text: str) -> ControlMessage:
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError:
+        raise SchemaError("a text message must be JSON") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise SchemaError('a text message must be a JSON object with a "type"')
+    kind = _CONTROL.get(message["type"])
+    if kind is None:
+        raise SchemaError(
+            f"unknown message type {_show(message['type'])} "
+            "(use KeepAlive, Finalize, CloseStream or Configure)"
+        )
+    return kind()
+
+
+# -- server messages ---------------------------------------------------------------------
+
+
+def error_message(description: str, *, variant: str = "SchemaError", message: str = "") -> Event:
+    """Deepgram's ``Error`` message; ``message`` echoes the client text that was refused."""
+    event: Event = {"type": "Error", "variant": variant, "description": description}
+    if message:
+        event["message"] = message[:200]
+    return event
+
+
+def errors(code: str, message: str) -> list[Event]:
+    """The gate's refusals of an accepted socket, for ``app.protocol``. The Deepgram route
+    refuses on the handshake instead (``handshake_refusal``), so this is its fallback."""
+    return [error_message(f"{code}: {message}", variant=code)]
+
+
+#: the gate's status names → the HTTP status and ``err_code`` of Deepgram's refusal
+_HANDSHAKE_STATUS = {
+    "INVALID_ARGUMENT": (400, "Bad Request"),
+    "UNAUTHENTICATED": (401, "INVALID_AUTH"),
+    "RESOURCE_EXHAUSTED": (429, "TOO_MANY_REQUESTS"),
+}
+
+
+@dataclass(frozen=True)
+class HandshakeRefusal:
+    status: int
+    body: Event
+    request_id: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # Deepgram puts the request id and the error in headers too: many WebSocket
+        # libraries show a refused handshake's headers but not its body
+        return {"dg-request-id": self.request_id, "dg-error": self.body["err_msg"][:500]}
+
+
+def handshake_refusal(code: str, message: str, request_id: str = "") -> HandshakeRefusal:
+    """Deepgram's refusal of a WebSocket upgrade: an HTTP status with a JSON body."""
+    request_id = request_id or str(uuid.uuid4())
+    status, err_code = _HANDSHAKE_STATUS.get(code, (500, "INTERNAL_SERVER_ERROR"))
+    if status == 401:
+        message = "Invalid credentials."  # Deepgram's words; the SDK reports 401 as such
+    body = {"err_code": err_code, "err_msg": message, "request_id": request_id}
+    return HandshakeRefusal(status, body, request_id)
+
+
+def _plain(word: str) -> str:
+    """Deepgram's ``word``: lower case, no punctuation around it (``punctuated_word`` has it)."""
+    return re.sub(r"^[^\w']+|[^\w']+$", "", word.strip()).lower()
+
+
+@dataclass
+class DeepgramMessages:
+    """Turns one stream's gRPC responses into Deepgram's server messages."""
+
+    options: ListenOptions
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    created: str = field(
+        default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds")
+    )
+    #: (channel, utterance) whose speech ended: their final is ``speech_final``
+    _ended: set[tuple[int, int]] = field(default_factory=set)
+    #: channels with a Finalize not yet answered by a final: that final is ``from_finalize``
+    _finalizing: set[int] = field(default_factory=set)
+
+    def finalize_requested(self) -> None:
+        self._finalizing.update(range(self.options.reported_channels))
+
+    def _channel(self, channel: int) -> list[int]:
+        return [channel, self.options.reported_channels]
+
+    def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        if response.HasField("speech_event"):
+            e = response.speech_event
+            if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+                self._ended.add((e.channel, e.utterance_id))
+                return []
+            if not self.options.vad_events:
+                return []
+            return [
+                {
+                    "type": "SpeechStarted",
+                    "channel": self._channel(e.channel),
+                    "timestamp": round(e.offset_s, 3),
+                }
+            ]
+        if not response.HasField("result"):
+            return []
+        return self._results(response.result)
+
+    def _results(self, r: asr_pb2.Result) -> list[Event]:
+        speech_final = r.is_final and (r.channel, r.utterance_id) in self._ended
+        self._ended.discard((r.channel, r.utterance_id))
+        from_finalize = r.is_final and r.channel in self._finalizing
+        if from_finalize:
+            self._finalizing.discard(r.channel)
+        words = [
+            {
+                "word": _plain(w.word),
+                "start": round(w.start_s, 3),
+                "end": round(w.end_s, 3),
+                "confidence": round(w.probability, 4),
+                "punctuated_word": w.word.strip(),
+            }
+            for w in r.words
+            if _plain(w.word)
+        ]
+        if self.options.punctuate:
+            transcript = r.text.strip()
+        else:
+            transcript = " ".join(p for p in map(_plain, r.text.split()) if p)
+        # Whisper gives no confidence for a partial; its words' probabilities for a final
+        confidence = round(sum(w["confidence"] for w in words) / len(words), 4) if words else 0.0
+        results: Event = {
+            "type": "Results",
+            "channel_index": self._channel(r.channel),
+            "duration": round(max(0.0, r.end_s - r.start_s), 3),
+            "start": round(r.start_s, 3),
+            "is_final": r.is_final,
+            "speech_final": speech_final,
+            "channel": {
+                "alternatives": [
+                    {"transcript": transcript, "confidence": confidence, "words": words}
+                ]
+            },
+            "metadata": {
+                "request_id": self.request_id,
+                "model_info": MODEL_INFO,
+                "model_uuid": MODEL_UUID,
+            },
+            "from_finalize": from_finalize,
+        }
+        out = [results]
+        if speech_final and transcript and self.options.utterance_end_ms is not None:
+            last_word_end = words[-1]["end"] if words else round(r.end_s, 3)
+            out.append(
+                {
+                    "type": "UtteranceEnd",
+                    "channel": self._channel(r.channel),
+                    "last_word_end": last_word_end,
+                }
+            )
+        return out
+
+    def metadata(self, audio_bytes: int, sha256: str) -> Event:
+        """The summary Deepgram sends after the last result of a stream closed by
+        ``CloseStream``; ``duration`` is the audio received, in seconds."""
+        return {
+            "type": "Metadata",
+            "transaction_key": "deprecated",
+            "request_id": self.request_id,
+            "sha256": sha256,
+            "created": self.created.replace("+00:00", "Z"),
+            "duration": round(audio_bytes / self.options.bytes_per_second, 3),
+            "channels": self.options.reported_channels,
+            "models": [MODEL_UUID],
+            "model_info": {MODEL_UUID: MODEL_INFO},
+        }
+
+    def configure_failure(self) -> Event:
+        return {
+            "type": "ConfigureFailure",
+            "request_id": self.request_id,
+            "code": "CONFIGURE_KEYTERMS_NOT_SUPPORTED",
+            "description": "this server does not change a stream's settings once it is open",
+        }

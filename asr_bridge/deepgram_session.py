@@ -1,0 +1,256 @@
+"""One Deepgram live session: a ``/v1/listen`` WebSocket on one side, its gRPC stream on
+the other.
+
+The same two-task shape as ``session.py``: *upstream* reads one WebSocket message and
+awaits its gRPC write before reading the next (the server's backpressure reaches the
+client's TCP window), *downstream* turns responses into Deepgram's messages. The stream
+resumes on a new gRPC call when its call breaks (``client.stream``); Deepgram has no message
+for that, so the client simply sees the transcript go on.
+
+The socket is accepted here, after the query string has been checked: a refused query is
+an HTTP 400 on the handshake, as Deepgram's API answers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+from starlette.responses import JSONResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from asr_bridge.deepgram import (
+    MAX_FRAME_BYTES,
+    AudioFramer,
+    CloseStream,
+    Configure,
+    DeepgramMessages,
+    Event,
+    Finalize,
+    HandshakeRefusal,
+    KeepAlive,
+    ListenOptions,
+    ListenQueryError,
+    SchemaError,
+    error_message,
+    handshake_refusal,
+    parse_listen_query,
+    parse_text,
+    streaming_config,
+)
+from asr_bridge.metrics import BridgeMetrics
+from asr_bridge.protocol import close_reason
+from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client.resume import ResumeInfo, resume_notice
+
+if TYPE_CHECKING:
+    from asr_bridge.app import BridgeConfig
+
+logger = logging.getLogger(__name__)
+
+CLOSE_NORMAL = 1000
+#: Deepgram closes with 1008 and "DATA-0000" for data it cannot use; 1011 for its own faults
+CLOSE_POLICY = 1008
+CLOSE_SERVER_ERROR = 1011
+_CLIENT_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE}
+
+
+class ClientGone(Exception):
+    """The client closed the WebSocket or the connection dropped."""
+
+
+class BadData(Exception):
+    """Audio the bridge cannot pass on; the session ends with 1008, as Deepgram's does."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
+def refusal_response(refusal: HandshakeRefusal) -> JSONResponse:
+    return JSONResponse(refusal.body, refusal.status, headers=refusal.headers)
+
+
+def deny(code: str, message: str) -> JSONResponse:
+    """The gate's refusals (token, capacity) as Deepgram answers them: on the handshake."""
+    return refusal_response(handshake_refusal(code, message))
+
+
+async def serve(
+    ws: WebSocket, client: AsrClient, session_id: str, metrics: BridgeMetrics, config: BridgeConfig
+) -> None:
+    """``app.ServeSession`` for ``/v1/listen``: check the query, accept, relay."""
+    try:
+        options = parse_listen_query(ws.query_params.multi_items())
+    except ListenQueryError as exc:
+        metrics.session_errors.labels("INVALID_ARGUMENT").inc()
+        logger.info("session %s: refused: %s", session_id, exc)
+        await _send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+        return
+    messages = DeepgramMessages(options)
+    await ws.accept(headers=[(b"dg-request-id", messages.request_id.encode())])
+    await DeepgramSession(ws, client, session_id, metrics, options, messages).run()
+
+
+async def _send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
+    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
+        if "websocket.http.response" in ws.scope.get("extensions", {}):
+            await ws.send_denial_response(refusal_response(refusal))
+        else:  # a server without denial responses: a bare 403
+            await ws.close()
+
+
+class DeepgramSession:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        client: AsrClient,
+        session_id: str,
+        metrics: BridgeMetrics,
+        options: ListenOptions,
+        messages: DeepgramMessages,
+    ) -> None:
+        self.websocket = websocket
+        self.client = client
+        self.session_id = session_id
+        self.metrics = metrics
+        self.options = options
+        self.messages = messages
+        self.framer = AudioFramer(options)
+        self.audio_bytes = 0
+        self.sha256 = hashlib.sha256()
+        self.closing = False  # CloseStream received: the results then Metadata follow
+        # both tasks write (upstream answers Configure and bad messages): one message at a time
+        self._send_lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        """Serve the session to its end; never raises for anything the peers do."""
+        logger.info(
+            "session %s: Deepgram listen (%s, %d Hz, %d channel(s))",
+            self.session_id,
+            self.options.encoding,
+            self.options.sample_rate,
+            self.options.channels,
+        )
+        stream = self.client.stream(streaming_config(self.options), on_resume=self._resumed)
+        try:
+            await self._relay(stream)
+        finally:
+            stream.cancel()  # a no-op once the call has ended; frees the server's stream if not
+
+    async def _relay(self, stream: RecognitionStream) -> None:
+        try:
+            await stream.open()
+            async with asyncio.TaskGroup() as tg:
+                upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
+                await self._downstream(stream)
+                upstream.cancel()  # the server has ended the stream: nothing more to read
+            if not self.closing:
+                # the server ended the stream without being asked (it cannot today, but
+                # the client must not wait for a Metadata that will never come)
+                await self._fail("the recognition server ended the stream", CLOSE_SERVER_ERROR)
+                return
+            await self._send([self.messages.metadata(self.audio_bytes, self.sha256.hexdigest())])
+            await self._close(CLOSE_NORMAL, "")
+            logger.info("session %s: done", self.session_id)
+        except* ClientGone:
+            logger.info("session %s: client went away", self.session_id)
+        except* BadData as group:
+            bad = group.exceptions[0]
+            assert isinstance(bad, BadData)
+            self.metrics.session_errors.labels("INVALID_ARGUMENT").inc()
+            await self._fail(bad.description, CLOSE_POLICY)
+        except* StreamClosedError as group:
+            error = group.exceptions[0]
+            assert isinstance(error, StreamClosedError)
+            self.metrics.session_errors.labels(error.code.name).inc()
+            level = logging.WARNING if error.code == grpc.StatusCode.UNAVAILABLE else logging.INFO
+            logger.log(level, "session %s: server error %s", self.session_id, error)
+            close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
+            await self._fail(f"{error.code.name}: {error.details}", close)
+
+    async def _upstream(self, stream: RecognitionStream) -> None:
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                raise ClientGone
+            data = message.get("bytes")
+            if self.closing:
+                continue  # after CloseStream only the client leaving matters
+            if data is not None:
+                if not data:  # Deepgram's old way to close a stream, still honoured there
+                    await self._close_stream(stream)
+                elif len(data) > MAX_FRAME_BYTES:
+                    raise BadData(f"audio frame of {len(data)} bytes is over {MAX_FRAME_BYTES}")
+                else:
+                    await self._audio(stream, data)
+                continue
+            text = message.get("text") or ""
+            try:
+                command = parse_text(text)
+            except SchemaError as exc:
+                # Deepgram answers a message it cannot parse with an Error and goes on:
+                # the audio already sent is still transcribed
+                logger.info("session %s: refused a text message: %s", self.session_id, exc)
+                await self._send([error_message(str(exc), message=text)])
+                continue
+            if isinstance(command, Finalize):
+                self.messages.finalize_requested()
+                await stream.finalize()
+            elif isinstance(command, CloseStream):
+                await self._close_stream(stream)
+            elif isinstance(command, Configure):
+                await self._send([self.messages.configure_failure()])
+            else:
+                assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+
+    async def _audio(self, stream: RecognitionStream, data: bytes) -> None:
+        self.audio_bytes += len(data)
+        self.sha256.update(data)
+        pcm = self.framer.feed(data)
+        if pcm:
+            await stream.send_audio(pcm)  # waits while the server pushes back
+            self.metrics.audio_received.inc(len(pcm))
+
+    async def _close_stream(self, stream: RecognitionStream) -> None:
+        self.closing = True
+        await stream.end()  # the server finalizes what is pending, then ends the stream
+
+    def _resumed(self, info: ResumeInfo) -> None:
+        self.metrics.resumes.inc()
+        logger.info("session %s: %s", self.session_id, resume_notice(info))
+
+    async def _downstream(self, stream: RecognitionStream) -> None:
+        async for response in stream:
+            if response.HasField("progress"):
+                self.metrics.server_lag.observe(response.progress.lag_s)
+            await self._send(self.messages.response(response))
+
+    async def _send(self, events: list[Event]) -> None:
+        try:
+            async with self._send_lock:
+                for event in events:
+                    await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
+        except (WebSocketDisconnect, OSError, RuntimeError):
+            # RuntimeError: starlette's word for "the socket is already closed"
+            raise ClientGone from None
+
+    async def _fail(self, description: str, close_code: int) -> None:
+        """Deepgram's Error message, then its close: 1008 "DATA-0000" for the client's data,
+        1011 "NET-0000" for the server's side."""
+        logger.info("session %s: error: %s", self.session_id, description)
+        variant = "DATA-0000" if close_code == CLOSE_POLICY else "NET-0000"
+        try:
+            await self._send([error_message(description, variant=variant)])
+        except ClientGone:
+            return
+        await self._close(close_code, close_reason(f"{variant}: {description}"))
+
+    async def _close(self, code: int, reason: str) -> None:
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
+            await self.websocket.close(code, reason)

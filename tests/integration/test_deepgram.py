@@ -1,0 +1,331 @@
+"""Deepgram's live API on asr-bridge (``/v1/listen``).
+
+The official ``deepgram-sdk``, unmodified, against the bridge and the real tiny.en model on
+recorded speech; and a plain WebSocket client against the fake engine for every refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from asr_client.scoring import wer
+from asr_server.audio.g711 import mulaw_encode
+from tests.helpers import corpus, eventually, read_pcm16, serve_fake, speech_pcm
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "dg-s3cret"
+RECORDING = "libri_1089-134686-0000"  # 10.4 s of read speech, 16 kHz mono
+
+
+def listen_url(bridge: Any, query: str) -> str:
+    return f"ws://127.0.0.1:{bridge.port}/v1/listen?{query}"
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Token {token}"}
+
+
+# -- the official SDK, the real model ----------------------------------------------------
+
+
+async def sdk_transcribe(port: int, audio: bytes, chunk: int, seconds_per_chunk: float, **query):  # type: ignore[no-untyped-def]
+    """Stream ``audio`` through the official SDK at about 4× real time, CloseStream, and
+    return every message the SDK parsed, in order."""
+    from deepgram import AsyncDeepgramClient
+    from deepgram.environment import DeepgramClientEnvironment
+
+    # the only two things a Deepgram user changes: the base URL and the key
+    environment = DeepgramClientEnvironment(
+        base=f"http://127.0.0.1:{port}",
+        production=f"ws://127.0.0.1:{port}",
+        agent=f"ws://127.0.0.1:{port}",
+        agent_rest=f"http://127.0.0.1:{port}",
+    )
+    client = AsyncDeepgramClient(api_key=TOKEN, environment=environment)
+    received: list[Any] = []
+    async with client.listen.v1.connect(model="nova-3", **query) as socket:
+
+        async def send() -> None:
+            for i in range(0, len(audio), chunk):
+                await socket.send_media(audio[i : i + chunk])
+                await asyncio.sleep(seconds_per_chunk / 4)
+            await socket.send_keep_alive()
+            await socket.send_close_stream()
+
+        sender = asyncio.create_task(send())
+        async for message in socket:
+            received.append(message)
+        await sender
+    return received
+
+
+def check_sequence(received: list[Any], reference: str, *, interim: bool) -> None:
+    kinds = [type(m).__name__ for m in received]
+    assert kinds[-1] == "ListenV1Metadata", kinds
+    assert "ListenV1SpeechStarted" in kinds
+    finals = [m for m in received if type(m).__name__ == "ListenV1Results" and m.is_final]
+    assert finals and any(m.speech_final for m in finals), kinds
+    if interim:
+        assert any(type(m).__name__ == "ListenV1Results" and not m.is_final for m in received)
+    ends = [i for i, k in enumerate(kinds) if k == "ListenV1UtteranceEnd"]
+    assert ends, kinds
+    first_speech_final = next(i for i, m in enumerate(received) if m in finals and m.speech_final)
+    assert ends[0] > first_speech_final  # UtteranceEnd follows the utterance's last words
+    for m in finals:
+        assert m.channel_index == [0, 1]
+        alternative = m.channel.alternatives[0]
+        # Whisper's words are what its aligner made of the text (pieces such as "-mutton"),
+        # so they are checked against the transcript, not joined into it
+        assert alternative.words
+        assert all(w.punctuated_word in alternative.transcript for w in alternative.words)
+        assert all(w.word == w.word.lower() for w in alternative.words)
+        assert all(m.start - 0.5 <= w.start <= w.end for w in alternative.words)
+        assert alternative.transcript[0].isupper()  # punctuate=true: Whisper's cased text
+    hypothesis = " ".join(m.channel.alternatives[0].transcript for m in finals)
+    assert wer([reference], [hypothesis]) <= 0.15, hypothesis
+    metadata = received[-1]
+    assert metadata.request_id == finals[0].metadata.request_id
+    assert metadata.channels == 1
+
+
+@pytest.mark.model
+@pytest.mark.timeout(300)
+async def test_official_sdk_transcribes_linear16(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()  # the real tiny.en model
+    bridge = await make_bridge(server.port, token=TOKEN)
+    rec = corpus()[RECORDING]
+    pcm, rate = read_pcm16(rec.path)
+    assert rate == 16_000
+    audio = pcm[:, 0].astype("<i2").tobytes() + bytes(2 * rate)  # 1 s of silence after
+    received = await sdk_transcribe(
+        bridge.port,
+        audio,
+        chunk=3_200,  # 100 ms, cut at an odd byte count on purpose below
+        seconds_per_chunk=0.1,
+        encoding="linear16",
+        sample_rate=16_000,
+        interim_results="true",
+        utterance_end_ms=1000,
+        vad_events="true",
+        punctuate="true",
+    )
+    check_sequence(received, rec.transcript, interim=True)
+    assert received[-1].duration == pytest.approx(len(audio) / 32_000, abs=0.01)
+    await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.model
+@pytest.mark.timeout(300)
+async def test_official_sdk_transcribes_8khz_mulaw(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    import soxr
+
+    server = await make_server()
+    bridge = await make_bridge(server.port, token=TOKEN)
+    rec = corpus()[RECORDING]
+    pcm, rate = read_pcm16(rec.path)
+    narrow = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, rate, 8_000)
+    telephone = (np.clip(narrow, -1, 1) * 32767).astype(np.int16)
+    audio = mulaw_encode(telephone) + mulaw_encode(np.zeros(8_000, dtype=np.int16))
+    received = await sdk_transcribe(
+        bridge.port,
+        audio,
+        chunk=777,  # any cut: the bridge needs no frame alignment from the client
+        seconds_per_chunk=777 / 8_000,
+        encoding="mulaw",
+        sample_rate=8_000,
+        utterance_end_ms=1000,
+        vad_events="true",
+        punctuate="true",
+        endpointing=300,
+    )
+    check_sequence(received, rec.transcript, interim=False)
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_official_sdk_reports_a_wrong_key_as_401(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    from deepgram import AsyncDeepgramClient
+    from deepgram.core.api_error import ApiError
+    from deepgram.environment import DeepgramClientEnvironment
+
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = f"127.0.0.1:{bridge.port}"
+    environment = DeepgramClientEnvironment(
+        base=f"http://{url}", production=f"ws://{url}", agent=f"ws://{url}", agent_rest=""
+    )
+    client = AsyncDeepgramClient(api_key="wrong", environment=environment)
+    with pytest.raises(ApiError) as refused:
+        async with client.listen.v1.connect(model="nova-3", encoding="linear16", sample_rate=16000):
+            pass
+    assert refused.value.status_code == 401
+    assert server.servicer.active == 0
+
+
+# -- the protocol, with a plain WebSocket client and the fake engine ---------------------
+
+
+async def messages_until_close(ws: ClientConnection) -> list[dict[str, Any]]:
+    out = []
+    try:
+        async for message in ws:
+            out.append(json.loads(message))
+    except ConnectionClosed:
+        pass
+    return out
+
+
+GOOD = "encoding=linear16&sample_rate=16000"
+
+
+@pytest.mark.parametrize(
+    ("query", "token", "status", "phrase"),
+    [
+        ("encoding=opus&sample_rate=16000", TOKEN, 400, "encoding 'opus' is not supported"),
+        ("sample_rate=16000", TOKEN, 400, "encoding is required"),
+        ("encoding=linear16&sample_rate=4000", TOKEN, 400, "sample_rate must be an integer"),
+        ("encoding=linear16&sample_rate=fast", TOKEN, 400, "sample_rate must be an integer"),
+        (f"{GOOD}&interim_results=yes", TOKEN, 400, "interim_results must be true or false"),
+        (f"{GOOD}&diarize=true", TOKEN, 400, "diarize is not supported"),
+        (f"{GOOD}&colour=blue", TOKEN, 400, "unknown query parameter 'colour'"),
+        (GOOD, "wrong", 401, "Invalid credentials."),
+    ],
+)
+async def test_refusals_are_http_errors_on_the_handshake(
+    make_server,  # type: ignore[no-untyped-def]
+    make_bridge,
+    query: str,
+    token: str,
+    status: int,
+    phrase: str,
+) -> None:
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(listen_url(bridge, query), additional_headers=auth(token)):
+            pass
+    response = refused.value.response
+    assert response.status_code == status
+    body = json.loads(response.body)
+    assert phrase in body["err_msg"]
+    assert body["request_id"] == response.headers["dg-request-id"]
+    assert phrase in response.headers["dg-error"]
+    assert server.servicer.active == 0
+    # the refused sockets gave their slot back
+    assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
+
+
+def _get(port: int, path: str) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+        return r.read()  # type: ignore[no-any-return]
+
+
+async def test_bad_text_messages_get_an_error_and_lose_nothing(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    query = f"{GOOD}&vad_events=true&utterance_end_ms=1000&interim_results=true"
+    async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+        assert ws.response.headers["dg-request-id"]
+        pcm = speech_pcm(2.0).tobytes()
+        await ws.send(pcm[: len(pcm) // 2 + 1])  # an odd cut: the bridge holds the half sample
+        await ws.send("{not json")
+        await ws.send(json.dumps({"type": "Transcribe"}))
+        await ws.send(json.dumps({"type": "Configure", "keyterms": ["streamasr"]}))
+        await ws.send(json.dumps({"type": "KeepAlive"}))
+        await ws.send(pcm[len(pcm) // 2 + 1 :])
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await messages_until_close(ws)
+    assert ws.close_code == 1000
+    kinds = [m["type"] for m in messages]
+    errors = [m for m in messages if m["type"] == "Error"]
+    assert [e["variant"] for e in errors] == ["SchemaError", "SchemaError"]
+    assert errors[0]["message"] == "{not json"
+    assert "unknown message type 'Transcribe'" in errors[1]["description"]
+    assert "ConfigureFailure" in kinds
+    assert kinds[-1] == "Metadata"
+    assert messages[-1]["duration"] == pytest.approx(len(pcm) / 32_000, abs=0.001)
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == [
+        "w0 w1 w2 w3 w4 w5 w6 w7"
+    ]
+    assert finals[0]["speech_final"] and not finals[0]["from_finalize"]
+    assert kinds.index("SpeechStarted") < kinds.index("Results") < kinds.index("UtteranceEnd")
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_finalize_ends_the_utterance_and_keeps_the_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    tone = speech_pcm(1.0)[:16_000].tobytes()  # speech with no silence after it
+    async with connect(listen_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(tone)
+        await ws.send(json.dumps({"type": "Finalize"}))
+        final = None
+        while final is None:
+            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if m["type"] == "Results" and m["is_final"]:
+                final = m
+        assert final["from_finalize"] is True
+        await ws.send(tone)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        rest = await messages_until_close(ws)
+    assert [m["type"] for m in rest][-1] == "Metadata"
+    assert any(m["type"] == "Results" and m["is_final"] for m in rest)
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_stereo_without_multichannel_is_one_transcript(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    mono = speech_pcm(1.0)
+    silent = np.zeros_like(mono)
+    stereo = np.concatenate([mono, silent], axis=1).astype("<i2").tobytes()
+    for multichannel, channels in (("false", {(0, 1)}), ("true", {(0, 2), (1, 2)})):
+        query = f"{GOOD}&channels=2&multichannel={multichannel}&vad_events=true"
+        async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+            await ws.send(stereo)
+            await ws.send(json.dumps({"type": "CloseStream"}))
+            messages = await messages_until_close(ws)
+        results = [m for m in messages if m["type"] == "Results"]
+        assert results, messages
+        if multichannel == "false":
+            assert {tuple(m["channel_index"]) for m in results} == channels
+            assert messages[-1]["channels"] == 1
+        else:  # the silent channel has nothing to say, but is counted
+            assert {tuple(m["channel_index"]) for m in results} <= channels
+            assert messages[-1]["channels"] == 2
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_client_leaving_mid_stream_frees_the_grpc_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    async with connect(listen_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(speech_pcm(0.5).tobytes())
+        await eventually(lambda: server.servicer.active == 1)
+    await eventually(lambda: server.servicer.active == 0)
+    assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
+
+
+async def test_server_refusal_mid_handshake_is_an_error_and_1011(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    # the bridge passes the language on; the fake server refuses it: a gRPC error
+    query = f"{GOOD}&language=xx"
+    async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+        await ws.send(speech_pcm(0.2).tobytes())
+        messages = await messages_until_close(ws)
+    assert [m["type"] for m in messages] == ["Error"]
+    assert "INVALID_ARGUMENT" in messages[0]["description"]
+    assert ws.close_code == 1008
+    assert ws.close_reason.startswith("DATA-0000")
+    await eventually(lambda: server.servicer.active == 0)

@@ -1,0 +1,247 @@
+"""The pure Deepgram mapping: query → config, text → commands, responses → messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.deepgram import (
+    AudioFramer,
+    CloseStream,
+    Configure,
+    DeepgramMessages,
+    Finalize,
+    KeepAlive,
+    ListenOptions,
+    ListenQueryError,
+    SchemaError,
+    handshake_refusal,
+    parse_listen_query,
+    parse_text,
+    streaming_config,
+)
+from asr_server.audio.g711 import mulaw_decode, mulaw_encode
+
+BASE = [("encoding", "linear16"), ("sample_rate", "16000")]
+
+
+def query(**params: str) -> ListenOptions:
+    return parse_listen_query(BASE + list(params.items()))
+
+
+def test_defaults_follow_deepgram() -> None:
+    options = query()
+    assert options == ListenOptions()  # no interim results, no vad events, English
+    config = streaming_config(options)
+    assert config.format.encoding == asr_pb2.AudioFormat.LINEAR16
+    assert config.format.sample_rate_hz == 16_000 and config.format.channels == 1
+    assert config.language == "en" and not config.interim_results
+    assert config.endpointing.silence_ms == 0  # the server's default
+    assert config.word_timestamps  # Deepgram's finals always carry words
+
+
+def test_every_supported_parameter_maps() -> None:
+    options = parse_listen_query(
+        [
+            ("encoding", "mulaw"),
+            ("sample_rate", "8000"),
+            ("channels", "2"),
+            ("multichannel", "true"),
+            ("interim_results", "True"),  # Python SDK users pass True: "True" on the wire
+            ("endpointing", "300"),
+            ("utterance_end_ms", "1000"),
+            ("vad_events", "true"),
+            ("smart_format", "true"),
+            ("language", "en-US"),
+            ("keywords", "streamasr:2"),
+            ("keywords", "Kubernetes"),
+            ("keyterm", "gRPC stream"),
+            ("model", "nova-3"),
+            ("tag", "billing"),
+            ("diarize", "false"),  # an unsupported feature turned off is harmless
+        ]
+    )
+    config = streaming_config(options)
+    assert config.format.encoding == asr_pb2.AudioFormat.MULAW
+    assert config.format.channels == 2 and config.interim_results
+    assert config.endpointing.silence_ms == 300
+    assert config.language == "en"
+    assert list(config.hotwords) == ["streamasr", "Kubernetes", "gRPC stream"]
+    assert options.punctuate and options.vad_events and options.utterance_end_ms == 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "silence_ms"), [("10", 100), ("false", 10_000), ("true", 0), ("99999", 10_000)]
+)
+def test_endpointing_is_clamped_to_what_the_server_takes(value: str, silence_ms: int) -> None:
+    assert streaming_config(query(endpointing=value)).endpointing.silence_ms == silence_ms
+
+
+def test_language_multi_means_detect() -> None:
+    assert streaming_config(query(language="multi")).language == ""
+
+
+@pytest.mark.parametrize(
+    ("params", "phrase"),
+    [
+        ([("sample_rate", "16000")], "encoding is required"),
+        ([("encoding", "flac"), ("sample_rate", "16000")], "encoding 'flac'"),
+        ([("encoding", "linear16")], "sample_rate is required"),
+        (BASE + [("channels", "9")], "channels must be an integer from 1 to 8"),
+        (BASE + [("sample_rate", "8000")], "sample_rate is given twice"),
+        (BASE + [("vad_events", "1")], "vad_events must be true or false"),
+        (BASE + [("endpointing", "-5")], "endpointing must be milliseconds or false"),
+        (BASE + [("utterance_end_ms", "0")], "utterance_end_ms must be an integer"),
+        (BASE + [("language", "en US; drop")], "language must be a BCP-47 tag"),
+        (BASE + [("redact", "pci")], "redact is not supported"),
+        (BASE + [("x" * 100, "1")], "unknown query parameter 'xxxx"),
+    ],
+)
+def test_refused_queries_say_why(params: list[tuple[str, str]], phrase: str) -> None:
+    with pytest.raises(ListenQueryError, match=phrase.replace("(", r"\(")):
+        parse_listen_query(params)
+
+
+def test_handshake_refusals_have_deepgrams_shape() -> None:
+    refusal = handshake_refusal("INVALID_ARGUMENT", "encoding 'flac' is not supported", "r-1")
+    assert refusal.status == 400
+    assert refusal.body == {
+        "err_code": "Bad Request",
+        "err_msg": "encoding 'flac' is not supported",
+        "request_id": "r-1",
+    }
+    assert refusal.headers == {"dg-request-id": "r-1", "dg-error": refusal.body["err_msg"]}
+    assert handshake_refusal("UNAUTHENTICATED", "missing or wrong token").status == 401
+    assert handshake_refusal("RESOURCE_EXHAUSTED", "at the limit").status == 429
+
+
+def test_text_messages() -> None:
+    assert parse_text('{"type": "KeepAlive"}') == KeepAlive()
+    assert parse_text('{"type": "Finalize"}') == Finalize()
+    assert parse_text('{"type": "CloseStream"}') == CloseStream()
+    assert parse_text('{"type": "Configure", "keyterms": []}') == Configure()
+    for bad in ("{", "[]", '{"type": 3}', '{"type": "closestream"}'):
+        with pytest.raises(SchemaError):
+            parse_text(bad)
+
+
+def test_framer_holds_back_a_cut_frame() -> None:
+    framer = AudioFramer(query(channels="2", multichannel="true"))
+    assert framer.feed(b"\x01\x02\x03") == b""
+    assert framer.feed(b"\x04\x05") == b"\x01\x02\x03\x04"
+    assert framer.feed(b"\x06\x07\x08") == b"\x05\x06\x07\x08"
+
+
+def test_framer_mixes_channels_down_when_not_multichannel() -> None:
+    stereo = np.array([[1000, 3000], [-2000, 0]], dtype="<i2")
+    framer = AudioFramer(query(channels="2"))
+    assert np.frombuffer(framer.feed(stereo.tobytes()), "<i2").tolist() == [2000, -1000]
+    assert streaming_config(framer.options).format.channels == 1
+    # G.711 is decoded to linear16 to be mixed, and the server is told so
+    options = parse_listen_query([("encoding", "alaw"), ("sample_rate", "8000"), ("channels", "2")])
+    assert streaming_config(options).format.encoding == asr_pb2.AudioFormat.LINEAR16
+    mu = AudioFramer(
+        parse_listen_query([("encoding", "mulaw"), ("sample_rate", "8000"), ("channels", "2")])
+    )
+    pair = mulaw_encode(np.array([8000, 8000], dtype=np.int16))
+    mixed = np.frombuffer(mu.feed(pair), "<i2")
+    assert mixed.tolist() == [int(mulaw_decode(pair)[0])]
+
+
+def speech(kind: int, channel: int = 0, utterance: int = 0, offset: float = 0.5):  # type: ignore[no-untyped-def]
+    event = asr_pb2.SpeechEvent(type=kind, offset_s=offset, channel=channel, utterance_id=utterance)  # type: ignore[arg-type]
+    return asr_pb2.StreamingRecognizeResponse(speech_event=event)
+
+
+def result(is_final: bool, text: str, words=(), channel: int = 0, utterance: int = 0):  # type: ignore[no-untyped-def]
+    r = asr_pb2.Result(
+        is_final=is_final,
+        text=text,
+        start_s=1.0,
+        end_s=2.5,
+        utterance_id=utterance,
+        channel=channel,
+        words=[asr_pb2.Word(word=w, start_s=s, end_s=e, probability=p) for w, s, e, p in words],
+    )
+    return asr_pb2.StreamingRecognizeResponse(result=r)
+
+
+WORDS = [(" Hello,", 1.0, 1.4, 0.5), (" world.", 1.5, 2.0, 1.0)]
+
+
+def test_a_final_after_speech_ended_is_speech_final_with_words() -> None:
+    messages = DeepgramMessages(query(utterance_end_ms="1000"), request_id="r-1")
+    assert messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED)) == []  # no vad_events
+    assert messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED)) == []
+    final, end = messages.response(result(True, " Hello, world.", WORDS))
+    assert final == {
+        "type": "Results",
+        "channel_index": [0, 1],
+        "duration": 1.5,
+        "start": 1.0,
+        "is_final": True,
+        "speech_final": True,
+        "channel": {
+            "alternatives": [
+                {
+                    "transcript": "hello world",  # punctuate not asked for
+                    "confidence": 0.75,
+                    "words": [
+                        {
+                            "word": "hello",
+                            "start": 1.0,
+                            "end": 1.4,
+                            "confidence": 0.5,
+                            "punctuated_word": "Hello,",
+                        },
+                        {
+                            "word": "world",
+                            "start": 1.5,
+                            "end": 2.0,
+                            "confidence": 1.0,
+                            "punctuated_word": "world.",
+                        },
+                    ],
+                }
+            ]
+        },
+        "metadata": final["metadata"],
+        "from_finalize": False,
+    }
+    assert final["metadata"]["request_id"] == "r-1"
+    assert end == {"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": 2.0}
+
+
+def test_split_utterances_and_partials_are_not_speech_final() -> None:
+    messages = DeepgramMessages(query(punctuate="true", utterance_end_ms="1000"))
+    (partial,) = messages.response(result(False, " Hello,"))
+    assert not partial["is_final"] and not partial["speech_final"]
+    assert partial["channel"]["alternatives"][0]["transcript"] == "Hello,"
+    (final,) = messages.response(result(True, " Hello, world.", WORDS))  # a split: no ended
+    assert final["is_final"] and not final["speech_final"]
+
+
+def test_vad_events_and_channels() -> None:
+    messages = DeepgramMessages(query(channels="2", multichannel="true", vad_events="true"))
+    (started,) = messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, channel=1))
+    assert started == {"type": "SpeechStarted", "channel": [1, 2], "timestamp": 0.5}
+    (r,) = messages.response(result(True, " Hi.", channel=1))
+    assert r["channel_index"] == [1, 2]
+
+
+def test_finalize_marks_the_next_final_of_each_channel() -> None:
+    messages = DeepgramMessages(query())
+    messages.finalize_requested()
+    (first,) = messages.response(result(True, " One.", WORDS))
+    (second,) = messages.response(result(True, " Two.", WORDS, utterance=1))
+    assert first["from_finalize"] and not second["from_finalize"]
+
+
+def test_metadata_summarises_the_stream() -> None:
+    messages = DeepgramMessages(query(), request_id="r-1", created="2025-01-01T00:00:00.000+00:00")
+    metadata = messages.metadata(audio_bytes=48_000, sha256="ab")
+    assert metadata["type"] == "Metadata" and metadata["transaction_key"] == "deprecated"
+    assert metadata["duration"] == 1.5 and metadata["channels"] == 1
+    assert metadata["created"] == "2025-01-01T00:00:00.000Z"
+    assert metadata["request_id"] == "r-1" and metadata["sha256"] == "ab"
