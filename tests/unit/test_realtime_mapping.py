@@ -1,0 +1,115 @@
+"""The OpenAI Realtime transcription mapping (asr_bridge/realtime.py), without sockets."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.realtime import RealtimeError, ServerEvents, TranscriptionSession
+
+
+def test_the_ga_session_maps_onto_the_stream_config() -> None:
+    s = TranscriptionSession()
+    s.update_ga(
+        {
+            "type": "transcription",
+            "audio": {
+                "input": {
+                    "format": {"type": "audio/pcmu"},
+                    "transcription": {
+                        "model": "gpt-4o-transcribe",
+                        "language": "de",
+                        "languages": ["de", "fr"],
+                        "prompt": "Kubernetes",
+                        "keywords": ["kubectl"],
+                    },
+                    "turn_detection": {"type": "server_vad", "silence_duration_ms": 800},
+                }
+            },
+        }
+    )
+    c = s.streaming_config()
+    assert (c.format.encoding, c.format.sample_rate_hz, c.format.channels) == (
+        asr_pb2.AudioFormat.MULAW,
+        8000,
+        1,
+    )
+    assert c.language == "de" and list(c.languages) == ["de", "fr"]
+    assert c.initial_prompt == "Kubernetes" and list(c.hotwords) == ["kubectl"]
+    assert c.endpointing.silence_ms == 800 and c.interim_results
+    echoed = s.to_ga("sess_1")["audio"]["input"]
+    assert echoed["format"] == {"type": "audio/pcmu"}
+    assert echoed["turn_detection"]["silence_duration_ms"] == 800
+    assert echoed["turn_detection"]["threshold"] == 0.5  # defaults kept where not given
+
+
+def test_the_beta_session_and_manual_turns() -> None:
+    s = TranscriptionSession()
+    s.update_beta({"input_audio_format": "g711_alaw", "turn_detection": None})
+    assert s.format == "audio/pcma" and not s.server_vad
+    assert s.streaming_config().endpointing.silence_ms == 10_000  # the client commits
+    beta = s.to_beta("sess_1")
+    assert beta["input_audio_format"] == "g711_alaw" and beta["turn_detection"] is None
+
+
+@pytest.mark.parametrize(
+    ("session", "param"),
+    [
+        ({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}}, "rate"),
+        (
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}}},
+            "threshold",
+        ),
+        ({"audio": {"input": {"noise_reduction": {"type": "studio"}}}}, "noise_reduction.type"),
+        ({"audio": {"input": {"transcription": {"languages": "de"}}}}, "languages"),
+        ({"audio": "pcm"}, "session.audio"),
+    ],
+)
+def test_bad_settings_name_their_field(session: dict, param: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(RealtimeError) as err:
+        TranscriptionSession().update_ga(session)
+    assert err.value.param is not None and err.value.param.endswith(param), err.value.param
+
+
+def _speech(kind: int, t: float, utterance: int) -> asr_pb2.StreamingRecognizeResponse:
+    return asr_pb2.StreamingRecognizeResponse(
+        speech_event=asr_pb2.SpeechEvent(type=kind, offset_s=t, utterance_id=utterance)
+    )
+
+
+def _final(
+    text: str, start: float, end: float, utterance: int
+) -> asr_pb2.StreamingRecognizeResponse:
+    return asr_pb2.StreamingRecognizeResponse(
+        result=asr_pb2.Result(
+            is_final=True, text=text, start_s=start, end_s=end, utterance_id=utterance
+        )
+    )
+
+
+def test_a_clear_drops_what_was_not_committed_and_nothing_else() -> None:
+    ev = ServerEvents("s")
+    started, ended = asr_pb2.SpeechEvent.SPEECH_STARTED, asr_pb2.SpeechEvent.SPEECH_ENDED
+    kinds = lambda out: [e["type"] for e in out]  # noqa: E731
+    assert kinds(ev.response(_speech(started, 0.2, 0), server_vad=False)) == []
+    ev.commit(1.0)  # the client committed utterance 0 …
+    ev.clear(3.0)  # … and cleared utterance 1 (1.0-3.0) before either was finalized
+    assert kinds(ev.response(_speech(ended, 0.98, 0), server_vad=False)) == [
+        "input_audio_buffer.committed"
+    ]
+    assert ev.response(_final("kept", 0.2, 0.98, 0), server_vad=False)[0]["transcript"] == "kept"
+    for response in (
+        _speech(started, 0.96, 1),
+        _speech(ended, 2.97, 1),
+        _final("gone", 0.9, 2.97, 1),
+    ):
+        assert ev.response(response, server_vad=False) == []
+    # the utterance after the clear starts a moment before its stream time: still kept
+    ev.response(_speech(started, 2.95, 2), server_vad=False)
+    out = ev.response(_final("after", 2.9, 3.5, 2), server_vad=False)
+    # no speech_stopped before this final (split, or the end of audio): committed all the same
+    assert kinds(out) == [
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+    ]
+    assert out[0]["previous_item_id"] == ev.item(0)
