@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from asr_api.v1 import asr_pb2
+from asr_bridge.realtime import ServerEvents
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo
@@ -272,78 +272,28 @@ class OpenAIEvents:
 
     One utterance is one conversation item. ``…transcription.delta`` carries only text
     that has become *stable* (append-only, as OpenAI deltas are), and
-    ``…transcription.completed`` the final transcript, which starts with those deltas.
+    ``…transcription.completed`` the final transcript, which starts with those deltas. The
+    events are realtime.py's, as the full ``/v1/realtime`` endpoint sends them.
     """
 
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
-    _sent: dict[int, str] = field(default_factory=dict)  # stable text sent, per utterance
-    _session: str = ""
-
-    def _event(self, kind: str, **fields: Any) -> Event:
-        return {"event_id": f"event_{next(self._ids)}", "type": kind, **fields}
-
-    def _item(self, utterance_id: int) -> str:
-        return f"item_{self._session}_{utterance_id}"
+    _events: ServerEvents = field(default_factory=lambda: ServerEvents(""))
 
     def ready(self, session_id: str, sample_rate: int) -> list[Event]:
-        self._session = session_id
+        self._events = ServerEvents(session_id)
         session = {
             "id": session_id,
             "object": "realtime.transcription_session",
             "input_audio_format": "pcm16",
             "sample_rate": sample_rate,
         }
-        return [self._event("transcription_session.created", session=session)]
+        return [self._events.event("transcription_session.created", session=session)]
 
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
-        if response.HasField("speech_event"):
-            e = response.speech_event
-            item = self._item(e.utterance_id)
-            ms = round(e.offset_s * 1000)
-            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
-                return [
-                    self._event(
-                        "input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item
-                    )
-                ]
-            previous = self._item(e.utterance_id - 1) if e.utterance_id else None
-            return [
-                self._event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item),
-                self._event(
-                    "input_audio_buffer.committed", item_id=item, previous_item_id=previous
-                ),
-            ]
-        if not response.HasField("result"):
-            return []
-        r = response.result
-        item = self._item(r.utterance_id)
-        if r.is_final:
-            self._sent.pop(r.utterance_id, None)
-            return [
-                self._event(
-                    "conversation.item.input_audio_transcription.completed",
-                    item_id=item,
-                    content_index=0,
-                    transcript=r.text,
-                )
-            ]
-        sent = self._sent.get(r.utterance_id, "")
-        if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
-            return []
-        self._sent[r.utterance_id] = r.stable_text
-        return [
-            self._event(
-                "conversation.item.input_audio_transcription.delta",
-                item_id=item,
-                content_index=0,
-                delta=r.stable_text[len(sent) :],
-            )
-        ]
+        return self._events.response(response, server_vad=True)
 
     def error(self, code: str, message: str) -> list[Event]:
         kind = "invalid_request_error" if code in _CLIENT_FAULTS else "server_error"
-        error = {"type": kind, "code": code, "message": message, "param": None}
-        return [self._event("error", error=error)]
+        return [self._events.error(message, kind=kind, code=code)]
 
     def resumed(self, info: ResumeInfo) -> list[Event]:
         return []  # the Realtime protocol has no such event; the transcript simply goes on

@@ -140,7 +140,9 @@ def test_openai_deltas_carry_only_newly_stable_text() -> None:
     ]
     got += [e.get("delta") for e in events.response(partial("hello world", "how"))]
     assert got == ["hello", " world"]
-    (done,) = events.response(final("hello world how are you"))
+    # the final of an utterance with no SPEECH_ENDED seen: its item is committed first
+    committed, done = events.response(final("hello world how are you"))
+    assert committed["type"] == "input_audio_buffer.committed"
     assert done["type"] == "conversation.item.input_audio_transcription.completed"
     assert done["transcript"].startswith("hello world")
     assert done["item_id"] == "item_abc_0"
