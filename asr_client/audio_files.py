@@ -18,6 +18,10 @@ class AudioFileError(Exception):
     """The file is missing or in a format neither soundfile nor PyAV can decode."""
 
 
+#: channels correlated at least this much carry the same signal: one recording, not a call
+SAME_SIGNAL_CORRELATION = 0.8
+
+
 @dataclass(frozen=True)
 class PcmAudio:
     """Interleaved signed 16-bit samples, shape ``(frames, channels)``."""
@@ -32,6 +36,29 @@ class PcmAudio:
     @property
     def duration_s(self) -> float:
         return len(self.frames) / self.sample_rate_hz
+
+    def mixed(self) -> PcmAudio:
+        """One channel: the mean of all of them."""
+        if self.channels == 1:
+            return self
+        mean = self.frames.astype(np.int32).mean(axis=1, keepdims=True)
+        return PcmAudio(np.round(mean).astype(np.int16), self.sample_rate_hz)
+
+    def channels_alike(self, threshold: float = SAME_SIGNAL_CORRELATION) -> bool:
+        """Do all channels carry the same signal (a plain stereo recording of one scene:
+        correlation at least ``threshold`` with the first)? A call recorded agent/customer
+        on two channels does not: each hears mostly its own side."""
+        if self.channels == 1:
+            return True
+        x = self.frames.astype(np.float64)
+        x -= x.mean(axis=0)
+        energy = np.sqrt((x * x).sum(axis=0))
+        if energy[0] == 0:
+            return bool(np.all(energy == 0))
+        for c in range(1, self.channels):
+            if energy[c] == 0 or float(x[:, 0] @ x[:, c]) / (energy[0] * energy[c]) < threshold:
+                return False
+        return True
 
     def to_bytes(self) -> bytes:
         """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""

@@ -96,6 +96,15 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--word-timestamps", action="store_true", help="per-word times on final results"
     )
+    files = argparse.ArgumentParser(add_help=False)
+    files.add_argument(
+        "--channels",
+        choices=("auto", "mix", "separate"),
+        default="auto",
+        help="a file with several channels: auto (default) mixes them when they carry the "
+        "same signal, as a plain stereo recording does, and keeps them apart otherwise, as "
+        "a call recorded agent/customer; mix or separate decide it",
+    )
 
     streaming = argparse.ArgumentParser(add_help=False)
     streaming.add_argument(
@@ -127,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser(
         "file",
-        parents=[path, common, streaming],
+        parents=[path, common, files, streaming],
         help="stream a file in real time (or faster) and show results as they arrive",
     )
     pace = f.add_mutually_exclusive_group()
@@ -142,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fast", action="store_true", help="send as fast as the server's backpressure allows"
     )
     r = sub.add_parser(
-        "recognize", parents=[path, common], help="transcribe a whole file in one call"
+        "recognize", parents=[path, common, files], help="transcribe a whole file in one call"
     )
     r.add_argument("--json", action="store_true", help="print the response as one JSON object")
     add_load_parser(sub, common)
@@ -321,8 +330,25 @@ def streaming_config(
     )
 
 
+def _channels_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
+    """The file's channels mixed to one, or kept apart, as ``--channels`` says."""
+    if audio.channels == 1 or args.channels == "separate":
+        return audio
+    if args.channels == "mix":
+        return audio.mixed()
+    if audio.channels_alike():
+        if not getattr(args, "quiet", False):
+            print(
+                f"the {audio.channels} channels carry the same signal: transcribing them as "
+                "one (--channels separate keeps them apart)",
+                file=stderr,
+            )
+        return audio.mixed()
+    return audio
+
+
 async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
-    audio = load_audio(args.path)
+    audio = _channels_as_asked(load_audio(args.path), args, stderr)
     config = streaming_config(args, sample_rate_hz=audio.sample_rate_hz, channels=audio.channels)
     with contextlib.ExitStack() as stack:
         json_out = open_json_out(args.json_out, stdout, stack)
@@ -352,7 +378,7 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
 
 
 async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
-    audio = load_audio(args.path)
+    audio = _channels_as_asked(load_audio(args.path), args, stderr)
     data = audio.to_bytes()
     if len(data) > MAX_RECOGNIZE_BYTES:
         raise ClientError(

@@ -132,6 +132,46 @@ async def test_stereo_results_carry_their_channel(
     assert finals[0]["text"].startswith("w0")
 
 
+@pytest.mark.parametrize(("option", "channels"), [(None, {0}), ("mix", {0}), ("separate", {0, 1})])
+async def test_a_plain_stereo_recording_is_transcribed_once(
+    server: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str | None,
+    channels: set[int],
+) -> None:
+    """The same signal on both channels (a stereo copy of a mono recording, as
+    audio_samples/jfk.flac is): one transcript unless asked, not every line twice."""
+    left = speech_like()
+    path = tmp_path / "same.wav"  # the same signal, a little quieter on the right
+    soundfile.write(path, np.stack([left, 0.8 * left], axis=1), RATE, subtype="PCM_16")
+    out = tmp_path / "events.jsonl"
+    argv = ["file", str(path), "--server", server, "--fast", "--json-out", str(out)]
+    assert await run([*argv, *(["--channels", option] if option else [])]) == 0
+    finals = [e for e in read_events(out) if e["type"] == "final"]
+    assert finals and {e["channel"] for e in finals} == channels
+    said = "carry the same signal" in capsys.readouterr().err
+    assert said == (option is None)
+
+
+def test_channels_alike_tells_one_recording_from_a_call() -> None:
+    from asr_client.audio_files import PcmAudio
+
+    rng = np.random.default_rng(1)
+    speech = (rng.normal(0, 3000, 16_000)).astype(np.int16)
+    other = (rng.normal(0, 3000, 16_000)).astype(np.int16)
+    assert PcmAudio(np.stack([speech, speech], axis=1), RATE).channels_alike()
+    assert not PcmAudio(np.stack([speech, other], axis=1), RATE).channels_alike()
+    # a call: each side mostly silent while the other talks, a little echo across
+    agent = np.concatenate([speech, np.zeros(16_000, np.int16)])
+    customer = np.concatenate([np.zeros(16_000, np.int16), other])
+    echo = (agent * 0.05).astype(np.int16)
+    call = PcmAudio(np.stack([agent, customer + echo], axis=1), RATE)
+    assert not call.channels_alike()
+    mixed = PcmAudio(np.stack([speech, np.zeros_like(speech)], axis=1), RATE).mixed()
+    assert mixed.channels == 1 and np.array_equal(mixed.frames[:, 0], np.round(speech / 2))
+
+
 async def test_word_timestamps_reach_the_json(server: str, mono_wav: Path, tmp_path: Path):
     out = tmp_path / "events.jsonl"
     argv = ["file", str(mono_wav), "--server", server, "--fast", "--word-timestamps"]
