@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from asr_api.v1 import asr_pb2
 from asr_server.engine.base import Engine
+from asr_server.engine.factory import check_engine, create_engine
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session import SessionServices
@@ -37,46 +38,6 @@ from asr_server.vad.base import VoiceDetector
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
-
-
-#: ``ASR_ENGINE__MODEL=fake``: the scripted fake engine instead of a model. For tests and
-#: load-balancer drills, where real processes and proxies matter and recognition does not.
-FAKE_MODEL = "fake"
-
-
-def load_whisper_engine(settings: Settings) -> Engine:
-    """The production engine factory (runs in a worker thread at start-up)."""
-    if settings.engine.model == FAKE_MODEL:
-        from asr_server.engine.fake import FakeEngine
-
-        return FakeEngine()
-    from asr_server.engine.models import resolve_model
-    from asr_server.engine.whisper import WhisperEngine
-
-    e = settings.engine
-    model = resolve_model(e.model, e.cache_dir)
-    return WhisperEngine(
-        model,
-        device=e.device,
-        compute_type=e.compute_type,
-        cpu_threads=e.cpu_threads,
-        workers=e.workers,
-        max_batch_size=e.max_batch_size,
-        min_window_s=e.min_window_s,
-        final_beam_size=e.final_beam_size,
-    )
-
-
-def languages_of(engine: Engine) -> frozenset[str] | None:
-    """Language codes a stream may ask for; None = any Whisper code (multilingual)."""
-    if not engine.is_multilingual:
-        return frozenset({"en"})
-    try:
-        from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-        return frozenset(_LANGUAGE_CODES)
-    except ImportError:  # pragma: no cover
-        return None
 
 
 def grpc_options(settings: Settings) -> list[tuple[str, int]]:
@@ -169,7 +130,7 @@ class RunningServer:
 async def start_server(
     settings: Settings,
     *,
-    engine_factory: Callable[[Settings], Engine] = load_whisper_engine,
+    engine_factory: Callable[[Settings], Engine] = create_engine,
     metrics: Metrics | None = None,
     vad_factory: Callable[[], VoiceDetector] | None = None,
 ) -> RunningServer:
@@ -239,6 +200,7 @@ async def start_server(
     async def load() -> None:
         try:
             engine = await asyncio.to_thread(engine_factory, settings)
+            check_engine(engine)
         except Exception:
             logger.exception(
                 "model %r failed to load; the server stays NOT_SERVING", settings.engine.model
@@ -255,7 +217,7 @@ async def start_server(
         await scheduler.start()
         running._scheduler = scheduler
         servicer.model_name = engine.name
-        servicer.languages = languages_of(engine)
+        servicer.languages = engine.capabilities.languages
         servicer.services = SessionServices(settings, scheduler, metrics, vad_factory)
         metrics.model_loaded.set(1)
         for name in ("", SERVICE_NAME):

@@ -19,6 +19,11 @@ DEFAULT_METRICS_PORT = 9464
 
 
 class EngineSettings(BaseModel):
+    backend: Literal["faster-whisper", "fake"] = Field(
+        "faster-whisper",
+        description="The engine (asr_server/engine/factory.py); fake: a scripted engine for "
+        "tests and load-balancer drills.",
+    )
     model: str = Field(
         "tiny.en",
         description="Model name (tiny.en, base, small), a local CTranslate2 model directory, "

@@ -15,6 +15,8 @@ import soxr
 
 from asr_server.audio.g711 import ALAW_TO_FLOAT32, MULAW_TO_FLOAT32
 
+#: the pipeline's one rate: every stream is resampled to it, the voice detectors and the
+#: engine work at it (an engine declares its rate; the server checks they agree)
 SAMPLE_RATE = 16_000
 MIN_RATE_HZ = 8_000
 MAX_RATE_HZ = 48_000

@@ -55,11 +55,34 @@ class Hypothesis:
     language_scores: tuple[tuple[str, float], ...] = ()
 
 
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What an engine can do; the server and the sessions adapt to it instead of assuming.
+
+    A second model family plugs in by declaring these honestly (engine/factory.py)."""
+
+    #: the rate of ``DecodeRequest.audio``; the server refuses to start with an engine
+    #: whose rate is not the pipeline's (asr_server.audio.decode.SAMPLE_RATE)
+    sample_rate: int = 16_000
+    #: language codes a stream may ask for; None = any (a multilingual model's own list is
+    #: better, for clear errors)
+    languages: frozenset[str] | None = frozenset({"en"})
+    #: it reports detection scores (Hypothesis.language_scores) when asked
+    language_detection: bool = False
+    #: it continues after ``DecodeRequest.prefix`` and keeps it verbatim. Without it a
+    #: session commits nothing from partials (every partial is unstable until the final),
+    #: because a final could not be made to start with the committed words
+    prefix_forcing: bool = True
+    #: it fills ``Hypothesis.words`` when ``DecodeRequest.word_timestamps`` is set
+    word_timestamps: bool = True
+
+
 class Engine(Protocol):
     """A speech recognizer. ``transcribe`` blocks and must be safe to call from several threads."""
 
     name: str
     is_multilingual: bool
+    capabilities: EngineCapabilities
     #: how many requests one call may take; the scheduler never sends more
     max_batch_size: int
     #: how many calls may run at once (the scheduler's worker count)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from asr_server.engine.base import DecodeRequest, Hypothesis, WordTiming
+from asr_server.engine.base import DecodeRequest, EngineCapabilities, Hypothesis, WordTiming
 
 
 class FakeEngine:
@@ -29,7 +29,11 @@ class FakeEngine:
         gate: threading.Event | None = None,
         fail_with: Exception | None = None,
         on_call: Callable[[Sequence[DecodeRequest]], None] | None = None,
+        capabilities: EngineCapabilities | None = None,
     ) -> None:
+        #: as declared; with ``prefix_forcing=False`` it ignores ``DecodeRequest.prefix``,
+        #: as an engine without it would
+        self.capabilities = capabilities or EngineCapabilities()
         self.seconds_per_word = seconds_per_word
         self.max_batch_size = max_batch_size
         self.workers = workers
@@ -57,7 +61,7 @@ class FakeEngine:
         if n_words == 0:
             return Hypothesis("", req.language or "en", rejected=True)
         words = [f"w{i}" for i in range(n_words)]
-        prefix = req.prefix.split()
+        prefix = req.prefix.split() if self.capabilities.prefix_forcing else []
         if prefix:  # forced prefix: kept verbatim, decoding continues after it
             words = prefix + words[len(prefix) :]
         timings = []

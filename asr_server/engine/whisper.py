@@ -24,7 +24,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
+from asr_server.audio.decode import SAMPLE_RATE
+from asr_server.engine.base import (
+    DecodeKind,
+    DecodeRequest,
+    EngineCapabilities,
+    Hypothesis,
+    WordTiming,
+)
 from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
     compression_ratio,
@@ -35,7 +42,6 @@ from asr_server.engine.text import (
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 FRAMES_PER_SECOND = 100  # Whisper's mel hop is 10 ms
 MAX_FRAMES = 3000  # the encoder's 30 s limit
 MAX_TEXT_TOKENS = 448
@@ -98,6 +104,13 @@ class WhisperEngine:
         self._ct2 = self._model.model
         self.name = model.name
         self.is_multilingual = bool(self._ct2.is_multilingual)
+        self.capabilities = EngineCapabilities(
+            sample_rate=SAMPLE_RATE,
+            languages=whisper_languages() if self.is_multilingual else frozenset({"en"}),
+            language_detection=self.is_multilingual,
+            prefix_forcing=True,
+            word_timestamps=True,
+        )
         # Batching pays on the CPU too (bench/batching_bench.py, 2 cores, tiny.en int8: a
         # batch of 4 per single-threaded call decodes 1.5x the partials and 1.2x the finals
         # of one at a time); a batch only forms when requests are queued, i.e. under load.
@@ -317,6 +330,15 @@ class WhisperEngine:
             # the text may have lost a trimmed repetition: keep the timings it still has
             timings = timings[: len(h.text.split())]
             hyps[i] = dataclasses.replace(h, words=timings)
+
+
+def whisper_languages() -> frozenset[str] | None:
+    """Every language code a multilingual Whisper knows (None if faster-whisper hides it)."""
+    try:
+        from faster_whisper.tokenizer import _LANGUAGE_CODES
+    except ImportError:  # pragma: no cover
+        return None
+    return frozenset(_LANGUAGE_CODES)
 
 
 def allowed_scores(

@@ -108,6 +108,9 @@ class ChannelRecognizer:
         self._key = coalesce_key
         self._context_chars = context_chars
         self._agreement = agreement
+        # an engine that cannot continue after a forced prefix could not make a final start
+        # with words committed from partials: then nothing is committed (all unstable)
+        self._commits = scheduler.engine.capabilities.prefix_forcing
         start = start or ChannelStart()
         # the end of this channel's previous finals (a resumed stream brings the last one)
         self._context = ""
@@ -423,7 +426,7 @@ class ChannelRecognizer:
             return
         words = hyp.text.split()
         timings = hyp.words if len(hyp.words) == len(words) else None
-        commit = request.audio.size >= MIN_COMMIT_AUDIO_S * SAMPLE_RATE
+        commit = self._commits and request.audio.size >= MIN_COMMIT_AUDIO_S * SAMPLE_RATE
         if not utt.agreement.update(words, timings, commit=commit):
             return
         utt.partial_language = hyp.language

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLE_RATE = 16_000
+from asr_server.audio.decode import SAMPLE_RATE
 
 
 class UtteranceAudio:

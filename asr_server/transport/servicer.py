@@ -26,6 +26,7 @@ from asr_server.session import (
     Progress,
     RecognitionResult,
     SessionServices,
+    StreamConfig,
     StreamSession,
 )
 from asr_server.transport.admission import (
@@ -133,11 +134,14 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         async def recognize(services: SessionServices, ticket: Ticket) -> None:
             if isinstance(request, Undecodable):
                 raise AsrError.invalid(request.reason)
-            config = stream_config_from_proto(
-                request.config,
-                services.settings,
-                model_name=self.model_name,
-                languages=self.languages,
+            config = self._supported(
+                stream_config_from_proto(
+                    request.config,
+                    services.settings,
+                    model_name=self.model_name,
+                    languages=self.languages,
+                ),
+                services,
             )
             ticket.seat()
             # finals only: the whole file is known, partials would be wasted work
@@ -229,12 +233,21 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             raise AsrError.precondition(
                 f"the first message must be a config, got {kind or 'an empty request'}"
             )
-        return stream_config_from_proto(
+        config = stream_config_from_proto(
             first.config,  # type: ignore[attr-defined]
             services.settings,
             model_name=self.model_name,
             languages=self.languages,
         )
+        return self._supported(config, services)
+
+    def _supported(self, config: StreamConfig, services: SessionServices) -> StreamConfig:
+        """What the config asks of the engine, it can do (EngineCapabilities)."""
+        if config.word_timestamps and not services.scheduler.engine.capabilities.word_timestamps:
+            raise AsrError.invalid(
+                f"model {self.model_name!r} gives no word timestamps: leave word_timestamps off"
+            )
+        return config
 
     async def _requests(self, context, idle_s: float) -> AsyncIterator[bytes | Finalize]:  # type: ignore[no-untyped-def]
         def idle() -> AsrError:

@@ -298,3 +298,39 @@ async def test_backpressure_blocks_the_client_and_loses_nothing(make_server) -> 
     assert words == pytest.approx(4 + 240, abs=len(results))
     assert results[-1].result.end_s == pytest.approx(62.2, abs=0.05)  # the speech end + pad
     print(f"client blocked after {blocked_at_s:.1f} s of audio (cap {cap_s} s)")
+
+
+async def test_what_the_engine_cannot_do_is_refused_clearly(make_server) -> None:  # type: ignore[no-untyped-def]
+    from asr_server.engine.base import EngineCapabilities
+
+    engine = FakeEngine(capabilities=EngineCapabilities(word_timestamps=False))
+    server = await serve_fake(make_server, engine)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        for call in (
+            lambda: client.recognize(bytes(3200), audio_config(word_timestamps=True)),
+            lambda: stream_audio(
+                server.port, speech_pcm(), 16_000, config=audio_config(word_timestamps=True)
+            ),
+        ):
+            with pytest.raises(StreamClosedError) as err:
+                await call()
+            assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+            assert "gives no word timestamps" in err.value.details
+
+
+async def test_an_engine_the_pipeline_cannot_feed_keeps_the_server_not_serving() -> None:
+    from asr_server.app import start_server
+    from asr_server.engine.base import EngineCapabilities
+    from asr_server.engine.factory import EngineConfigError
+    from asr_server.metrics import Metrics
+    from tests.helpers import settings
+
+    engine = FakeEngine(capabilities=EngineCapabilities(sample_rate=8_000))
+    server = await start_server(settings(), metrics=Metrics(), engine_factory=lambda s: engine)
+    try:
+        with pytest.raises(EngineConfigError, match="8000 Hz"):
+            await server._loader  # type: ignore[misc]
+        assert not server.ready.is_set()
+        assert server.metrics.registry.get_sample_value("asr_model_loaded") == 0
+    finally:
+        await server.close()

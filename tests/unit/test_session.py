@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioFormat, Encoding
-from asr_server.engine.base import DecodeKind
+from asr_server.engine.base import DecodeKind, EngineCapabilities
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
 from asr_server.errors import AsrError, Status
@@ -338,3 +338,21 @@ async def test_settled_time_never_passes_an_unfinished_utterance(channels: int) 
     # while its second part is open, nothing past that part's start is settled
     during = [p.settled_s for p in h.progress if 16 < p.audio_processed_s < 25]
     assert during and 5.1 < min(during) and max(during) < 15.3, during
+
+
+@pytest.mark.parametrize("prefix_forcing", [True, False])
+async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
+    prefix_forcing: bool,
+) -> None:
+    """The session adapts to what the engine declares: a final could not be made to start
+    with committed words, so none are committed and every partial stays unstable."""
+    engine = FakeEngine(capabilities=EngineCapabilities(prefix_forcing=prefix_forcing))
+    h = Harness(engine)
+    audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    partials = results(events, final=False)
+    assert partials and results(events, final=True)[0].text == " ".join(f"w{i}" for i in range(12))
+    committed = [p.stable_text for p in partials if p.stable_text]
+    assert bool(committed) == prefix_forcing
+    prefixes = [r.prefix for call in engine.calls for r in call]
+    assert any(prefixes) == prefix_forcing  # nothing is asked to be kept verbatim
