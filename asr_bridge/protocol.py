@@ -58,6 +58,7 @@ class Start:
     languages: tuple[str, ...] = ()  # detection chooses among these
     interim_results: bool = True
     silence_ms: int = 0
+    endpointing: Literal["silence", "semantic"] = "silence"
     hotwords: tuple[str, ...] = ()
     word_timestamps: bool = False
     events: EventShape | None = None  # None: as the query string said, else streamasr
@@ -124,6 +125,9 @@ def _parse_start(m: dict[str, Any]) -> Start:
     hotwords = m.get("hotwords", [])
     if not isinstance(hotwords, list) or not all(isinstance(h, str) for h in hotwords):
         raise ProtocolError('"hotwords" must be a list of strings')
+    endpointing = m.get("endpointing", "silence")
+    if endpointing not in ("silence", "semantic"):
+        raise ProtocolError('"endpointing" must be "silence" or "semantic"')
     languages = m.get("languages", [])
     if not isinstance(languages, list) or not all(isinstance(c, str) for c in languages):
         raise ProtocolError('"languages" must be a list of language codes, e.g. ["de", "fr"]')
@@ -133,6 +137,7 @@ def _parse_start(m: dict[str, Any]) -> Start:
         languages=tuple(languages),
         interim_results=_typed(m, "interim_results", bool, True),
         silence_ms=_typed(m, "silence_ms", int, 0),
+        endpointing=endpointing,
         hotwords=tuple(hotwords),
         word_timestamps=_typed(m, "word_timestamps", bool, False),
         events=events,
@@ -155,7 +160,9 @@ def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
         language=start.language,
         languages=list(start.languages),
         interim_results=start.interim_results,
-        endpointing=asr_pb2.EndpointingConfig(silence_ms=start.silence_ms),
+        endpointing=asr_pb2.EndpointingConfig(
+            silence_ms=start.silence_ms, mode=start.endpointing.upper()
+        ),
         hotwords=list(start.hotwords),
         word_timestamps=start.word_timestamps,
     )
@@ -220,6 +227,17 @@ class StreamasrEvents:
                     "type": kind,
                     "utterance_id": e.utterance_id,
                     "offset_s": round(e.offset_s, 3),
+                    "lag_s": lag,
+                }
+            ]
+        if response.HasField("end_of_turn"):
+            t = response.end_of_turn
+            return [
+                {
+                    "type": "end_of_turn",
+                    "utterance_id": t.utterance_id,
+                    "offset_s": round(t.offset_s, 3),
+                    "probability": round(t.probability, 3),
                     "lag_s": lag,
                 }
             ]

@@ -53,6 +53,9 @@ DEFAULT_TRANSCRIPTION_MODEL = "whisper-1"
 #: how much earlier than its stream time a commit or clear takes effect on the server: the
 #: resampler's delay (about 20 ms) plus the voice detector's unfinished frame (up to 32 ms)
 CUT_SLACK_S = 0.1
+#: semantic_vad's eagerness → the longest pause held open (OpenAI documents 8 s, 4 s and
+#: 2 s as the maximum waits of low, medium and high; auto is medium)
+SEMANTIC_MAX_SILENCE_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
 
 
 class RealtimeError(ValueError):
@@ -105,10 +108,18 @@ class TranscriptionSession:
         return self.turn_detection is not None
 
     def streaming_config(self) -> asr_pb2.StreamingConfig:
-        silence = (
-            int(self.turn_detection.get("silence_duration_ms") or 500)
-            if self.turn_detection is not None
-            else MANUAL_SILENCE_MS
+        td = self.turn_detection
+        semantic = td is not None and td.get("type") == "semantic_vad"
+        if td is None:
+            silence = MANUAL_SILENCE_MS
+        elif semantic:
+            silence = 0  # unused: the turn model decides, up to the longest pause
+        else:
+            silence = int(td.get("silence_duration_ms") or 500)
+        endpointing = asr_pb2.EndpointingConfig(
+            silence_ms=silence,
+            mode="SEMANTIC" if semantic else "SILENCE",
+            max_silence_ms=SEMANTIC_MAX_SILENCE_MS[td["eagerness"]] if semantic and td else 0,
         )
         prompt = self.prompt.strip()
         return asr_pb2.StreamingConfig(
@@ -118,7 +129,7 @@ class TranscriptionSession:
             language=self.language,
             languages=self.languages,
             interim_results=True,
-            endpointing=asr_pb2.EndpointingConfig(silence_ms=silence),
+            endpointing=endpointing,
             hotwords=self.keywords,
             initial_prompt=prompt,
         )
@@ -206,13 +217,25 @@ class TranscriptionSession:
             return
         _expect(value, dict, param)
         kind = value.get("type", "server_vad")
+        if kind == "semantic_vad":
+            eagerness = value.get("eagerness") or "auto"
+            if eagerness not in SEMANTIC_MAX_SILENCE_MS:
+                raise RealtimeError(
+                    f"eagerness must be one of {', '.join(SEMANTIC_MAX_SILENCE_MS)}, got "
+                    f"{eagerness!r}",
+                    param=f"{param}.eagerness",
+                )
+            self.turn_detection = {"type": "semantic_vad", "eagerness": eagerness}
+            return
         if kind != "server_vad":
             raise RealtimeError(
-                f"turn_detection type {kind!r} is not supported here: use server_vad, or null "
-                "to commit turns yourself",
+                f"turn_detection type {kind!r} is not supported here: use server_vad, "
+                "semantic_vad, or null to commit turns yourself",
                 param=f"{param}.type",
             )
-        merged = dict(self.turn_detection or {})
+        if (self.turn_detection or {}).get("type") == "semantic_vad":
+            self.turn_detection = None  # server_vad's own defaults, not semantic's fields
+        merged = dict(self.turn_detection or TranscriptionSession().turn_detection or {})
         merged.update({k: v for k, v in value.items() if v is not None})
         silence = merged.get("silence_duration_ms", 500)
         if type(silence) is not int or not MIN_SILENCE_MS <= silence <= MAX_SILENCE_MS:

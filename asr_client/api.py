@@ -43,6 +43,8 @@ def audio_config(
     languages: Sequence[str] = (),
     interim_results: bool = True,
     silence_ms: int = 0,
+    endpointing: Literal["silence", "semantic"] = "silence",
+    max_silence_ms: int = 0,
     max_utterance_ms: int = 0,
     hotwords: Sequence[str] = (),
     initial_prompt: str = "",
@@ -60,7 +62,10 @@ def audio_config(
         languages=list(languages),
         interim_results=interim_results,
         endpointing=asr_pb2.EndpointingConfig(
-            silence_ms=silence_ms, max_utterance_ms=max_utterance_ms
+            silence_ms=silence_ms,
+            max_utterance_ms=max_utterance_ms,
+            mode=endpointing.upper(),  # the enum's name; protobuf maps it to the value
+            max_silence_ms=max_silence_ms,
         ),
         hotwords=list(hotwords),
         initial_prompt=initial_prompt,

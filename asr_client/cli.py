@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--silence-ms", type=int, default=0, metavar="MS", help="silence that ends an utterance"
     )
     streaming.add_argument(
+        "--endpointing",
+        choices=("silence", "semantic"),
+        default="silence",
+        help="semantic: a turn model ends utterances when the speaker is done and holds them "
+        "open over mid-sentence pauses (the server needs `asr-server turn-model` once)",
+    )
+    streaming.add_argument(
         "--hotword",
         action="append",
         default=[],
@@ -324,6 +331,7 @@ def streaming_config(
         languages=args.languages,
         interim_results=not args.no_interim,
         silence_ms=args.silence_ms,
+        endpointing=args.endpointing,
         hotwords=args.hotword,
         initial_prompt=args.prompt,
         word_timestamps=args.word_timestamps,

@@ -34,6 +34,7 @@ from asr_server.transport.interceptors import Authenticator, AuthInterceptor
 from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import VoiceDetector
+from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +219,10 @@ async def start_server(
         running._scheduler = scheduler
         servicer.model_name = engine.name
         servicer.languages = engine.capabilities.languages
-        servicer.services = SessionServices(settings, scheduler, metrics, vad_factory)
+        turn, turn_unavailable = await asyncio.to_thread(_load_turn_detection, settings)
+        servicer.services = SessionServices(
+            settings, scheduler, metrics, vad_factory, turn, turn_unavailable
+        )
         metrics.model_loaded.set(1)
         for name in ("", SERVICE_NAME):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -227,6 +231,17 @@ async def start_server(
 
     running._loader = asyncio.create_task(load(), name="model-loader")
     return running
+
+
+def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]:
+    """The semantic end-of-turn model if it is installed (SEMANTIC streams need it)."""
+    try:
+        turn = load_turn_detection(settings)
+    except TurnModelError as exc:
+        logger.info("SEMANTIC endpointing is off: %s", exc)
+        return None, str(exc)
+    logger.info("SEMANTIC endpointing is on (%s)", turn.model.path)
+    return turn, ""
 
 
 async def _start_health_server(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,10 +104,34 @@ def token_command(argv: list[str]) -> None:
     print(f"  {line}")
 
 
+def turn_model_command(argv: list[str]) -> None:
+    """``asr-server turn-model``: install the semantic end-of-turn model (needs the package
+    index once; the server itself never goes online)."""
+    from asr_server.vad.turn import PACKAGE, PACKAGE_VERSION, TurnModelError, install_model
+
+    parser = argparse.ArgumentParser(
+        prog="asr-server turn-model",
+        description=f"Fetch Smart Turn v3.2 from the pinned {PACKAGE}=={PACKAGE_VERSION} wheel "
+        "(no dependencies, nothing imported), check it and put it in the model cache, for "
+        "SEMANTIC endpointing.",
+    )
+    parser.add_argument("--cache-dir", type=Path, help="default: ASR_ENGINE__CACHE_DIR's")
+    a = parser.parse_args(argv)
+    try:
+        path = install_model(a.cache_dir or Settings().engine.cache_dir)
+    except (TurnModelError, subprocess.CalledProcessError, OSError) as exc:
+        print(f"asr-server turn-model: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    print(f"semantic end-of-turn model ready: {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["token"]:
         token_command(args[1:])
+        return
+    if args[:1] == ["turn-model"]:
+        turn_model_command(args[1:])
         return
     try:
         settings = parse_args(args)

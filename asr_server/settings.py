@@ -81,6 +81,25 @@ class VadSettings(BaseModel):
     )
 
 
+class TurnSettings(BaseModel):
+    """Semantic end of turn (EndpointingConfig.mode SEMANTIC; asr_server/vad/turn.py)."""
+
+    model_path: Path | None = Field(
+        None,
+        description="The Smart Turn ONNX file; default: where `asr-server turn-model` puts it "
+        "under the cache directory.",
+    )
+    threshold: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Turn-complete probability that ends an utterance."
+    )
+    probe_ms: int = Field(
+        200, ge=60, le=2000, description="Pause after which the turn model is asked."
+    )
+    max_silence_ms: int = Field(
+        2000, ge=300, le=10_000, description="Default longest pause a SEMANTIC stream holds."
+    )
+
+
 class StreamingSettings(BaseModel):
     partial_interval_ms: int = Field(
         500, ge=100, description="New speech between two partial results."
@@ -188,6 +207,7 @@ class Settings(BaseSettings):
 
     engine: EngineSettings = EngineSettings()
     vad: VadSettings = VadSettings()
+    turn: TurnSettings = TurnSettings()
     streaming: StreamingSettings = StreamingSettings()
 
     # Flat shortcuts for the settings operators reach for most (ASR_MODEL rather than

@@ -36,6 +36,8 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
+# the semantic end-of-turn model (from the pinned pipecat-ai wheel; a no-op once there)
+.venv/bin/asr-server turn-model
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

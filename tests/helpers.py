@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -202,11 +203,8 @@ async def serve_fake(make_server, engine: FakeEngine | None = None, **settings):
     """A server on the fake engine with the energy detector (exact on tones)."""
     server = await make_server(fake_factory(engine), **settings)
     # tones, not speech: an energy detector keeps these logic tests exact
-    server.servicer.services = type(server.servicer.services)(
-        server.servicer.services.settings,
-        server.servicer.services.scheduler,
-        server.servicer.services.metrics,
-        EnergyVoiceDetector,
+    server.servicer.services = dataclasses.replace(
+        server.servicer.services, vad_factory=EnergyVoiceDetector
     )
     return server
 

@@ -30,12 +30,22 @@ class AudioFormat(_message.Message):
     def __init__(self, encoding: _Optional[_Union[AudioFormat.Encoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., channels: _Optional[int] = ...) -> None: ...
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("silence_ms", "max_utterance_ms")
+    __slots__ = ("silence_ms", "max_utterance_ms", "mode", "max_silence_ms")
+    class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        SILENCE: _ClassVar[EndpointingConfig.Mode]
+        SEMANTIC: _ClassVar[EndpointingConfig.Mode]
+    SILENCE: EndpointingConfig.Mode
+    SEMANTIC: EndpointingConfig.Mode
     SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_UTTERANCE_MS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     silence_ms: int
     max_utterance_ms: int
-    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ...) -> None: ...
+    mode: EndpointingConfig.Mode
+    max_silence_ms: int
+    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., max_silence_ms: _Optional[int] = ...) -> None: ...
 
 class StreamingConfig(_message.Message):
     __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume", "languages")
@@ -133,6 +143,18 @@ class SpeechEvent(_message.Message):
     utterance_id: int
     def __init__(self, type: _Optional[_Union[SpeechEvent.Type, str]] = ..., offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ...) -> None: ...
 
+class EndOfTurn(_message.Message):
+    __slots__ = ("offset_s", "channel", "utterance_id", "probability")
+    OFFSET_S_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    offset_s: float
+    channel: int
+    utterance_id: int
+    probability: float
+    def __init__(self, offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ..., probability: _Optional[float] = ...) -> None: ...
+
 class Word(_message.Message):
     __slots__ = ("word", "start_s", "end_s", "probability")
     WORD_FIELD_NUMBER: _ClassVar[int]
@@ -186,16 +208,18 @@ class Progress(_message.Message):
     def __init__(self, audio_received_s: _Optional[float] = ..., audio_processed_s: _Optional[float] = ..., lag_s: _Optional[float] = ..., settled_s: _Optional[float] = ...) -> None: ...
 
 class StreamingRecognizeResponse(_message.Message):
-    __slots__ = ("speech_event", "result", "going_away", "progress")
+    __slots__ = ("speech_event", "result", "going_away", "end_of_turn", "progress")
     SPEECH_EVENT_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     GOING_AWAY_FIELD_NUMBER: _ClassVar[int]
+    END_OF_TURN_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     speech_event: SpeechEvent
     result: Result
     going_away: GoingAway
+    end_of_turn: EndOfTurn
     progress: Progress
-    def __init__(self, speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., going_away: _Optional[_Union[GoingAway, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
+    def __init__(self, speech_event: _Optional[_Union[SpeechEvent, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., going_away: _Optional[_Union[GoingAway, _Mapping]] = ..., end_of_turn: _Optional[_Union[EndOfTurn, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ...) -> None: ...
 
 class RecognizeRequest(_message.Message):
     __slots__ = ("config", "audio")

@@ -31,6 +31,7 @@ from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, End
 from asr_server.session.language import LanguageTracker
 from asr_server.session.types import (
     ChannelStart,
+    EndOfTurn,
     OutEvent,
     RecognitionResult,
     SpeechBoundary,
@@ -38,6 +39,7 @@ from asr_server.session.types import (
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
+from asr_server.vad.turn import TurnDetection
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +55,17 @@ PARTIAL_SILENCE_CUTOFF_S = 0.15
 #: hypotheses of less audio than this are shown but never committed: Whisper guesses on
 #: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
 MIN_COMMIT_AUDIO_S = 1.5
+
+
+@dataclass(frozen=True)
+class TurnComplete:
+    """The turn model's yes for a pause, queued behind the audio the channel has not yet
+    handled (speech may have resumed in it)."""
+
+    utterance_id: int
+    pause: int
+    speech_end: int  # the sample where the pause began
+    probability: float
 
 
 @dataclass
@@ -72,6 +85,12 @@ class _Utterance:
     speech_end: int | None = None
     #: (end sample, decode task) of a final decoded ahead of the endpoint
     speculation: tuple[int, asyncio.Task[Hypothesis | None]] | None = None
+    #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
+    #: is asked once per pause, and its answer counts only while that pause lasts
+    pause: int = 0
+    in_pause: bool = False
+    probed_pause: int = -1
+    turn_probability: float = 0.0  # the model's latest answer
 
     def drop_speculation(self) -> None:
         if self.speculation is not None:
@@ -95,6 +114,7 @@ class ChannelRecognizer:
         context_chars: int = 0,
         agreement: int = 2,
         start: ChannelStart | None = None,
+        turn: TurnDetection | None = None,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -108,6 +128,9 @@ class ChannelRecognizer:
         self._key = coalesce_key
         self._context_chars = context_chars
         self._agreement = agreement
+        self._turn = turn  # SEMANTIC streams only
+        self._turn_probe = int((turn.probe_ms if turn else 0) * SAMPLE_RATE / 1000)
+        self._inbox: AudioInbox | None = None
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
         self._commits = scheduler.engine.capabilities.prefix_forcing
@@ -149,6 +172,7 @@ class ChannelRecognizer:
     # -- main loop ------------------------------------------------------------------------
 
     async def run(self, inbox: AudioInbox) -> None:
+        self._inbox = inbox
         try:
             await self._run(inbox)
         finally:
@@ -215,6 +239,8 @@ class ChannelRecognizer:
                 await self._audio(ev)
             elif isinstance(ev, SpeechEnded):
                 await self._end(ev.end_sample)
+            elif isinstance(ev, TurnComplete):
+                await self._turn_complete(ev)
 
     # -- utterance life cycle -------------------------------------------------------------
 
@@ -241,8 +267,20 @@ class ChannelRecognizer:
         silence = ev.trailing_silence
         if silence == 0:
             utt.drop_speculation()  # speech resumed: the early final is moot
-        elif silence >= SPECULATE_AFTER_S * SAMPLE_RATE and utt.speculation is None:
-            self._speculate(utt, ev.last_voiced_end)
+            if utt.in_pause:
+                utt.pause += 1
+                utt.in_pause = False
+        else:
+            utt.in_pause = True
+            if silence >= SPECULATE_AFTER_S * SAMPLE_RATE and utt.speculation is None:
+                self._speculate(utt, ev.last_voiced_end)
+            if (
+                self._turn is not None
+                and silence >= self._turn_probe
+                and utt.probed_pause != utt.pause
+            ):
+                utt.probed_pause = utt.pause
+                self._spawn(self._ask_turn_model(utt, utt.pause, ev.last_voiced_end))
         if (
             self.config.interim_results
             and utt.samples_since_partial >= self._partial_interval
@@ -273,6 +311,26 @@ class ChannelRecognizer:
         task = asyncio.create_task(self.scheduler.decode(request), name="speculative-final")
         utt.speculation = (end, task)
 
+    async def _ask_turn_model(self, utt: _Utterance, pause: int, speech_end: int) -> None:
+        """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
+        the utterance when it reaches this answer in its inbox, if the pause still lasts."""
+        assert self._turn is not None and self._inbox is not None
+        verdict = await asyncio.to_thread(self._turn.model.predict, utt.audio.snapshot())
+        utt.turn_probability = verdict.probability
+        if verdict.complete(self._turn.threshold):
+            self._inbox.put_event(
+                DetectedEvents(
+                    [TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)]
+                )
+            )
+
+    async def _turn_complete(self, ev: TurnComplete) -> None:
+        utt = self._utt
+        if utt is None or utt.utterance_id != ev.utterance_id or utt.pause != ev.pause:
+            return  # speech resumed (or the utterance ended) since the model was asked
+        self.endpointer.force_end()  # it listens for the next utterance from here
+        await self._end(ev.speech_end)
+
     async def _end(self, end_sample: int) -> None:
         if self._utt is None:
             return
@@ -280,6 +338,15 @@ class ChannelRecognizer:
             SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id)
         )
         self.metrics.speech_events.labels("ended").inc()
+        if self._turn is not None:  # SEMANTIC: every utterance that ends ends a turn
+            await self._emit(
+                EndOfTurn(
+                    end_sample / SAMPLE_RATE,
+                    self.channel,
+                    self._utt.utterance_id,
+                    self._utt.turn_probability,
+                )
+            )
         self._utt.speech_end = end_sample
         await self._finalize(min(self._utt.audio.end_sample, end_sample + self._trailing_pad))
 

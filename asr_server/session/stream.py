@@ -34,6 +34,7 @@ from asr_server.settings import Settings
 from asr_server.vad.base import VoiceDetector
 from asr_server.vad.endpointer import Endpointer, EndpointerConfig
 from asr_server.vad.factory import make_voice_detector
+from asr_server.vad.turn import TurnDetection
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class SessionServices:
     metrics: Metrics
     #: builds one channel's voice detector; None = the configured webrtc/silero detector
     vad_factory: Callable[[], VoiceDetector] | None = None
+    #: the semantic end-of-turn model; None: SEMANTIC streams are refused, with this reason
+    turn: TurnDetection | None = None
+    turn_unavailable: str = "semantic end of turn is not set up on this server"
 
 
 class _Closed:
@@ -145,7 +149,11 @@ class StreamSession:
                 threshold=s.vad.silero_threshold if s.vad.backend == "silero" else 0.5,
                 start_ms=s.vad.start_ms,
                 pre_roll_ms=s.vad.pre_roll_ms,
-                silence_ms=self.config.silence_ms,
+                # SEMANTIC: the turn model ends utterances at pauses; silence only at the
+                # longest pause held open
+                silence_ms=self.config.max_silence_ms
+                if self.config.semantic
+                else self.config.silence_ms,
             ),
         )
         return ChannelRecognizer(
@@ -161,6 +169,7 @@ class StreamSession:
             context_chars=s.streaming.context_chars,
             agreement=s.streaming.agreement,
             start=self.config.resume.channel(channel) if self.config.resume else None,
+            turn=self.services.turn if self.config.semantic else None,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:

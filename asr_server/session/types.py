@@ -43,6 +43,10 @@ class StreamConfig:
     interim_results: bool = True
     silence_ms: int = 500
     max_utterance_ms: int = 15_000
+    #: SEMANTIC: a turn model ends utterances at pauses (silence_ms is unused); the
+    #: endpointer's own silence limit is max_silence_ms
+    semantic: bool = False
+    max_silence_ms: int = 2000
     prompt: str = ""  # initial prompt and hotwords, given to the model as context
     word_timestamps: bool = False
     resume: ResumeState | None = None
@@ -105,6 +109,17 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class EndOfTurn:
+    """SEMANTIC endpointing: the speaker has finished (the turn model said so, or the
+    longest pause passed)."""
+
+    offset_s: float
+    channel: int
+    utterance_id: int
+    probability: float
+
+
+@dataclass(frozen=True)
 class StreamDone:
     """The last response of a stream: only progress, accounting for all the audio received."""
 
@@ -117,4 +132,4 @@ class GoingAway:
     reason: str
 
 
-OutEvent = SpeechBoundary | RecognitionResult | StreamDone | GoingAway
+OutEvent = SpeechBoundary | RecognitionResult | StreamDone | GoingAway | EndOfTurn

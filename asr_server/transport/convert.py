@@ -6,6 +6,7 @@ from asr_api.v1 import asr_pb2
 from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
 from asr_server.errors import AsrError
 from asr_server.session.types import (
+    EndOfTurn,
     GoingAway,
     OutEvent,
     Progress,
@@ -88,6 +89,17 @@ def stream_config_from_proto(
         raise AsrError.invalid(
             f"config.endpointing.max_utterance_ms {max_utt} is out of range 2000-28000"
         )
+    semantic = msg.endpointing.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    if msg.endpointing.mode not in (
+        asr_pb2.EndpointingConfig.SILENCE,
+        asr_pb2.EndpointingConfig.SEMANTIC,
+    ):
+        raise AsrError.invalid(f"config.endpointing.mode {msg.endpointing.mode} is unknown")
+    max_silence = msg.endpointing.max_silence_ms or settings.turn.max_silence_ms
+    if not 300 <= max_silence <= 10_000:
+        raise AsrError.invalid(
+            f"config.endpointing.max_silence_ms {max_silence} is out of range 300-10000"
+        )
     _check_prompt(msg, settings)
     prompt_parts = [msg.initial_prompt.strip()] if msg.initial_prompt.strip() else []
     if msg.hotwords:
@@ -99,6 +111,8 @@ def stream_config_from_proto(
         interim_results=msg.interim_results,
         silence_ms=silence,
         max_utterance_ms=max_utt,
+        semantic=semantic,
+        max_silence_ms=max_silence,
         prompt=" ".join(prompt_parts),
         word_timestamps=msg.word_timestamps,
         resume=resume_from_proto(msg, fmt, settings),
@@ -188,6 +202,16 @@ def event_to_proto(
     if isinstance(event, GoingAway):
         return asr_pb2.StreamingRecognizeResponse(
             going_away=asr_pb2.GoingAway(deadline_s=event.deadline_s, reason=event.reason),
+            progress=progress_msg,
+        )
+    if isinstance(event, EndOfTurn):
+        return asr_pb2.StreamingRecognizeResponse(
+            end_of_turn=asr_pb2.EndOfTurn(
+                offset_s=offset_s + event.offset_s,
+                channel=event.channel,
+                utterance_id=event.utterance_id,
+                probability=event.probability,
+            ),
             progress=progress_msg,
         )
     if isinstance(event, SpeechBoundary):

@@ -243,6 +243,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
     def _supported(self, config: StreamConfig, services: SessionServices) -> StreamConfig:
         """What the config asks of the engine, it can do (EngineCapabilities)."""
+        if config.semantic and services.turn is None:
+            raise AsrError.precondition(
+                f"config.endpointing.mode SEMANTIC is not available: {services.turn_unavailable}"
+            )
         if config.word_timestamps and not services.scheduler.engine.capabilities.word_timestamps:
             raise AsrError.invalid(
                 f"model {self.model_name!r} gives no word timestamps: leave word_timestamps off"

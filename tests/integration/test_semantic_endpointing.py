@@ -1,0 +1,95 @@
+"""SEMANTIC endpointing with the real tiny.en and the real Smart Turn model.
+
+A read sentence with a 0.9 s pause put in the middle of it, where it is plainly not
+finished ("... which led me to leave | my native country"): with silence endpointing
+(500 ms) the pause cuts it in two finals. SEMANTIC holds a pause open up to its longest
+silence (2 s) unless the turn model says the speaker is done, so the sentence stays whole,
+and the turns that are finished end early, each with an EndOfTurn carrying the model's
+probability (at or above the threshold only when the model ended it) before its final.
+"""
+
+from __future__ import annotations
+
+import grpc
+import numpy as np
+import pytest
+import soxr
+
+from asr_client import AsrClient, StreamClosedError, audio_config
+from asr_client.scoring import normalize
+from tests.helpers import corpus, read_pcm16, serve_fake, stream_audio
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+
+RECORDING = "libri_2412-153948-0000"  # "... nor of the circumstances which led me to leave
+#                                        my native country. The narrative would be ..."
+
+
+def with_a_pause_mid_sentence() -> tuple[np.ndarray, float]:
+    """The recording at 16 kHz with 0.9 s of silence in its quietest spot between 40 and
+    60 % (between "leave" and "my native country"), and 2 s of silence after it."""
+    pcm, sr = read_pcm16(corpus()[RECORDING].path)
+    audio = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, 16_000)
+    audio = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
+    frames = audio[: len(audio) // 480 * 480].reshape(-1, 480).astype(np.float64)
+    lo, hi = len(frames) * 4 // 10, len(frames) * 6 // 10
+    cut = (lo + int(np.argmin((frames[lo:hi] ** 2).mean(axis=1)))) * 480 + 240
+    quiet = np.zeros(int(0.9 * 16_000), np.int16)
+    return np.concatenate([audio[:cut], quiet, audio[cut:], np.zeros(32_000, np.int16)]), (
+        cut / 16_000
+    )
+
+
+async def events(port: int, mode: str):  # type: ignore[no-untyped-def]
+    audio, pause_at = with_a_pause_mid_sentence()
+    received = await stream_audio(
+        port,
+        audio.reshape(-1, 1),
+        16_000,
+        speed=2.0,  # paced: the model answers within a pause, as it would live
+        config=audio_config(endpointing=mode, interim_results=False),  # type: ignore[arg-type]
+    )
+    return [r.response for r in received], pause_at
+
+
+def finals(responses) -> list[str]:  # type: ignore[no-untyped-def]
+    return [normalize(r.result.text) for r in responses if r.HasField("result")]
+
+
+async def test_semantic_endpointing_holds_a_mid_sentence_pause_and_ends_finished_turns(  # type: ignore[no-untyped-def]
+    make_server,
+) -> None:
+    server = await make_server()  # tiny.en; the turn model from asr-server turn-model
+    silence, pause_at = await events(server.port, "silence")
+    semantic, _ = await events(server.port, "semantic")
+    by_silence, by_semantic = finals(silence), finals(semantic)
+    # the same words either way
+    assert " ".join(by_semantic).split() == " ".join(by_silence).split()
+    # silence: a final ends at the pause (its last word "leave"); semantic: no final does
+    assert any(f.endswith("leave") for f in by_silence), by_silence
+    assert not any(f.endswith("leave") for f in by_semantic), by_semantic
+    assert any("leave my native country" in f for f in by_semantic), by_semantic
+    # every semantic final is announced by an EndOfTurn of its utterance, just before it
+    kinds = [r.WhichOneof("event") for r in semantic]
+    turns = [r.end_of_turn for r in semantic if r.HasField("end_of_turn")]
+    assert len(turns) == len(by_semantic)
+    for i, kind in enumerate(kinds):
+        if kind == "result":
+            before = [k for k in kinds[:i] if k in ("end_of_turn", "result")]
+            assert before and before[-1] == "end_of_turn", kinds
+    # the last one is a finished sentence: the model said so, well above the threshold
+    assert turns[-1].probability > 0.8
+    assert all(not t.offset_s == pytest.approx(pause_at, abs=0.3) for t in turns)
+    assert not any(r.HasField("end_of_turn") for r in silence)
+
+
+async def test_semantic_without_the_model_is_a_clear_refusal(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        stream = client.stream(audio_config(endpointing="semantic"))
+        with pytest.raises(StreamClosedError) as err:
+            async with stream:
+                async for _ in stream:
+                    pass
+    assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
+    assert "asr-server turn-model" in err.value.details
