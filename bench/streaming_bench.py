@@ -60,6 +60,7 @@ class Outcome:
     hypothesis: dict[int, str] = field(default_factory=dict)
     ttfp: list[float] = field(default_factory=list)
     final_latency: list[float] = field(default_factory=list)
+    turn_latency: list[float] = field(default_factory=list)  # SEMANTIC: speech end → EndOfTurn
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -110,7 +111,12 @@ def telephone(pcm: np.ndarray, sr: int) -> tuple[bytes, int]:
 
 
 async def stream_one(
-    port: int, item: Item, speed: float, chunk_ms: int, phone: bool = False
+    port: int,
+    item: Item,
+    speed: float,
+    chunk_ms: int,
+    phone: bool = False,
+    endpointing: str = "silence",
 ) -> Outcome:
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
@@ -127,7 +133,12 @@ async def stream_one(
     first_partial: set[tuple[int, int]] = set()
     texts: dict[int, list[str]] = {}
     async with AsrClient(f"127.0.0.1:{port}") as client:
-        config = audio_config(sample_rate_hz=sr, channels=channels, encoding=encoding)
+        config = audio_config(
+            sample_rate_hz=sr,
+            channels=channels,
+            encoding=encoding,
+            endpointing=endpointing,  # type: ignore[arg-type]
+        )
         async with client.stream(config) as stream:
             t0 = time.monotonic()
 
@@ -146,6 +157,9 @@ async def stream_one(
             sender = asyncio.create_task(send())
             async for event in stream:
                 now = time.monotonic()
+                if event.HasField("end_of_turn"):  # SEMANTIC: end of speech → the event
+                    out.turn_latency.append(now - wall(event.end_of_turn.offset_s))
+                    continue
                 if event.HasField("speech_event"):
                     ev = event.speech_event
                     key = (ev.channel, ev.utterance_id)
@@ -258,6 +272,12 @@ async def main() -> None:
         action="store_true",
         help="send every recording as a phone line: 300-3400 Hz, 8 kHz, mu-law",
     )
+    p.add_argument(
+        "--endpointing",
+        choices=("silence", "semantic"),
+        default="silence",
+        help="semantic: the turn model ends utterances (needs asr-server turn-model)",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--show", action="store_true", help="print texts that differ from offline")
     p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
@@ -269,7 +289,9 @@ async def main() -> None:
     outcomes = []
     t_start = time.monotonic()
     for item in items:
-        outcomes.append(await stream_one(port, item, a.speed, a.chunk_ms, a.telephone))
+        outcomes.append(
+            await stream_one(port, item, a.speed, a.chunk_ms, a.telephone, a.endpointing)
+        )
         print(
             f"  {item.id:40s} {item.duration_s:6.1f}s  "
             f"{' | '.join(outcomes[-1].hypothesis.values())[:70]}",
@@ -291,6 +313,7 @@ async def main() -> None:
     audio_s = sum(o.item.duration_s for o in outcomes)
     ttfp = [x for o in outcomes for x in o.ttfp]
     fl = [x for o in outcomes for x in o.final_latency]
+    tl = [x for o in outcomes for x in o.turn_latency]
     figures: dict[str, object] = {
         "recordings": len(outcomes),
         "audio_s": round(audio_s, 1),
@@ -301,6 +324,9 @@ async def main() -> None:
         "final_latency_median_s": round(statistics.median(fl), 3) if fl else None,
         "final_latency_p95_s": round(pct(fl, 95), 3),
         "utterances": len(fl),
+        "endpointing": a.endpointing,
+        "end_of_turn_median_s": round(statistics.median(tl), 3) if tl else None,
+        "end_of_turn_p95_s": round(pct(tl, 95), 3) if tl else None,
         "server_cpu_s_per_audio_s": round(cpu_s / audio_s, 3),
         "server_peak_rss_mb": round(peak_mb, 1),
         "speed": a.speed,
