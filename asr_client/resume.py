@@ -264,8 +264,11 @@ class ResumableStream:
                 if self._outage_since is not None and await call.admitted():
                     self._resumed()  # a server has taken the stream (again)
                 async for response in call:
+                    if self._outage_since is not None:
+                        # a server that predates the admission header: its first answer
+                        # is the sign that it took the stream
+                        self._resumed()
                     self._admitted = True
-                    self._outage_since = None  # the stream is carried again
                     self._observe(response)
                     yield response
                     if self._should_migrate():

@@ -485,3 +485,40 @@ async def test_a_resumed_stream_keeps_each_channels_language() -> None:
     assert state is not None
     assert [c.language for c in state.channels] == ["", "es"]
     assert LanguageTracker(kept=state.channels[1].language).decode_language() == "es"
+
+
+async def test_a_server_without_the_admission_header_still_resumes_and_says_so(  # type: ignore[no-untyped-def]
+    make_server, monkeypatch
+) -> None:
+    """A rolling upgrade mixes versions: an older server sends no asr-stream-id header. The
+    stream still resumes, counts it and tells on_resume, at the new call's first answer."""
+    from asr_client.api import RecognitionStream
+
+    async def never(self) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    monkeypatch.setattr(RecognitionStream, "admitted", never)
+    server = await serve_fake(make_server)
+    pcm = utterances(4)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    proxy = await FaultProxy(server.port).start()
+    infos: list[ResumeInfo] = []
+
+    async def cut_once() -> None:
+        await eventually(lambda: server.servicer.active == 1)
+        await asyncio.sleep(1.0)
+        proxy.cut()
+
+    try:
+        got = await run_stream(
+            proxy.port,
+            pcm,
+            speed=4.0,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+            during=cut_once,
+        )
+    finally:
+        await proxy.close()
+    assert finals(got) == finals(reference)
+    assert [i.count for i in infos] == [1] and infos[0].cause.startswith("UNAVAILABLE")
