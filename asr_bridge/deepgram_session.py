@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -45,6 +44,7 @@ from asr_bridge.deepgram import (
 )
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import close_reason
+from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
@@ -58,10 +58,6 @@ CLOSE_NORMAL = 1000
 CLOSE_POLICY = 1008
 CLOSE_SERVER_ERROR = 1011
 _CLIENT_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE}
-
-
-class ClientGone(Exception):
-    """The client closed the WebSocket or the connection dropped."""
 
 
 class BadData(Exception):
@@ -232,13 +228,8 @@ class DeepgramSession:
             await self._send(self.messages.response(response))
 
     async def _send(self, events: list[Event]) -> None:
-        try:
-            async with self._send_lock:
-                for event in events:
-                    await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
-        except (WebSocketDisconnect, OSError, RuntimeError):
-            # RuntimeError: starlette's word for "the socket is already closed"
-            raise ClientGone from None
+        async with self._send_lock:
+            await send_events(self.websocket, events)
 
     async def _fail(self, description: str, close_code: int) -> None:
         """Deepgram's Error message, then its close: 1008 "DATA-0000" for the client's data,
@@ -252,5 +243,4 @@ class DeepgramSession:
         await self._close(close_code, close_reason(f"{variant}: {description}"))
 
     async def _close(self, code: int, reason: str) -> None:
-        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
-            await self.websocket.close(code, reason)
+        await close_quietly(self.websocket, code, reason)

@@ -40,7 +40,8 @@ CLOSE_TRY_AGAIN_LATER = 1013
 CLOSE_BAD_REQUEST = 4400
 CLOSE_UNAUTHORIZED = 4401
 
-_CLIENT_FAULTS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+#: statuses that are the client's to fix (the others: try again, or the server's fault)
+CLIENT_FAULTS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
 _TRY_AGAIN = {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
 
 
@@ -173,7 +174,7 @@ def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
 
 def close_code_for(status: str) -> int:
     """The WebSocket close code for a gRPC status name (or the bridge's own, same names)."""
-    if status in _CLIENT_FAULTS:
+    if status in CLIENT_FAULTS:
         return CLOSE_BAD_REQUEST
     if status in _TRY_AGAIN:
         return CLOSE_TRY_AGAIN_LATER
@@ -310,7 +311,7 @@ class OpenAIEvents:
         return self._events.response(response, server_vad=True)
 
     def error(self, code: str, message: str) -> list[Event]:
-        kind = "invalid_request_error" if code in _CLIENT_FAULTS else "server_error"
+        kind = "invalid_request_error" if code in CLIENT_FAULTS else "server_error"
         return [self._events.error(message, kind=kind, code=code)]
 
     def resumed(self, info: ResumeInfo) -> list[Event]:

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from asr_bridge.metrics import BridgeMetrics
-from asr_bridge.protocol import CLOSE_NORMAL, close_code_for, close_reason
+from asr_bridge.protocol import CLIENT_FAULTS, CLOSE_NORMAL, close_code_for, close_reason
 from asr_bridge.realtime import (
     ClientEvent,
     Event,
@@ -32,6 +31,7 @@ from asr_bridge.realtime import (
     decode_audio,
     parse_client_event,
 )
+from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ logger = logging.getLogger(__name__)
 #: the one client message that is not an event: at most this much JSON (base64 audio of
 #: 1 s of pcm16 at 24 kHz is 64 kB)
 MAX_EVENT_CHARS = 1 << 20
-
-
-class _ClientGone(Exception):
-    pass
 
 
 def errors(code: str, message: str) -> list[Event]:
@@ -91,14 +87,14 @@ class RealtimeSession:
                     await self._handle(parse_client_event(await self._receive()))
                 except RealtimeError as exc:  # not an event at all
                     await self._client_error(exc, None)
-        except _ClientGone:
+        except ClientGone:
             logger.info("session %s: client went away", self.session_id)
         finally:
             if self._stream is not None:
                 self._stream.cancel()  # frees the server's stream
             if self._downstream is not None:
                 self._downstream.cancel()
-                with contextlib.suppress(asyncio.CancelledError, _ClientGone):
+                with contextlib.suppress(asyncio.CancelledError, ClientGone):
                     await self._downstream
 
     async def _handle(self, event: ClientEvent) -> None:
@@ -204,10 +200,10 @@ class RealtimeSession:
         except StreamClosedError as exc:
             if exc.code == grpc.StatusCode.CANCELLED:
                 return
-            kind = "invalid_request_error" if exc.code.name in _CLIENT_FAULTS else "server_error"
+            kind = "invalid_request_error" if exc.code.name in CLIENT_FAULTS else "server_error"
             logger.info("session %s: stream failed: %s", self.session_id, exc)
             self.metrics.session_errors.labels(exc.code.name).inc()
-            with contextlib.suppress(_ClientGone):
+            with contextlib.suppress(ClientGone):
                 await self._send(
                     [self.events.error(exc.details, kind=kind, code=exc.code.name.lower())]
                 )
@@ -225,7 +221,7 @@ class RealtimeSession:
     async def _receive(self) -> str:
         message = await self.websocket.receive()
         if message["type"] == "websocket.disconnect":
-            raise _ClientGone
+            raise ClientGone
         if message.get("bytes") is not None:
             raise RealtimeError(
                 "binary messages are not part of this API: send input_audio_buffer.append "
@@ -238,18 +234,9 @@ class RealtimeSession:
         return text
 
     async def _send(self, events: list[Event]) -> None:
-        if not events:
-            return
-        try:
+        if events:
             async with self._send_lock:
-                for event in events:
-                    await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
-        except (WebSocketDisconnect, OSError, RuntimeError):
-            raise _ClientGone from None
+                await send_events(self.websocket, events)
 
     async def _close(self, code: int, reason: str) -> None:
-        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
-            await self.websocket.close(code, reason)
-
-
-_CLIENT_FAULTS = {"INVALID_ARGUMENT", "FAILED_PRECONDITION", "OUT_OF_RANGE"}
+        await close_quietly(self.websocket, code, reason)

@@ -15,12 +15,11 @@ unreachable) are also logged as warnings.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass, field
 
 import grpc
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
 from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
@@ -41,6 +40,7 @@ from asr_bridge.protocol import (
     parse_text,
     streaming_config,
 )
+from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
@@ -53,10 +53,6 @@ _SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
     grpc.StatusCode.UNAVAILABLE: "server_unavailable",
     grpc.StatusCode.RESOURCE_EXHAUSTED: "server_capacity",
 }
-
-
-class ClientGone(Exception):
-    """The browser closed the WebSocket or the connection dropped."""
 
 
 @dataclass
@@ -169,12 +165,7 @@ class BridgeSession:
         return parse_text(message.get("text") or "")
 
     async def _send(self, events: list[Event]) -> None:
-        try:
-            for event in events:
-                await self.websocket.send_text(json.dumps(event, separators=(",", ":")))
-        except (WebSocketDisconnect, OSError, RuntimeError):
-            # RuntimeError: starlette's word for "the socket is already closed"
-            raise ClientGone from None
+        await send_events(self.websocket, events)
 
     async def _server_failed(self, events: EventWriter, error: StreamClosedError) -> None:
         code = error.code
@@ -216,7 +207,4 @@ class BridgeSession:
         await self._close(close_code, close_reason(f"{code}: {message}"))
 
     async def _close(self, code: int, reason: str) -> None:
-        try:
-            await self.websocket.close(code, reason)
-        except (WebSocketDisconnect, OSError, RuntimeError):
-            pass  # already gone
+        await close_quietly(self.websocket, code, reason)

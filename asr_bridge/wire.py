@@ -1,0 +1,36 @@
+"""Writing to a client's WebSocket, the same for every protocol the bridge speaks.
+
+A socket that is gone shows up as one of several exceptions (starlette's
+``WebSocketDisconnect``, an ``OSError`` from the transport, or ``RuntimeError``, starlette's
+word for "the socket is already closed"); sessions see only ``ClientGone``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+_GONE = (WebSocketDisconnect, OSError, RuntimeError)
+
+
+class ClientGone(Exception):
+    """The client closed the WebSocket or the connection dropped."""
+
+
+async def send_events(ws: WebSocket, events: Iterable[dict[str, Any]]) -> None:
+    """Each event as one compact JSON text message; ClientGone if the socket is gone."""
+    try:
+        for event in events:
+            await ws.send_text(json.dumps(event, separators=(",", ":")))
+    except _GONE:
+        raise ClientGone from None
+
+
+async def close_quietly(ws: WebSocket, code: int, reason: str) -> None:
+    """Close the socket; one that is already gone needs nothing more."""
+    with contextlib.suppress(*_GONE):
+        await ws.close(code, reason)
