@@ -282,10 +282,8 @@ class ResumableStream:
                 admitted = await call.admitted()
                 self._admitted = self._admitted or admitted
                 refused = not admitted and exc.code in _REFUSALS
-                if self._no_seat(exc) and self.policy.seat_wait_s <= 0:
-                    self._failed = exc
-                    raise
-                if not (is_resumable(exc) or refused):
+                no_wait = self._no_seat(exc) and self.policy.seat_wait_s <= 0
+                if no_wait or not (is_resumable(exc) or refused):
                     self._failed = exc
                     raise
                 try:
