@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from asr_client.scoring import wer
 from asr_server.audio.g711 import mulaw_encode
 from tests.helpers import corpus, eventually, read_pcm16, serve_fake, speech_pcm
+from tests.integration.test_bridge import events_until_close
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -172,16 +173,6 @@ async def test_official_sdk_reports_a_wrong_key_as_401(make_server, make_bridge)
 # -- the protocol, with a plain WebSocket client and the fake engine ---------------------
 
 
-async def messages_until_close(ws: ClientConnection) -> list[dict[str, Any]]:
-    out = []
-    try:
-        async for message in ws:
-            out.append(json.loads(message))
-    except ConnectionClosed:
-        pass
-    return out
-
-
 GOOD = "encoding=linear16&sample_rate=16000"
 
 
@@ -243,7 +234,7 @@ async def test_bad_text_messages_get_an_error_and_lose_nothing(make_server, make
         await ws.send(json.dumps({"type": "KeepAlive"}))
         await ws.send(pcm[len(pcm) // 2 + 1 :])
         await ws.send(json.dumps({"type": "CloseStream"}))
-        messages = await messages_until_close(ws)
+        messages = await events_until_close(ws)
     assert ws.close_code == 1000
     kinds = [m["type"] for m in messages]
     errors = [m for m in messages if m["type"] == "Error"]
@@ -277,7 +268,7 @@ async def test_finalize_ends_the_utterance_and_keeps_the_stream(make_server, mak
         assert final["from_finalize"] is True
         await ws.send(tone)
         await ws.send(json.dumps({"type": "CloseStream"}))
-        rest = await messages_until_close(ws)
+        rest = await events_until_close(ws)
     assert [m["type"] for m in rest][-1] == "Metadata"
     assert any(m["type"] == "Results" and m["is_final"] for m in rest)
     await eventually(lambda: server.servicer.active == 0)
@@ -294,7 +285,7 @@ async def test_stereo_without_multichannel_is_one_transcript(make_server, make_b
         async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
             await ws.send(stereo)
             await ws.send(json.dumps({"type": "CloseStream"}))
-            messages = await messages_until_close(ws)
+            messages = await events_until_close(ws)
         results = [m for m in messages if m["type"] == "Results"]
         assert results, messages
         if multichannel == "false":
@@ -323,7 +314,7 @@ async def test_server_refusal_mid_handshake_is_an_error_and_1011(make_server, ma
     query = f"{GOOD}&language=xx"
     async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
         await ws.send(speech_pcm(0.2).tobytes())
-        messages = await messages_until_close(ws)
+        messages = await events_until_close(ws)
     assert [m["type"] for m in messages] == ["Error"]
     assert "INVALID_ARGUMENT" in messages[0]["description"]
     assert ws.close_code == 1008
