@@ -55,11 +55,10 @@ BACKENDS: dict[str, Callable[[Settings], Engine]] = {
 
 
 def create_engine(settings: Settings) -> Engine:
-    """The configured engine, checked (runs in a worker thread at start-up)."""
+    """The configured engine (runs in a worker thread at start-up; the app then checks it,
+    as it checks an engine from any other factory)."""
     backend = "fake" if settings.engine.model == FAKE_MODEL else settings.engine.backend
-    engine = BACKENDS[backend](settings)
-    check_engine(engine)
-    return engine
+    return BACKENDS[backend](settings)
 
 
 def check_engine(engine: Engine) -> None:

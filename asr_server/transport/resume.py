@@ -45,9 +45,10 @@ def resume_from_proto(
                 f"{settings.streaming.max_prompt_chars} characters"
             )
         language = c.language.strip().lower()
-        if len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum():
-            if language:
-                raise AsrError.invalid(f"config.resume.channels[{i}].language is not a language")
+        if language and (
+            len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()
+        ):
+            raise AsrError.invalid(f"config.resume.channels[{i}].language is not a language")
         mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
         channels.append(
             ChannelStart(
