@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.realtime import ServerEvents
+from asr_client.api import SPEECH_EVENT_TYPES
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo
@@ -60,6 +61,7 @@ class Start:
     interim_results: bool = True
     silence_ms: int = 0
     endpointing: Literal["silence", "semantic"] = "silence"
+    eager_finals: bool = False
     hotwords: tuple[str, ...] = ()
     word_timestamps: bool = False
     events: EventShape | None = None  # None: as the query string said, else streamasr
@@ -139,6 +141,7 @@ def _parse_start(m: dict[str, Any]) -> Start:
         interim_results=_typed(m, "interim_results", bool, True),
         silence_ms=_typed(m, "silence_ms", int, 0),
         endpointing=endpointing,
+        eager_finals=_typed(m, "eager_finals", bool, False),
         hotwords=tuple(hotwords),
         word_timestamps=_typed(m, "word_timestamps", bool, False),
         events=events,
@@ -162,7 +165,9 @@ def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
         languages=list(start.languages),
         interim_results=start.interim_results,
         endpointing=asr_pb2.EndpointingConfig(
-            silence_ms=start.silence_ms, mode=start.endpointing.upper()
+            silence_ms=start.silence_ms,
+            mode=start.endpointing.upper(),
+            eager_finals=start.eager_finals,
         ),
         hotwords=list(start.hotwords),
         word_timestamps=start.word_timestamps,
@@ -220,12 +225,9 @@ class StreamasrEvents:
         lag = round(response.progress.lag_s, 3)
         if response.HasField("speech_event"):
             e = response.speech_event
-            kind = (
-                "speech_started" if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED else "speech_ended"
-            )
             return [
                 {
-                    "type": kind,
+                    "type": SPEECH_EVENT_TYPES.get(e.type, "speech_event"),
                     "utterance_id": e.utterance_id,
                     "offset_s": round(e.offset_s, 3),
                     "lag_s": lag,
@@ -246,7 +248,7 @@ class StreamasrEvents:
             return []
         r = response.result
         event: Event = {
-            "type": "final" if r.is_final else "partial",
+            "type": "final" if r.is_final else "eager" if r.eager else "partial",
             "utterance_id": r.utterance_id,
             "text": r.text,
             "stable_text": r.stable_text,

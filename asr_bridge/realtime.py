@@ -13,8 +13,9 @@ defines, mapped onto one streamasr stream:
   8 kHz), ``.commit`` (ends the current utterance now), ``.clear`` (drops what was
   appended and not yet committed);
 * out: ``input_audio_buffer.speech_started/stopped/committed``,
-  ``conversation.item.input_audio_transcription.delta`` (append-only: only text that
-  became stable) and ``.completed``, and ``error`` in the documented shape.
+  ``conversation.item.input_audio_transcription.delta`` (append-only: text that became
+  stable, and the rest with the final) and ``.completed``, and ``error`` in the
+  documented shape.
 
 What is accepted but has no effect here, and what is refused, is in docs/compat.md.
 """
@@ -462,7 +463,7 @@ class ServerEvents:
             return []
         item = self.item(r.utterance_id)
         if r.is_final:
-            self._sent.pop(r.utterance_id, None)
+            sent = self._sent.pop(r.utterance_id, "")
             self._started.pop(r.utterance_id, None)
             out = []
             if r.utterance_id not in self._committed:
@@ -477,6 +478,17 @@ class ServerEvents:
                 )
                 self._previous_item = item
             self._committed.discard(r.utterance_id)
+            if len(r.text) > len(sent) and r.text.startswith(sent):
+                # the text no delta has carried yet (all of it unless the server commits
+                # partials): deltas then add up to the transcript, as OpenAI's do
+                out.append(
+                    self.event(
+                        "conversation.item.input_audio_transcription.delta",
+                        item_id=item,
+                        content_index=0,
+                        delta=r.text[len(sent) :],
+                    )
+                )
             return [
                 *out,
                 self.event(

@@ -24,6 +24,13 @@ CANCELLED = "the stream was cancelled"
 #: the header a server sends when it admits a stream (asr_server.transport.servicer)
 ADMITTED_HEADER = "asr-stream-id"
 
+#: the names clients give speech events (JSON output, the bridge's events)
+SPEECH_EVENT_TYPES = {
+    asr_pb2.SpeechEvent.SPEECH_STARTED: "speech_started",
+    asr_pb2.SpeechEvent.SPEECH_ENDED: "speech_ended",
+    asr_pb2.SpeechEvent.SPEECH_RESUMED: "speech_resumed",
+}
+
 
 class StreamClosedError(RuntimeError):
     """The server ended the stream with an error; ``code`` and ``details`` say why."""
@@ -45,6 +52,7 @@ def audio_config(
     silence_ms: int = 0,
     endpointing: Literal["silence", "semantic"] = "silence",
     max_silence_ms: int = 0,
+    eager_finals: bool = False,
     max_utterance_ms: int = 0,
     hotwords: Sequence[str] = (),
     initial_prompt: str = "",
@@ -66,6 +74,7 @@ def audio_config(
             max_utterance_ms=max_utterance_ms,
             mode=endpointing.upper(),  # the enum's name; protobuf maps it to the value
             max_silence_ms=max_silence_ms,
+            eager_finals=eager_finals,
         ),
         hotwords=list(hotwords),
         initial_prompt=initial_prompt,

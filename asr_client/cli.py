@@ -124,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
         "open over mid-sentence pauses (the server needs `asr-server turn-model` once)",
     )
     streaming.add_argument(
+        "--eager",
+        action="store_true",
+        help="eager finals: the final's text as soon as a pause begins, withdrawn "
+        "(speech_resumed) if the speaker goes on",
+    )
+    streaming.add_argument(
         "--hotword",
         action="append",
         default=[],
@@ -332,6 +338,7 @@ def streaming_config(
         interim_results=not args.no_interim,
         silence_ms=args.silence_ms,
         endpointing=args.endpointing,
+        eager_finals=args.eager,
         hotwords=args.hotword,
         initial_prompt=args.prompt,
         word_timestamps=args.word_timestamps,

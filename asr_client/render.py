@@ -17,6 +17,7 @@ from rich.live import Live
 from rich.text import Text
 
 from asr_api.v1 import asr_pb2
+from asr_client.api import SPEECH_EVENT_TYPES
 
 Response = asr_pb2.StreamingRecognizeResponse
 
@@ -43,14 +44,17 @@ def words_line(result: asr_pb2.Result) -> str:
 
 
 def event_type(response: Response) -> str:
-    """speech_started, speech_ended, partial, final, or progress (the stream's last response)."""
-    if not response.HasField("result") and not response.HasField("speech_event"):
-        return "progress"
+    """speech_started, speech_ended, speech_resumed, end_of_turn, partial, eager, final, or
+    progress (the stream's last response)."""
+    if response.HasField("end_of_turn"):
+        return "end_of_turn"
     if response.HasField("speech_event"):
-        if response.speech_event.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
-            return "speech_ended"
-        return "speech_started"
-    return "final" if response.result.is_final else "partial"
+        return SPEECH_EVENT_TYPES.get(response.speech_event.type, "speech_event")
+    if not response.HasField("result"):
+        return "progress"
+    if response.result.is_final:
+        return "final"
+    return "eager" if response.result.eager else "partial"
 
 
 def result_record(result: asr_pb2.Result) -> dict[str, Any]:
@@ -81,11 +85,13 @@ def result_record(result: asr_pb2.Result) -> dict[str, Any]:
 def event_record(response: Response, *, recv_time: float, t: float) -> dict[str, Any]:
     """One ``--json-out`` line: type, receive times, the event's fields and the progress."""
     record: dict[str, Any] = {"type": event_type(response), "recv_time": recv_time, "t": t}
-    if response.HasField("speech_event"):
-        ev = response.speech_event
+    if response.HasField("speech_event") or response.HasField("end_of_turn"):
+        ev = response.speech_event if response.HasField("speech_event") else response.end_of_turn
         record.update(
             offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=ev.utterance_id
         )
+        if response.HasField("end_of_turn"):
+            record["probability"] = round(response.end_of_turn.probability, 4)
     elif response.HasField("result"):
         record.update(result_record(response.result))
     p = response.progress
@@ -136,11 +142,12 @@ class PlainRenderer(Renderer):
                 line += "\n" + words_line(response.result)
         elif not self._verbose or kind == "progress":
             return
-        elif kind == "partial":
+        elif kind in ("partial", "eager"):
             r = response.result
-            line = f"[{clock(r.start_s)}-{clock(r.end_s)}] ch{r.channel} ~ {r.text}"
+            mark = "~" if kind == "partial" else "?"  # eager: final unless speech resumes
+            line = f"[{clock(r.start_s)}-{clock(r.end_s)}] ch{r.channel} {mark} {r.text}"
         else:
-            ev = response.speech_event
+            ev = response.end_of_turn if kind == "end_of_turn" else response.speech_event
             what = kind.replace("_", " ")
             line = f"[{clock(ev.offset_s)}] ch{ev.channel}  ({what})"
         self._out.write(line + "\n")
@@ -199,7 +206,7 @@ class LiveRenderer(Renderer):
         self._lag_s = response.progress.lag_s
         kind = event_type(response)
         r = response.result
-        if kind == "partial":
+        if kind in ("partial", "eager"):
             self._partials[r.channel] = r
         elif kind == "final":
             self._partials.pop(r.channel, None)

@@ -58,7 +58,10 @@ class Metrics:
         )
         self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
         self.speech_events = Counter(
-            "asr_speech_events_total", "Speech start/end events sent.", ["type"], registry=r
+            "asr_speech_events_total",
+            "Speech events sent: started, ended, resumed (after an eager result).",
+            ["type"],
+            registry=r,
         )
         self.engine_queue_wait = Histogram(
             "asr_engine_queue_wait_seconds",

@@ -65,7 +65,16 @@ class EngineSettings(BaseModel):
         10.0,
         ge=1.0,
         le=30.0,
-        description="Shortest encoder window; shorter audio is padded to it, not to 30 s.",
+        description="Shortest encoder window of partials; shorter audio is padded to it, "
+        "not to 30 s.",
+    )
+    final_min_window_s: float | None = Field(
+        None,
+        ge=1.0,
+        le=30.0,
+        description="Shortest encoder window of finals; default 30 s on a GPU, where Whisper "
+        "hears short audio padded to its trained 30 s best, and min_window_s on a CPU, where "
+        "30 s triples the final's decode (bench/accuracy_breakdown.py).",
     )
 
 
@@ -113,10 +122,26 @@ class StreamingSettings(BaseModel):
     max_stream_duration_s: float = Field(
         4 * 3600, gt=0, description="Longest stream; past it the stream ends with OUT_OF_RANGE."
     )
+    commit_partials: bool = Field(
+        False,
+        description="Commit the words consecutive partials agree on (Result.stable_text); "
+        "the final then continues after them. Off by default: greedy partials forced into "
+        "the finals cost 3 WER points on our corpus (bench/accuracy_breakdown.py).",
+    )
     agreement: int = Field(
         2, ge=2, le=5, description="Consecutive partials that must agree to commit a word."
     )
     result_queue_size: int = Field(256, ge=8)
+    carry_max_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=20.0,
+        description="An utterance's final is decoded after the previous final's audio (up to "
+        "this long) and text, so a phrase cut at a pause keeps its context; 0 = off.",
+    )
+    carry_gap_s: float = Field(
+        2.0, ge=0.0, le=30.0, description="Longest pause across which a final is carried."
+    )
     context_chars: int = Field(
         0,
         ge=0,

@@ -30,7 +30,7 @@ class AudioFormat(_message.Message):
     def __init__(self, encoding: _Optional[_Union[AudioFormat.Encoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., channels: _Optional[int] = ...) -> None: ...
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("silence_ms", "max_utterance_ms", "mode", "max_silence_ms")
+    __slots__ = ("silence_ms", "max_utterance_ms", "mode", "max_silence_ms", "eager_finals")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SILENCE: _ClassVar[EndpointingConfig.Mode]
@@ -41,11 +41,13 @@ class EndpointingConfig(_message.Message):
     MAX_UTTERANCE_MS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FINALS_FIELD_NUMBER: _ClassVar[int]
     silence_ms: int
     max_utterance_ms: int
     mode: EndpointingConfig.Mode
     max_silence_ms: int
-    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., max_silence_ms: _Optional[int] = ...) -> None: ...
+    eager_finals: bool
+    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., max_silence_ms: _Optional[int] = ..., eager_finals: _Optional[bool] = ...) -> None: ...
 
 class StreamingConfig(_message.Message):
     __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume", "languages")
@@ -130,9 +132,11 @@ class SpeechEvent(_message.Message):
         TYPE_UNSPECIFIED: _ClassVar[SpeechEvent.Type]
         SPEECH_STARTED: _ClassVar[SpeechEvent.Type]
         SPEECH_ENDED: _ClassVar[SpeechEvent.Type]
+        SPEECH_RESUMED: _ClassVar[SpeechEvent.Type]
     TYPE_UNSPECIFIED: SpeechEvent.Type
     SPEECH_STARTED: SpeechEvent.Type
     SPEECH_ENDED: SpeechEvent.Type
+    SPEECH_RESUMED: SpeechEvent.Type
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
@@ -168,7 +172,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability")
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager")
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +185,7 @@ class Result(_message.Message):
     STABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
     UNSTABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FIELD_NUMBER: _ClassVar[int]
     is_final: bool
     text: str
     stability: float
@@ -193,7 +198,8 @@ class Result(_message.Message):
     stable_text: str
     unstable_text: str
     language_probability: float
-    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ...) -> None: ...
+    eager: bool
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")

@@ -75,6 +75,13 @@ class EngineCapabilities:
     prefix_forcing: bool = True
     #: it fills ``Hypothesis.words`` when ``DecodeRequest.word_timestamps`` is set
     word_timestamps: bool = True
+    #: an utterance decoded after earlier audio whose text is forced as the prefix comes
+    #: out as it would alone, only better informed: then sessions carry the previous final
+    #: into the next (streaming.carry_max_s). Needs prefix_forcing
+    context_carry: bool = True
+    #: the longest audio one request may hold (Whisper hears 30 s); the session never
+    #: asks for more, so context it adds must fit beside the utterance
+    max_audio_s: float = 30.0
 
 
 class Engine(Protocol):

@@ -36,6 +36,7 @@ def _faster_whisper(settings: Settings) -> Engine:
         workers=e.workers,
         max_batch_size=e.max_batch_size,
         min_window_s=e.min_window_s,
+        final_min_window_s=e.final_min_window_s,
         final_beam_size=e.final_beam_size,
     )
 

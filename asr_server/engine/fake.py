@@ -32,8 +32,10 @@ class FakeEngine:
         capabilities: EngineCapabilities | None = None,
     ) -> None:
         #: as declared; with ``prefix_forcing=False`` it ignores ``DecodeRequest.prefix``,
-        #: as an engine without it would
-        self.capabilities = capabilities or EngineCapabilities()
+        #: as an engine without it would. It names words by their place in what it hears,
+        #: so carried audio would renumber the new words: no context carry unless a test
+        #: asks for it
+        self.capabilities = capabilities or EngineCapabilities(context_carry=False)
         self.seconds_per_word = seconds_per_word
         self.max_batch_size = max_batch_size
         self.workers = workers

@@ -5,7 +5,9 @@ feature extractor and word aligner; decoding itself drives CTranslate2 directly
 because streaming needs what ``WhisperModel.transcribe`` does not offer:
 
 * an encoder window sized to the audio (at least ``min_window_s``) instead of
-  always 30 s — several times cheaper for short utterances;
+  always 30 s — several times cheaper for short utterances. Finals get their own
+  shortest window (30 s on a GPU): Whisper is trained on 30 s windows, and a short
+  clip padded to less is now and then heard worse (bench/accuracy_breakdown.py);
 * a batch of requests from different streams in one encoder/decoder call;
 * a forced prefix (the text already committed to the client) so only the tail
   is decoded and the committed words cannot change;
@@ -68,6 +70,7 @@ class WhisperEngine:
         workers: int = 1,
         max_batch_size: int = 0,
         min_window_s: float = 10.0,
+        final_min_window_s: float | None = None,
         final_beam_size: int = 1,
     ) -> None:
         try:
@@ -115,7 +118,12 @@ class WhisperEngine:
         # batch of 4 per single-threaded call decodes 1.5x the partials and 1.2x the finals
         # of one at a time); a batch only forms when requests are queued, i.e. under load.
         self.max_batch_size = max_batch_size or (8 if device == "cuda" else 4)
-        self._min_frames = int(min_window_s * FRAMES_PER_SECOND)
+        if final_min_window_s is None:  # (measured on 2 cores: 30 s is 270 ms, not 72 ms)
+            final_min_window_s = 30.0 if device == "cuda" else min_window_s
+        self._min_frames = {
+            DecodeKind.PARTIAL: int(min_window_s * FRAMES_PER_SECOND),
+            DecodeKind.FINAL: int(final_min_window_s * FRAMES_PER_SECOND),
+        }
         self._final_beam_size = final_beam_size
         self._storage = ctranslate2.StorageView
         self._tokenizers: dict[str, object] = {}
@@ -176,7 +184,8 @@ class WhisperEngine:
         fe = self._model.feature_extractor
         mels = [fe(r.audio) for r in requests]
         frames = [min(m.shape[-1] - 1, MAX_FRAMES) for m in mels]
-        window = min(MAX_FRAMES, max(self._min_frames, max(frames)))
+        shortest = max(self._min_frames[r.kind] for r in requests)
+        window = min(MAX_FRAMES, max(shortest, max(frames)))
         batch = np.zeros((len(requests), mels[0].shape[0], window), dtype=np.float32)
         for i, (m, n) in enumerate(zip(mels, frames, strict=True)):
             batch[i, :, :n] = m[:, :n]

@@ -7,6 +7,7 @@ from asr_server.session.types import (
     Progress,
     RecognitionResult,
     SpeechBoundary,
+    SpeechResumed,
     StreamConfig,
     StreamDone,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "RecognitionResult",
     "SessionServices",
     "SpeechBoundary",
+    "SpeechResumed",
     "StreamConfig",
     "StreamDone",
     "StreamSession",

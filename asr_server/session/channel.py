@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
@@ -35,6 +37,7 @@ from asr_server.session.types import (
     OutEvent,
     RecognitionResult,
     SpeechBoundary,
+    SpeechResumed,
     StreamConfig,
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
@@ -55,6 +58,39 @@ PARTIAL_SILENCE_CUTOFF_S = 0.15
 #: hypotheses of less audio than this are shown but never committed: Whisper guesses on
 #: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
 MIN_COMMIT_AUDIO_S = 1.5
+
+
+@dataclass(frozen=True)
+class _Carry:
+    """The previous final's audio and text. The next final is decoded after them (the
+    text forced as a prefix): a phrase cut at a pause is heard with what came before it,
+    as offline decoding hears it, instead of alone ("ask not" after JFK's pause)."""
+
+    audio: np.ndarray
+    end_sample: int
+    text: str
+    language: str
+
+    @property
+    def duration_s(self) -> float:
+        return self.audio.size / SAMPLE_RATE
+
+    def strip(self, hyp: Hypothesis) -> Hypothesis:
+        """``hyp`` without the carried words (and their timing)."""
+        if not hyp.text.startswith(self.text):  # an engine that kept the prefix verbatim
+            return dataclasses.replace(hyp, text="", words=[], rejected=True)
+        text = hyp.text[len(self.text) :].strip()
+        if hyp.rejected or not text:
+            return dataclasses.replace(hyp, text="", words=[], rejected=True)
+        n = len(self.text.split())
+        shift = self.duration_s
+        words = [
+            WordTiming(
+                w.word, max(0.0, w.start_s - shift), max(0.0, w.end_s - shift), w.probability
+            )
+            for w in hyp.words[n:]
+        ]
+        return dataclasses.replace(hyp, text=text, words=words)
 
 
 @dataclass(frozen=True)
@@ -91,6 +127,8 @@ class _Utterance:
     in_pause: bool = False
     probed_pause: int = -1
     turn_probability: float = 0.0  # the model's latest answer
+    #: an eager result of the current speculation was sent (withdrawn if speech resumes)
+    eager_sent: bool = False
 
     def drop_speculation(self) -> None:
         if self.speculation is not None:
@@ -113,6 +151,9 @@ class ChannelRecognizer:
         coalesce_key: object,
         context_chars: int = 0,
         agreement: int = 2,
+        commit_partials: bool = False,
+        carry_max_s: float = 0.0,
+        carry_gap_s: float = 0.0,
         start: ChannelStart | None = None,
         turn: TurnDetection | None = None,
     ) -> None:
@@ -133,7 +174,15 @@ class ChannelRecognizer:
         self._inbox: AudioInbox | None = None
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
-        self._commits = scheduler.engine.capabilities.prefix_forcing
+        self._commits = commit_partials and scheduler.engine.capabilities.prefix_forcing
+        # carrying the previous final into the next needs the same prefix forcing
+        caps = scheduler.engine.capabilities
+        can_carry = caps.prefix_forcing and caps.context_carry
+        self._carry_max = int(carry_max_s * SAMPLE_RATE) if can_carry else 0
+        self._detects_language = caps.language_detection
+        self._carry_gap = int(carry_gap_s * SAMPLE_RATE)
+        self._max_request = int(scheduler.engine.capabilities.max_audio_s * SAMPLE_RATE)
+        self._carry: _Carry | None = None
         start = start or ChannelStart()
         # the end of this channel's previous finals (a resumed stream brings the last one)
         self._context = ""
@@ -267,6 +316,12 @@ class ChannelRecognizer:
         silence = ev.trailing_silence
         if silence == 0:
             utt.drop_speculation()  # speech resumed: the early final is moot
+            if utt.eager_sent:
+                utt.eager_sent = False
+                await self._emit(
+                    SpeechResumed(ev.last_voiced_end / SAMPLE_RATE, self.channel, utt.utterance_id)
+                )
+                self.metrics.speech_events.labels("resumed").inc()
             if utt.in_pause:
                 utt.pause += 1
                 utt.in_pause = False
@@ -291,25 +346,85 @@ class ChannelRecognizer:
 
     def _final_request(
         self, utt: _Utterance, end_sample: int | None = None, language: str | None = None
-    ) -> DecodeRequest:
-        """The final's decode; ``language``: again in that language, without the partials'
-        committed text (it was decoded in another one)."""
-        return DecodeRequest(
-            utt.audio.snapshot(end_sample),
+    ) -> tuple[DecodeRequest, _Carry | None]:
+        """The final's decode, and what it carries from the previous final; ``language``:
+        again in that language, without the partials' committed text (it was decoded in
+        another one)."""
+        decode_language = language or self.language.decode_language()
+        detect = language is None and self.language.detecting
+        audio = utt.audio.snapshot(end_sample)
+        prefix = "" if language else utt.agreement.committed_text
+        carry = self._carry
+        if (
+            carry is None
+            or language
+            # detection must hear this utterance alone, or a change of language is missed
+            or (detect and self._detects_language)
+            or utt.audio.start_sample - carry.end_sample > self._carry_gap
+            or (decode_language or carry.language) != carry.language
+            or carry.audio.size + audio.size > self._max_request
+        ):
+            carry = None
+        else:
+            audio = np.concatenate([carry.audio, audio])
+            prefix = f"{carry.text} {prefix}".strip()
+        request = DecodeRequest(
+            audio,
             DecodeKind.FINAL,
-            language=language or self.language.decode_language(),
+            language=decode_language,
             languages=self.config.languages,
-            detect=language is None and self.language.detecting,
+            detect=detect,
             prompt=self._prompt(),
-            prefix="" if language else utt.agreement.committed_text,
+            prefix=prefix,
             word_timestamps=self.config.word_timestamps,
         )
+        return request, carry
+
+    async def _decode(self, request: DecodeRequest, carry: _Carry | None) -> Hypothesis | None:
+        hyp = await self.scheduler.decode(request)
+        return carry.strip(hyp) if hyp is not None and carry is not None else hyp
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
-        request = self._final_request(utt, end)
-        task = asyncio.create_task(self.scheduler.decode(request), name="speculative-final")
+        task = asyncio.create_task(
+            self._decode(*self._final_request(utt, end)), name="speculative-final"
+        )
         utt.speculation = (end, task)
+        if self.config.eager_finals:
+            self._spawn(self._send_eager(utt, task))
+
+    async def _send_eager(self, utt: _Utterance, task: asyncio.Task[Hypothesis | None]) -> None:
+        """The speculative final, once decoded, as an eager result, unless speech resumed
+        (the speculation was dropped) or the final is already on its way."""
+        await asyncio.wait([task])
+        if (
+            task.cancelled()
+            or task.exception() is not None
+            or utt.speculation is None
+            or utt.speculation[1] is not task
+            or utt.finalizing
+        ):
+            return
+        hyp = task.result()
+        committed = utt.agreement.committed_text
+        if hyp is None or hyp.rejected or not hyp.text or not hyp.text.startswith(committed):
+            return
+        utt.eager_sent = True
+        await self._emit(
+            RecognitionResult(
+                is_final=False,
+                # the eager text may be withdrawn: only what was committed is stable
+                stable_text=committed,
+                unstable_text=hyp.text[len(committed) :].strip(),
+                start_s=utt.audio.start_sample / SAMPLE_RATE,
+                end_s=utt.speculation[0] / SAMPLE_RATE,
+                utterance_id=utt.utterance_id,
+                channel=self.channel,
+                language=hyp.language,
+                eager=True,
+            )
+        )
+        self.metrics.results.labels("eager").inc()
 
     async def _ask_turn_model(self, utt: _Utterance, pause: int, speech_end: int) -> None:
         """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
@@ -407,7 +522,7 @@ class ChannelRecognizer:
             utt.speculation = None
         else:
             utt.drop_speculation()
-            hyp = await self.scheduler.decode(self._final_request(utt))
+            hyp = await self._decode(*self._final_request(utt))
         if hyp is not None:
             hyp = await self._in_stream_language(utt, hyp)
         if hyp is not None:
@@ -419,7 +534,7 @@ class ChannelRecognizer:
         scores = hyp.language_scores
         language = self.language.final_language(scores, len(utt.audio) / SAMPLE_RATE)
         if language is not None and language != hyp.language:
-            again = await self.scheduler.decode(self._final_request(utt, language=language))
+            again = await self._decode(*self._final_request(utt, language=language))
             if again is None:
                 return None
             hyp = again
@@ -460,6 +575,10 @@ class ChannelRecognizer:
         )
         self.metrics.results.labels("final").inc()
         self._remember(hyp.text)
+        if 0 < len(utt.audio) <= self._carry_max:
+            self._carry = _Carry(utt.audio.snapshot(), utt.audio.end_sample, hyp.text, hyp.language)
+        else:  # (a longer one would need word timing to carry only its end)
+            self._carry = None
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
         self.metrics.final_latency.observe(max(0.0, now() - self._arrival(speech_end)))
 

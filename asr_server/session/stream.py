@@ -168,6 +168,9 @@ class StreamSession:
             coalesce_key=(self.stream_id, channel),
             context_chars=s.streaming.context_chars,
             agreement=s.streaming.agreement,
+            commit_partials=s.streaming.commit_partials,
+            carry_max_s=s.streaming.carry_max_s,
+            carry_gap_s=s.streaming.carry_gap_s,
             start=self.config.resume.channel(channel) if self.config.resume else None,
             turn=self.services.turn if self.config.semantic else None,
         )

@@ -47,6 +47,9 @@ class StreamConfig:
     #: endpointer's own silence limit is max_silence_ms
     semantic: bool = False
     max_silence_ms: int = 2000
+    #: send the speculative final at the first pause as an eager result (proto:
+    #: EndpointingConfig.eager_finals)
+    eager_finals: bool = False
     prompt: str = ""  # initial prompt and hotwords, given to the model as context
     word_timestamps: bool = False
     resume: ResumeState | None = None
@@ -71,6 +74,15 @@ class SpeechBoundary:
 
 
 @dataclass(frozen=True)
+class SpeechResumed:
+    """Speech went on after an eager result: that eager text is withdrawn."""
+
+    offset_s: float  # where speech resumed
+    channel: int
+    utterance_id: int
+
+
+@dataclass(frozen=True)
 class RecognitionResult:
     is_final: bool
     stable_text: str
@@ -83,6 +95,8 @@ class RecognitionResult:
     words: list[WordTiming] = field(default_factory=list)  # stream time
     #: detection's probability of ``language`` for this utterance (0: not detected)
     language_probability: float = 0.0
+    #: an eager result: what the final will be unless the speaker goes on (not final)
+    eager: bool = False
 
     @property
     def text(self) -> str:
@@ -132,4 +146,4 @@ class GoingAway:
     reason: str
 
 
-OutEvent = SpeechBoundary | RecognitionResult | StreamDone | GoingAway | EndOfTurn
+OutEvent = SpeechBoundary | SpeechResumed | RecognitionResult | StreamDone | GoingAway | EndOfTurn

@@ -12,6 +12,7 @@ from asr_server.session.types import (
     Progress,
     RecognitionResult,
     SpeechBoundary,
+    SpeechResumed,
     StreamConfig,
     StreamDone,
 )
@@ -113,6 +114,7 @@ def stream_config_from_proto(
         max_utterance_ms=max_utt,
         semantic=semantic,
         max_silence_ms=max_silence,
+        eager_finals=msg.endpointing.eager_finals,
         prompt=" ".join(prompt_parts),
         word_timestamps=msg.word_timestamps,
         resume=resume_from_proto(msg, fmt, settings),
@@ -186,6 +188,7 @@ def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2
         ],
         stable_text=result.stable_text,
         unstable_text=result.unstable_text,
+        eager=result.eager,
     )
 
 
@@ -220,6 +223,16 @@ def event_to_proto(
                 type=asr_pb2.SpeechEvent.SPEECH_STARTED
                 if event.started
                 else asr_pb2.SpeechEvent.SPEECH_ENDED,
+                offset_s=offset_s + event.offset_s,
+                channel=event.channel,
+                utterance_id=event.utterance_id,
+            ),
+            progress=progress_msg,
+        )
+    if isinstance(event, SpeechResumed):
+        return asr_pb2.StreamingRecognizeResponse(
+            speech_event=asr_pb2.SpeechEvent(
+                type=asr_pb2.SpeechEvent.SPEECH_RESUMED,
                 offset_s=offset_s + event.offset_s,
                 channel=event.channel,
                 utterance_id=event.utterance_id,

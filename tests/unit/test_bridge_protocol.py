@@ -144,7 +144,7 @@ def test_end_of_turn_reaches_the_browser() -> None:
     }
 
 
-def test_openai_deltas_carry_only_newly_stable_text() -> None:
+def test_openai_deltas_carry_newly_stable_text_then_the_rest_with_the_final() -> None:
     events = OpenAIEvents()
     events.ready("abc", 16000)
     got = [
@@ -154,11 +154,13 @@ def test_openai_deltas_carry_only_newly_stable_text() -> None:
     ]
     got += [e.get("delta") for e in events.response(partial("hello world", "how"))]
     assert got == ["hello", " world"]
-    # the final of an utterance with no SPEECH_ENDED seen: its item is committed first
-    committed, done = events.response(final("hello world how are you"))
+    # the final of an utterance with no SPEECH_ENDED seen: its item committed, the rest
+    # of its text as a delta, then completed
+    committed, rest, done = events.response(final("hello world how are you"))
+    assert rest["delta"] == " how are you"
     assert committed["type"] == "input_audio_buffer.committed"
     assert done["type"] == "conversation.item.input_audio_transcription.completed"
-    assert done["transcript"].startswith("hello world")
+    assert done["transcript"] == "hello world" + rest["delta"]
     assert done["item_id"] == "item_abc_0"
     error = events.error("RESOURCE_EXHAUSTED", "too many")[0]
     assert (

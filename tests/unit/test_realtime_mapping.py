@@ -97,7 +97,7 @@ def test_a_clear_drops_what_was_not_committed_and_nothing_else() -> None:
     assert kinds(ev.response(_speech(ended, 0.98, 0), server_vad=False)) == [
         "input_audio_buffer.committed"
     ]
-    assert ev.response(_final("kept", 0.2, 0.98, 0), server_vad=False)[0]["transcript"] == "kept"
+    assert ev.response(_final("kept", 0.2, 0.98, 0), server_vad=False)[-1]["transcript"] == "kept"
     for response in (
         _speech(started, 0.96, 1),
         _speech(ended, 2.97, 1),
@@ -110,6 +110,7 @@ def test_a_clear_drops_what_was_not_committed_and_nothing_else() -> None:
     # no speech_stopped before this final (split, or the end of audio): committed all the same
     assert kinds(out) == [
         "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
     ]
     assert out[0]["previous_item_id"] == ev.item(0)

@@ -22,6 +22,7 @@ from asr_server.session import (
     RecognitionResult,
     SessionServices,
     SpeechBoundary,
+    SpeechResumed,
     StreamConfig,
     StreamDone,
     StreamSession,
@@ -88,6 +89,7 @@ class Harness:
         channels: int = 1,
         interim: bool = True,
         max_utterance_ms: int = 15_000,
+        **config: object,
     ) -> list[object]:
         scheduler = EngineScheduler(
             self.engine,
@@ -99,6 +101,7 @@ class Harness:
             AudioFormat(Encoding.LINEAR16, SR, channels),
             interim_results=interim,
             max_utterance_ms=max_utterance_ms,
+            **config,  # type: ignore[arg-type]
         )
         services = SessionServices(self.settings, scheduler, self.metrics, EnergyVoiceDetector)
         session = StreamSession(config, services, "test")
@@ -125,7 +128,7 @@ def results(events: list[object], final: bool | None = None) -> list[Recognition
 
 async def test_partials_then_final_with_stable_prefix_that_never_changes() -> None:
     audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
-    h = Harness()
+    h = Harness(commit_partials=True)
     events = await h.run(h.lockstep(chunks(pcm16(audio))))
     kinds = [
         type(e).__name__ + (str(e.is_final) if isinstance(e, RecognitionResult) else "")
@@ -148,7 +151,122 @@ async def test_partials_then_final_with_stable_prefix_that_never_changes() -> No
         assert partial.text.startswith(partial.stable_text)
         stable_seen = partial.stable_text
     assert final.text.startswith(stable_seen)
+    assert stable_seen  # (something was committed)
     assert final.start_s == pytest.approx(0.2, abs=0.05)  # speech at 0.5 s minus pre-roll
+
+
+async def test_by_default_nothing_is_committed_and_the_final_is_decoded_freely() -> None:
+    """Greedy partials forced into finals cost accuracy (bench/accuracy_breakdown.py), so
+    unless commit_partials is set every partial is unstable and no decode has a prefix."""
+    audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    partials = results(events, final=False)
+    assert len(partials) >= 3
+    assert all(p.stable_text == "" and p.unstable_text == p.text for p in partials)
+    assert all(r.prefix == "" for call in h.engine.calls for r in call)
+    assert results(events, final=True)[0].text == " ".join(f"w{i}" for i in range(12))
+
+
+async def test_eager_finals_come_at_a_pause_and_are_withdrawn_when_speech_resumes() -> None:
+    # a 0.35 s pause (shorter than the 0.5 s endpoint) inside the utterance, then the end
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), eager_finals=True)
+    eager = [e for e in results(events) if e.eager]
+    resumed = [e for e in events if isinstance(e, SpeechResumed)]
+    final = results(events, final=True)
+    assert len(eager) == 2 and len(final) == 1 and len(resumed) == 1
+    first, second = eager
+    # the first pause: the text so far, then withdrawn when the tone comes back
+    assert first.text == " ".join(f"w{i}" for i in range(8))
+    assert not first.is_final and first.utterance_id == resumed[0].utterance_id == 0
+    assert resumed[0].offset_s == pytest.approx(2.85, abs=0.05)
+    i_first, i_resumed, i_second, i_final = (
+        events.index(x) for x in (first, resumed[0], second, final[0])
+    )
+    assert i_first < i_resumed < i_second < i_final
+    # nothing but its withdrawal or its final follows an eager result
+    assert not results(events[i_first + 1 : i_resumed])
+    assert results(events[i_second + 1 : i_final]) == []
+    # the final is what the second eager result said it would be
+    assert second.text == final[0].text == " ".join(f"w{i}" for i in range(12))
+    # an eager result is not stable: what may be withdrawn is not in stable_text
+    for e in eager:
+        assert e.stable_text == "" or e.text.startswith(e.stable_text)
+        assert e.unstable_text
+    assert h.metrics.results.labels("eager")._value.get() == 2
+    assert h.metrics.speech_events.labels("resumed")._value.get() == 1
+
+
+def carrying_engine() -> FakeEngine:
+    """A fake engine that takes carried context (it names words by place, so the new
+    utterance's words continue the numbering of the carried ones)."""
+    return FakeEngine(capabilities=EngineCapabilities(context_carry=True))
+
+
+async def test_a_final_is_decoded_after_the_previous_one_across_a_short_pause() -> None:
+    # 1 s of speech, a 1 s pause (an endpoint), 2 s, then a 3 s pause, 1 s
+    audio = np.concatenate(
+        [silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(3.0), tone(1.0), silence(1.0)]
+    )
+    h = Harness(carrying_engine(), carry_max_s=10.0, carry_gap_s=2.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False)
+    finals = results(events, final=True)
+    finals_asked = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
+    first, second, third = finals_asked[0], finals_asked[1], finals_asked[-1]
+    assert first.prefix == ""
+    # the second final is decoded after the first's audio, its text forced ahead of it
+    assert second.prefix == finals[0].text == "w0 w1 w2 w3"
+    assert second.audio.size > 2 * SR + first.audio.size - SR // 10
+    # the fake hears w0..w11 over both; the final is only what the new audio said
+    assert finals[1].text == " ".join(f"w{i}" for i in range(4, 12))
+    # after the 3 s pause nothing is carried
+    assert third.prefix == "" and third.audio.size < 1.6 * SR
+    assert len(finals) == 3
+
+
+@pytest.mark.parametrize("language", [None, "de"])
+async def test_a_detecting_stream_hears_each_final_alone(language: str | None) -> None:
+    """Language detection on a final must hear only that utterance (a change of language
+    would be drowned by the carried one): carry only when the language is set."""
+    engine = FakeEngine(
+        capabilities=EngineCapabilities(context_carry=True, language_detection=True)
+    )
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(engine, carry_max_s=10.0)
+    await h.run(h.lockstep(chunks(pcm16(audio))), interim=False, language=language)
+    second = [c[0] for c in engine.calls if c[0].kind is DecodeKind.FINAL][-1]
+    assert bool(second.prefix) == (language is not None)
+
+
+async def test_an_engine_that_cannot_carry_context_decodes_each_utterance_alone() -> None:
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(carry_max_s=10.0)  # the default fake declares context_carry=False
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False)
+    assert all(r.prefix == "" for call in h.engine.calls for r in call)
+    assert results(events, final=True)[1].text == " ".join(f"w{i}" for i in range(8))
+
+
+async def test_carried_words_leave_no_timing_behind() -> None:
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(carrying_engine(), carry_max_s=10.0, carry_gap_s=2.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False, word_timestamps=True)
+    second = results(events, final=True)[1]
+    assert [w.word for w in second.words] == second.text.split()
+    # stream times: within the second utterance, which starts at 2.5 s (tone) - pre-roll
+    assert second.start_s == pytest.approx(2.2, abs=0.05)
+    assert second.words[0].start_s == pytest.approx(2.5, abs=0.1)
+    assert second.words[-1].end_s == pytest.approx(4.5, abs=0.1)
+
+
+async def test_without_eager_finals_a_pause_sends_nothing_early() -> None:
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    assert not any(e.eager for e in results(events))
+    assert not any(isinstance(e, SpeechResumed) for e in events)
+    assert len(results(events, final=True)) == 1
 
 
 async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
@@ -347,7 +465,7 @@ async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
     """The session adapts to what the engine declares: a final could not be made to start
     with committed words, so none are committed and every partial stays unstable."""
     engine = FakeEngine(capabilities=EngineCapabilities(prefix_forcing=prefix_forcing))
-    h = Harness(engine)
+    h = Harness(engine, commit_partials=True)
     audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
     events = await h.run(h.lockstep(chunks(pcm16(audio))))
     partials = results(events, final=False)
