@@ -98,11 +98,25 @@ class TurnSettings(BaseModel):
         description="The Smart Turn ONNX file; default: where `asr-server turn-model` puts it "
         "under the cache directory.",
     )
+    # Defaults from bench/turn_bench.py (threshold sweeps on the corpus's multi-sentence
+    # recordings): the model is near certain at real turn ends and less so at the pauses
+    # inside sentences, so a high first threshold halves the false cut-offs of silence
+    # endpointing at the same latency; asking again later with a low one bounds the wait.
     threshold: float = Field(
-        0.5, gt=0.0, lt=1.0, description="Turn-complete probability that ends an utterance."
+        0.98, gt=0.0, lt=1.0, description="Turn-complete probability that ends an utterance."
     )
     probe_ms: int = Field(
-        200, ge=60, le=2000, description="Pause after which the turn model is asked."
+        150, ge=60, le=2000, description="Pause after which the turn model is asked."
+    )
+    second_probe_ms: int = Field(
+        600,
+        ge=0,
+        le=10_000,
+        description="Pause after which the model is asked again, with second_threshold; "
+        "0 = once only.",
+    )
+    second_threshold: float = Field(
+        0.7, gt=0.0, lt=1.0, description="Turn-complete probability at the second probe."
     )
     max_silence_ms: int = Field(
         2000, ge=300, le=10_000, description="Default longest pause a SEMANTIC stream holds."

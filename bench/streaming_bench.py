@@ -61,6 +61,12 @@ class Outcome:
     ttfp: list[float] = field(default_factory=list)
     final_latency: list[float] = field(default_factory=list)
     turn_latency: list[float] = field(default_factory=list)  # SEMANTIC: speech end → EndOfTurn
+    # --eager: eager results sent, withdrawn (speech resumed), and finals that differed
+    eager_sent: int = 0
+    eager_withdrawn: int = 0
+    eager_confirmed_same: int = 0
+    eager_confirmed_changed: int = 0
+    eager_latency: list[float] = field(default_factory=list)  # speech end → confirmed eager
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -117,6 +123,7 @@ async def stream_one(
     chunk_ms: int,
     phone: bool = False,
     endpointing: str = "silence",
+    eager: bool = False,
 ) -> Outcome:
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
@@ -138,7 +145,9 @@ async def stream_one(
             channels=channels,
             encoding=encoding,
             endpointing=endpointing,  # type: ignore[arg-type]
+            eager_finals=eager,
         )
+        pending_eager: dict[tuple[int, int], tuple[str, float, float]] = {}
         async with client.stream(config) as stream:
             t0 = time.monotonic()
 
@@ -163,7 +172,10 @@ async def stream_one(
                 if event.HasField("speech_event"):
                     ev = event.speech_event
                     key = (ev.channel, ev.utterance_id)
-                    if ev.type == ev.SPEECH_STARTED:
+                    if ev.type == ev.SPEECH_RESUMED:
+                        pending_eager.pop(key, None)
+                        out.eager_withdrawn += 1
+                    elif ev.type == ev.SPEECH_STARTED:
                         onset[key] = ev.offset_s
                     else:
                         speech_end[key] = ev.offset_s
@@ -172,6 +184,10 @@ async def stream_one(
                     continue
                 r = event.result
                 key = (r.channel, r.utterance_id)
+                if r.eager:
+                    out.eager_sent += 1
+                    pending_eager[key] = (r.text, now, r.end_s)
+                    continue
                 if not r.is_final:
                     if key not in first_partial and key in onset:
                         first_partial.add(key)
@@ -180,6 +196,13 @@ async def stream_one(
                 texts.setdefault(r.channel, []).append(r.text)
                 end = speech_end.get(key, min(r.end_s, len(pcm) / sr))
                 out.final_latency.append(now - wall(end))
+                if key in pending_eager:
+                    eager_text, eager_at, _ = pending_eager.pop(key)
+                    if eager_text == r.text:
+                        out.eager_confirmed_same += 1
+                    else:
+                        out.eager_confirmed_changed += 1
+                    out.eager_latency.append(eager_at - wall(end))
             await sender
     out.hypothesis = {ch: " ".join(t) for ch, t in texts.items()}
     return out
@@ -278,6 +301,11 @@ async def main() -> None:
         default="silence",
         help="semantic: the turn model ends utterances (needs asr-server turn-model)",
     )
+    p.add_argument(
+        "--eager",
+        action="store_true",
+        help="eager finals: count how many were withdrawn or changed, and their latency",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--show", action="store_true", help="print texts that differ from offline")
     p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
@@ -290,7 +318,7 @@ async def main() -> None:
     t_start = time.monotonic()
     for item in items:
         outcomes.append(
-            await stream_one(port, item, a.speed, a.chunk_ms, a.telephone, a.endpointing)
+            await stream_one(port, item, a.speed, a.chunk_ms, a.telephone, a.endpointing, a.eager)
         )
         print(
             f"  {item.id:40s} {item.duration_s:6.1f}s  "
@@ -328,11 +356,22 @@ async def main() -> None:
         "end_of_turn_median_s": round(statistics.median(tl), 3) if tl else None,
         "end_of_turn_p95_s": round(pct(tl, 95), 3) if tl else None,
         "server_cpu_s_per_audio_s": round(cpu_s / audio_s, 3),
+        "final_latency_p99_s": round(pct(fl, 99), 3),
         "server_peak_rss_mb": round(peak_mb, 1),
         "speed": a.speed,
         "chunk_ms": a.chunk_ms,
         "model": a.model,
     }
+    if a.eager:
+        el = [x for o in outcomes for x in o.eager_latency]
+        figures["eager"] = {
+            "sent": sum(o.eager_sent for o in outcomes),
+            "withdrawn": sum(o.eager_withdrawn for o in outcomes),
+            "confirmed_same_text": sum(o.eager_confirmed_same for o in outcomes),
+            "confirmed_other_text": sum(o.eager_confirmed_changed for o in outcomes),
+            "latency_median_s": round(statistics.median(el), 3) if el else None,
+            "latency_p95_s": round(pct(el, 95), 3) if el else None,
+        }
     by_source: dict[str, tuple[list[str], list[str]]] = {}
     for s, r, h in zip(sources, refs, hyps, strict=True):
         by_source.setdefault(s, ([], []))[0].append(r)

@@ -60,6 +60,9 @@ PARTIAL_SILENCE_CUTOFF_S = 0.15
 MIN_COMMIT_AUDIO_S = 1.5
 
 
+CLOSING_PUNCTUATION = ".,;:!?…"
+
+
 @dataclass(frozen=True)
 class _Carry:
     """The previous final's audio and text. The next final is decoded after them (the
@@ -75,11 +78,20 @@ class _Carry:
     def duration_s(self) -> float:
         return self.audio.size / SAMPLE_RATE
 
+    @property
+    def forced(self) -> str:
+        """The text forced ahead of the next utterance: without its closing punctuation,
+        which would tell the model a sentence ended where it may go on (after "…led me to
+        leave." it dropped "my native country" that continued it)."""
+        return self.text.rstrip(CLOSING_PUNCTUATION)
+
     def strip(self, hyp: Hypothesis) -> Hypothesis:
         """``hyp`` without the carried words (and their timing)."""
-        if not hyp.text.startswith(self.text):  # an engine that kept the prefix verbatim
+        forced = self.forced
+        if not hyp.text.startswith(forced):  # an engine that kept the prefix verbatim
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
-        text = hyp.text[len(self.text) :].strip()
+        # the punctuation the model put where the carried text ends belongs to it
+        text = hyp.text[len(forced) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
         if hyp.rejected or not text:
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
         n = len(self.text.split())
@@ -122,10 +134,10 @@ class _Utterance:
     #: (end sample, decode task) of a final decoded ahead of the endpoint
     speculation: tuple[int, asyncio.Task[Hypothesis | None]] | None = None
     #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
-    #: is asked once per pause, and its answer counts only while that pause lasts
+    #: is asked at each probe of a pause, and its answer counts only while that pause lasts
     pause: int = 0
     in_pause: bool = False
-    probed_pause: int = -1
+    probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)
     eager_sent: bool = False
@@ -170,7 +182,16 @@ class ChannelRecognizer:
         self._context_chars = context_chars
         self._agreement = agreement
         self._turn = turn  # SEMANTIC streams only
-        self._turn_probe = int((turn.probe_ms if turn else 0) * SAMPLE_RATE / 1000)
+        # SEMANTIC: (pause in samples, threshold) of each question to the turn model
+        self._turn_probes = [
+            (int(ms * SAMPLE_RATE / 1000), threshold)
+            for ms, threshold in (turn.probes() if turn else [])
+        ]
+        # the final is decoded ahead of the endpoint once a pause is this long; SEMANTIC
+        # streams start it when the turn model is first asked, so both finish together
+        self._speculate_after = int(SPECULATE_AFTER_S * SAMPLE_RATE)
+        if self._turn_probes:
+            self._speculate_after = min(self._speculate_after, self._turn_probes[0][0])
         self._inbox: AudioInbox | None = None
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
@@ -325,17 +346,18 @@ class ChannelRecognizer:
             if utt.in_pause:
                 utt.pause += 1
                 utt.in_pause = False
+                utt.probes_asked = 0
         else:
             utt.in_pause = True
-            if silence >= SPECULATE_AFTER_S * SAMPLE_RATE and utt.speculation is None:
+            if silence >= self._speculate_after and utt.speculation is None:
                 self._speculate(utt, ev.last_voiced_end)
             if (
-                self._turn is not None
-                and silence >= self._turn_probe
-                and utt.probed_pause != utt.pause
+                utt.probes_asked < len(self._turn_probes)
+                and silence >= self._turn_probes[utt.probes_asked][0]
             ):
-                utt.probed_pause = utt.pause
-                self._spawn(self._ask_turn_model(utt, utt.pause, ev.last_voiced_end))
+                threshold = self._turn_probes[utt.probes_asked][1]
+                utt.probes_asked += 1
+                self._spawn(self._ask_turn_model(utt, utt.pause, ev.last_voiced_end, threshold))
         if (
             self.config.interim_results
             and utt.samples_since_partial >= self._partial_interval
@@ -367,7 +389,7 @@ class ChannelRecognizer:
             carry = None
         else:
             audio = np.concatenate([carry.audio, audio])
-            prefix = f"{carry.text} {prefix}".strip()
+            prefix = f"{carry.forced} {prefix}".strip()
         request = DecodeRequest(
             audio,
             DecodeKind.FINAL,
@@ -426,13 +448,15 @@ class ChannelRecognizer:
         )
         self.metrics.results.labels("eager").inc()
 
-    async def _ask_turn_model(self, utt: _Utterance, pause: int, speech_end: int) -> None:
+    async def _ask_turn_model(
+        self, utt: _Utterance, pause: int, speech_end: int, threshold: float
+    ) -> None:
         """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
         the utterance when it reaches this answer in its inbox, if the pause still lasts."""
         assert self._turn is not None and self._inbox is not None
         verdict = await asyncio.to_thread(self._turn.model.predict, utt.audio.snapshot())
         utt.turn_probability = verdict.probability
-        if verdict.complete(self._turn.threshold):
+        if verdict.complete(threshold):
             self._inbox.put_event(
                 DetectedEvents(
                     [TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)]

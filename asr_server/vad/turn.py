@@ -156,16 +156,28 @@ class TurnModel:
 
 @dataclass(frozen=True)
 class TurnDetection:
-    """The turn model as streams use it: asked after ``probe_ms`` of pause, trusted from
-    ``threshold`` up (settings.TurnSettings)."""
+    """The turn model as streams use it: asked after ``probe_ms`` of pause and trusted from
+    ``threshold`` up; if not, asked again after ``second_probe_ms`` and trusted from
+    ``second_threshold`` up (settings.TurnSettings)."""
 
     model: TurnModel
-    threshold: float = 0.5
-    probe_ms: int = 200
+    threshold: float = 0.98
+    probe_ms: int = 150
+    second_probe_ms: int = 600
+    second_threshold: float = 0.7
+
+    def probes(self) -> list[tuple[int, float]]:
+        """(pause in ms, threshold) of each question, in order."""
+        probes = [(self.probe_ms, self.threshold)]
+        if self.second_probe_ms > self.probe_ms:
+            probes.append((self.second_probe_ms, self.second_threshold))
+        return probes
 
 
 def load_turn_detection(settings: Settings) -> TurnDetection:
     """The configured model, or TurnModelError saying how to install it."""
     t = settings.turn
     path = t.model_path or default_model_path(settings.engine.cache_dir)
-    return TurnDetection(TurnModel(path), t.threshold, t.probe_ms)
+    return TurnDetection(
+        TurnModel(path), t.threshold, t.probe_ms, t.second_probe_ms, t.second_threshold
+    )

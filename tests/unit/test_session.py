@@ -27,8 +27,10 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
+from asr_server.session.types import EndOfTurn
 from asr_server.settings import Settings
 from asr_server.vad.energy import EnergyVoiceDetector
+from asr_server.vad.turn import TurnDetection, TurnVerdict
 from tests.helpers import entered, eventually, silence, tone
 
 SR = 16_000
@@ -57,8 +59,14 @@ class Harness:
     """Runs a session; with ``lockstep`` each chunk waits until the previous one is fully
     processed and the engine is idle, so partials are deterministic without real time."""
 
-    def __init__(self, engine: FakeEngine | None = None, **streaming: object) -> None:
+    def __init__(
+        self,
+        engine: FakeEngine | None = None,
+        turn: TurnDetection | None = None,
+        **streaming: object,
+    ) -> None:
         self.engine = engine or FakeEngine()
+        self.turn = turn
         self.metrics = Metrics()
         s = Settings()
         self.settings = s.model_copy(update={"streaming": s.streaming.model_copy(update=streaming)})
@@ -103,7 +111,9 @@ class Harness:
             max_utterance_ms=max_utterance_ms,
             **config,  # type: ignore[arg-type]
         )
-        services = SessionServices(self.settings, scheduler, self.metrics, EnergyVoiceDetector)
+        services = SessionServices(
+            self.settings, scheduler, self.metrics, EnergyVoiceDetector, turn=self.turn
+        )
         session = StreamSession(config, services, "test")
         self.session, self.scheduler = session, scheduler
 
@@ -258,6 +268,63 @@ async def test_carried_words_leave_no_timing_behind() -> None:
     assert second.start_s == pytest.approx(2.2, abs=0.05)
     assert second.words[0].start_s == pytest.approx(2.5, abs=0.1)
     assert second.words[-1].end_s == pytest.approx(4.5, abs=0.1)
+
+
+class ScriptedTurnModel:
+    """Says the same probability every time, and counts how much audio it was shown."""
+
+    def __init__(self, probability: float) -> None:
+        self.probability = probability
+        self.heard: list[float] = []
+
+    def predict(self, audio: np.ndarray) -> TurnVerdict:
+        self.heard.append(audio.size / SR)
+        return TurnVerdict(self.probability)
+
+
+@pytest.mark.parametrize(
+    ("probability", "ends_after_s"),
+    [
+        (0.99, 0.15),  # sure at the first probe: the turn ends there
+        (0.8, 0.6),  # unsure at first, enough at the second probe
+        (0.1, 2.0),  # never enough: the longest pause ends it
+    ],
+)
+async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
+    probability: float, ends_after_s: float
+) -> None:
+    model = ScriptedTurnModel(probability)
+    turn = TurnDetection(model, 0.98, 150, 600, 0.7)  # type: ignore[arg-type]
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(3.0)])
+    h = Harness(turn=turn)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 480)), semantic=True, max_silence_ms=2000)
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    (ended,) = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    assert end.offset_s == ended.offset_s == pytest.approx(2.5, abs=0.05)
+    # when the utterance ended: its final covers the audio up to then (+ the 0.2 s pad)
+    # and the model was asked once per probe reached
+    asked = {0.99: 1, 0.8: 2, 0.1: 2}[probability]
+    assert len(model.heard) == asked
+    assert model.heard[0] == pytest.approx(0.3 + 2.0 + 0.15, abs=0.05)  # pre-roll, speech
+    final = results(events, final=True)[0]
+    assert final.text == " ".join(f"w{i}" for i in range(8))
+    assert end.probability == pytest.approx(probability)
+    assert len(model.heard) < 2 or model.heard[1] == pytest.approx(2.3 + 0.6, abs=0.05)
+    # the turn ended after ends_after_s of pause: the audio processed when it was sent
+    processed = h.progress[events.index(end)].audio_processed_s
+    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+
+
+def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
+    from asr_server.engine.base import Hypothesis
+    from asr_server.session.channel import _Carry
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "which led me to leave.", "en")
+    assert carry.forced == "which led me to leave"
+    hyp = Hypothesis("which led me to leave, my native country.", "en")
+    assert carry.strip(hyp).text == "my native country."
+    # a hypothesis that does not start with the forced text is not trusted
+    assert carry.strip(Hypothesis("something else", "en")).rejected
 
 
 async def test_without_eager_finals_a_pause_sends_nothing_early() -> None:

@@ -1,0 +1,299 @@
+"""Where does streaming lose accuracy? A deterministic breakdown. Prints figures.
+
+Runs the server's own pieces (the webrtc endpointer, LocalAgreement, the faster-whisper
+engine) in one process over the shared corpus, with no clock: a partial is decoded every
+``partial_interval`` of new speech, exactly when the server would ask for it, and its
+result is applied at once (the server on an idle machine). This makes a run repeatable and
+several times faster than real time, so the streaming pipeline can be taken apart one
+choice at a time against offline faster-whisper on the same model, files and normaliser:
+
+* ``committed``: partials commit what two agree on, the final continues after it (what the
+  server did until 2026-12; against ``segmented``, the cost of committing);
+* ``segmented``: each utterance decoded alone, nothing committed (the cost of the cuts);
+* ``carried``: nothing committed, each final decoded after the previous final's audio and
+  text (the server's default now);
+* ``carried_window30``: the same with finals' shortest encoder window at 30 s.
+
+VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
+choice. Offline hypotheses are cached (``--offline-cache``) across runs.
+
+Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soxr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from streaming_bench import Item, load_items, load_pcm, references, telephone  # noqa: E402
+
+from asr_client.scoring import normalize, wer  # noqa: E402
+from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
+from asr_server.session.agreement import LocalAgreement  # noqa: E402
+from asr_server.session.channel import CLOSING_PUNCTUATION  # noqa: E402
+from asr_server.vad.endpointer import (  # noqa: E402
+    Endpointer,
+    EndpointerConfig,
+    SpeechAudio,
+    SpeechEnded,
+    SpeechStarted,
+)
+from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
+
+SR = 16_000
+CHUNK = SR // 10
+
+
+@dataclass
+class Options:
+    commit: bool = True
+    partial_interval_s: float = 0.5
+    min_commit_s: float = 1.5
+    partial_cutoff_s: float = 0.15
+    trailing_pad_s: float = 0.2
+    silence_ms: int = 500
+    start_ms: int = 120
+    pre_roll_ms: int = 300
+    max_utterance_s: float = 15.0
+    agreement: int = 2
+    #: the previous utterance's audio (if no longer than this) is decoded before this one's
+    #: final, its final text forced as the prefix (0 = off), across pauses below carry_gap_s
+    carry_s: float = 0.0
+    carry_gap_s: float = 2.0
+    context_chars: int = 0
+
+
+@dataclass
+class Utt:
+    start: int
+    audio: list[np.ndarray] = field(default_factory=list)
+    n: int = 0
+    since_partial: int = 0
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+
+    def snapshot(self, end: int | None = None) -> np.ndarray:
+        a = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
+        return a if end is None else a[: max(0, end - self.start)]
+
+
+class Simulator:
+    def __init__(self, engine, opts: Options) -> None:  # type: ignore[no-untyped-def]
+        self.engine = engine
+        self.o = opts
+        self.partials = 0
+
+    def decode(self, audio: np.ndarray, kind: DecodeKind, prefix: str, prompt: str) -> str:
+        if kind is DecodeKind.PARTIAL:
+            self.partials += 1
+        hyp = self.engine.transcribe(
+            [DecodeRequest(audio, kind, language="en", prefix=prefix, prompt=prompt)]
+        )[0]
+        return "" if hyp.rejected else hyp.text
+
+    def run(self, audio: np.ndarray) -> list[str]:
+        o = self.o
+        ep = Endpointer(
+            WebRtcVoiceDetector(3),
+            EndpointerConfig(
+                start_ms=o.start_ms, pre_roll_ms=o.pre_roll_ms, silence_ms=o.silence_ms
+            ),
+        )
+        finals: list[str] = []
+        utt: Utt | None = None
+        # (audio, end sample, text) of the last final, for carrying it into the next
+        last: tuple[np.ndarray, int, str] | None = None
+
+        def context() -> tuple[np.ndarray, str, str]:
+            """Audio and forced text carried from the previous utterance, and the prompt."""
+            prompt = ""
+            if o.context_chars and finals:
+                prompt = " ".join(finals)[-o.context_chars :].partition(" ")[2]
+            if not o.carry_s or last is None or utt is None:
+                return np.zeros(0, np.float32), "", prompt
+            prev_audio, prev_end, prev_text = last
+            if (
+                utt.start - prev_end > o.carry_gap_s * SR
+                or not prev_text
+                or prev_audio.size > o.carry_s * SR
+            ):
+                return np.zeros(0, np.float32), "", prompt
+            return prev_audio, prev_text, prompt
+
+        def finalize(end: int | None) -> None:
+            nonlocal utt, last
+            assert utt is not None
+            a = utt.snapshot(end)
+            carried, carried_text, prompt = context()
+            # as the server does (session/channel.py _Carry): without closing punctuation
+            carried_text = carried_text.rstrip(CLOSING_PUNCTUATION)
+            prefix = " ".join(p for p in (carried_text, utt.agreement.committed_text) if p)
+            text = self.decode(np.concatenate([carried, a]), DecodeKind.FINAL, prefix, prompt)
+            if carried_text and text.startswith(carried_text):
+                text = text[len(carried_text) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
+            if text:
+                finals.append(text)
+            last = (a, utt.start + a.size, text)
+            utt = None
+
+        def partial() -> None:
+            assert utt is not None
+            a = utt.snapshot()
+            _, _, prompt = context()  # (the server carries into finals only)
+            text = self.decode(a, DecodeKind.PARTIAL, utt.agreement.committed_text, prompt)
+            commit = o.commit and a.size >= o.min_commit_s * SR
+            utt.agreement.update(text.split(), None, commit=commit)
+
+        for pos in range(0, audio.size, CHUNK):
+            events = ep.feed(audio[pos : pos + CHUNK])
+            if pos + CHUNK >= audio.size:
+                events += ep.flush()
+            for ev in events:
+                if isinstance(ev, SpeechStarted):
+                    utt = Utt(ev.start_sample, agreement=LocalAgreement(o.agreement))
+                elif isinstance(ev, SpeechAudio) and utt is not None:
+                    utt.audio.append(ev.samples)
+                    utt.n += ev.samples.size
+                    utt.since_partial += ev.samples.size
+                    if utt.n >= o.max_utterance_s * SR:
+                        finalize(None)  # (the server cuts more carefully; rare here)
+                        continue
+                    if (
+                        utt.since_partial >= o.partial_interval_s * SR
+                        and ev.trailing_silence < o.partial_cutoff_s * SR
+                    ):
+                        utt.since_partial = 0
+                        partial()
+                elif isinstance(ev, SpeechEnded) and utt is not None:
+                    finalize(ev.end_sample + int(o.trailing_pad_s * SR))
+        if utt is not None:
+            finalize(None)
+        return finals
+
+
+def channel_audio(item: Item, phone: bool) -> dict[int, np.ndarray]:
+    from asr_server.audio.g711 import mulaw_decode
+
+    pcm, sr = load_pcm(item)
+    if phone:
+        data, sr = telephone(pcm, sr)
+        pcm = mulaw_decode(data).reshape(-1, pcm.shape[1])
+    return {
+        ch: soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, SR) for ch in references(item)
+    }
+
+
+def by_source(rows: list[tuple[str, str, str]]) -> dict[str, float]:
+    groups: dict[str, tuple[list[str], list[str]]] = {}
+    for src, ref, hyp in rows:
+        groups.setdefault(src, ([], []))[0].append(ref)
+        groups[src][1].append(hyp)
+    return {s: round(wer(r, h), 4) for s, (r, h) in sorted(groups.items())}
+
+
+#: the variants a plain run compares, one choice changed at a time (name → options,
+#: finals' shortest encoder window in s)
+VARIANTS: dict[str, tuple[Options, float]] = {
+    # what the server did before: commit what two greedy partials agree on
+    "committed": (Options(commit=True, carry_s=0.0), 10.0),
+    # each utterance's final decoded alone, nothing committed
+    "segmented": (Options(commit=False, carry_s=0.0), 10.0),
+    # the server's default now: nothing committed, the previous final carried
+    "carried": (Options(commit=False, carry_s=10.0), 10.0),
+    # ... with the 30 s window Whisper was trained on (the GPU default)
+    "carried_window30": (Options(commit=False, carry_s=10.0), 30.0),
+}
+
+
+def run_variant(
+    name: str, items: list[Item], a: argparse.Namespace, model, cache: dict[str, str]
+) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    from asr_server.engine.whisper import WhisperEngine
+
+    opts, final_window = VARIANTS[name]
+    engine = WhisperEngine(
+        model,
+        workers=1,
+        cpu_threads=2,
+        min_window_s=10.0,
+        final_min_window_s=final_window,
+        final_beam_size=5,
+    )
+    sim = Simulator(engine, opts)
+    offline_model = None
+    rows, off_rows, shown = [], [], []
+    t0 = time.monotonic()
+    for item in items:
+        for ch, audio in channel_audio(item, a.telephone).items():
+            ref = references(item)[ch]
+            hyp = " ".join(sim.run(audio))
+            key = f"{a.model}|{a.telephone}|{item.id}|{ch}"
+            if key not in cache:
+                if offline_model is None:
+                    from faster_whisper import WhisperModel
+
+                    offline_model = WhisperModel(
+                        model.path_or_id, device="cpu", compute_type="int8"
+                    )
+                segments, _ = offline_model.transcribe(audio, language="en")
+                cache[key] = " ".join(s.text.strip() for s in segments)
+            rows.append((item.source, ref, hyp))
+            off_rows.append((item.source, ref, cache[key]))
+            if normalize(hyp) != normalize(cache[key]):
+                shown.append((item.id, normalize(ref), normalize(hyp), normalize(cache[key])))
+    if a.show:
+        for item_id, ref, hyp, off in shown:
+            print(
+                f"[{name}] {item_id}\n  ref:     {ref}\n  stream:  {hyp}\n  offline: {off}",
+                file=sys.stderr,
+            )
+    return {
+        "wall_s": round(time.monotonic() - t0, 1),
+        "wer": round(wer([r for _, r, _ in rows], [h for _, _, h in rows]), 4),
+        "offline_wer": round(wer([r for _, r, _ in off_rows], [h for _, _, h in off_rows]), 4),
+        "wer_by_source": by_source(rows),
+        "offline_wer_by_source": by_source(off_rows),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--ids", help="only recordings whose id matches this regular expression")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--model", default="tiny.en")
+    p.add_argument("--telephone", action="store_true", help="as 8 kHz mu-law phone lines")
+    p.add_argument(
+        "--variant", action="append", choices=sorted(VARIANTS), help="only these (repeatable)"
+    )
+    p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
+    p.add_argument("--json", type=Path)
+    p.add_argument("--show", action="store_true", help="print texts that differ from offline")
+    a = p.parse_args()
+
+    from asr_server.engine.models import resolve_model
+
+    model = resolve_model(a.model, Path.home() / ".cache" / "streamasr")
+    items = load_items(a.limit, a.ids)
+    cache = json.loads(a.offline_cache.read_text()) if a.offline_cache.exists() else {}
+    figures: dict[str, object] = {"model": a.model, "telephone": a.telephone}
+    for name in a.variant or VARIANTS:
+        figures[name] = run_variant(name, items, a, model, cache)
+        a.offline_cache.write_text(json.dumps(cache))
+        print(name, json.dumps(figures[name]), file=sys.stderr)
+    print(json.dumps(figures, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,342 @@
+"""End of turn: how often each endpointing cuts a speaker off, against how fast it answers.
+
+Measured the way open end-of-turn benchmarks do it: sweep the decision threshold, then
+report the false cut-offs at a latency budget (300 ms) and the latency at 5 % false
+cut-offs. The recordings are the multi-sentence English ones of the shared corpus; the
+reference turn ends are the ends of their reference sentences ("." "?" "!", or a change of
+speaker tag), put in time by aligning the reference words with offline faster-whisper's
+word timestamps.
+
+* Every pause is found with the server's own voice detector (webrtc, mode 3, 30 ms
+  frames). The pause nearest a reference turn end (within 0.6 s) is that turn's end; every
+  other pause of 100 ms or more is inside a turn.
+* At a turn end the speaker is taken to wait for an answer (the silence lasts), so what
+  matters there is how soon the decision comes: its latency.
+* Inside a turn the pause lasts as long as it does in the recording; ending the turn there
+  is a false cut-off. A turn is cut off if any of its pauses ends it; the rate is over turns.
+* SILENCE (VAD only) with silence T: ends at every pause of T or more; latency T.
+* SEMANTIC: Smart Turn v3.2, asked after ``--probe-ms`` of pause with the audio of the turn
+  so far (as the server asks it, its last 8 s), ends the turn if its probability reaches
+  the threshold (latency = probe + the model's own time), else waits for
+  ``--max-silence-ms`` (2 s, the server's default) like SILENCE.
+
+Usage: python bench/turn_bench.py [--probe-ms 200] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import difflib
+import functools
+import json
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
+from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "audio"
+SR = 16_000
+#: the multi-sentence English recordings (one talker per turn, reference punctuation or
+#: speaker tags); LibriSpeech excerpts have neither
+RECORDINGS = ("osr_us_000_0034_8k", "concat_ljspeech_LJ001-0001_to_0032", "jfk")
+SPEAKER_TAGGED = ("picovoice_diarization_test",)
+MIN_PAUSE_S = 0.1
+MATCH_S = 0.6
+BUDGET_S = 0.3
+FALSE_CUTOFF_TARGET = 0.05
+#: pauses at which a two-stage policy asks the model again, with a lower threshold
+SECOND_PROBES_S = (0.3, 0.4, 0.6)
+
+
+@dataclass
+class Pause:
+    start_s: float  # end of the last voiced frame
+    length_s: float  # inf at the end of the recording
+    turn: int  # index of the turn it is in (or ends)
+    ends_turn: bool
+    probability: float = 0.0  # the turn model's, after the probe
+    #: the model asked again later in the pause: seconds of pause → probability
+    later: dict[float, float] = field(default_factory=dict)
+
+
+def words_of(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9']+", text.lower())
+
+
+def reference_turns(row: dict[str, str]) -> list[list[str]]:
+    """The reference's turns as word lists: sentences, or speaker-tagged stretches."""
+    text = row["transcript"].strip('"')
+    if row["id"] in SPEAKER_TAGGED:
+        parts = re.split(r"\[spk\d+\]", text)
+    else:
+        parts = re.split(r"(?<=[.?!])\s+", text)
+    return [w for w in (words_of(p) for p in parts) if w]
+
+
+def turn_end_times(audio: np.ndarray, turns: list[list[str]], model) -> list[float]:  # type: ignore[no-untyped-def]
+    """When each reference turn's last word ends, from offline word timestamps."""
+    segments, _ = model.transcribe(audio, language="en", word_timestamps=True)
+    hyp = [(w, word.end) for s in segments for word in s.words for w in words_of(word.word)[:1]]
+    ref = [w for t in turns for w in t]
+    matcher = difflib.SequenceMatcher(a=ref, b=[w for w, _ in hyp], autojunk=False)
+    end_of = {}
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            end_of[block.a + k] = hyp[block.b + k][1]
+    ends, last = [], -1
+    for t in turns:
+        last += len(t)
+        known = [end_of[i] for i in range(last, last - len(t), -1) if i in end_of]
+        ends.append(known[0] if known else float("nan"))
+    return ends
+
+
+def pauses_of(audio: np.ndarray) -> list[tuple[float, float]]:
+    """(start, length) of every unvoiced run between voiced frames, and the final one."""
+    detector = WebRtcVoiceDetector(3)
+    frame = detector.frame_samples
+    voiced = [
+        detector.speech_probability(audio[i : i + frame]) >= 0.5
+        for i in range(0, audio.size - frame + 1, frame)
+    ]
+    out, last_voiced = [], None
+    for i, v in enumerate(voiced):
+        if v:
+            if last_voiced is not None and i - last_voiced - 1 >= 1:
+                gap = (i - last_voiced - 1) * frame / SR
+                if gap >= MIN_PAUSE_S:
+                    out.append(((last_voiced + 1) * frame / SR, gap))
+            last_voiced = i
+    if last_voiced is not None:
+        out.append(((last_voiced + 1) * frame / SR, float("inf")))
+    return out
+
+
+def label(pauses: list[tuple[float, float]], ends: list[float]) -> list[Pause]:
+    """Each turn end takes its nearest pause; the others are inside turns."""
+    labelled = [Pause(s, n, 0, False) for s, n in pauses]
+    for end in ends:
+        if np.isnan(end) or not labelled:
+            continue
+        best = min(labelled, key=lambda p: abs(p.start_s - end))
+        if abs(best.start_s - end) <= MATCH_S:
+            best.ends_turn = True
+    turn = 0
+    for p in labelled:
+        p.turn = turn
+        if p.ends_turn:
+            turn += 1
+    return [p for p in labelled if p.ends_turn or p.turn < turn]  # drop pauses after the end
+
+
+def probability_at(
+    model: TurnModel,
+    audio: np.ndarray,
+    pause: Pause,
+    turn_start: float,
+    after_s: float,
+    times: list[float],
+) -> float:
+    """The model on the turn so far and ``after_s`` of the pause: at a turn end the
+    speaker waits (silence); inside a turn, what the recording has there."""
+    if pause.ends_turn:
+        speech = audio[int(turn_start * SR) : int(pause.start_s * SR)]
+        heard = np.concatenate([speech, np.zeros(int(after_s * SR), np.float32)])
+    else:
+        heard = audio[int(turn_start * SR) : int((pause.start_s + after_s) * SR)]
+    t0 = time.perf_counter()
+    probability = model.predict(heard).probability
+    times.append(time.perf_counter() - t0)
+    return probability
+
+
+def sweep_silence(pauses: list[Pause], n_turns: int) -> list[dict[str, float]]:
+    rows = []
+    for t_ms in range(100, 2001, 50):
+        t = t_ms / 1000
+        cut = {p.turn for p in pauses if not p.ends_turn and p.length_s >= t}
+        rows.append({"silence_ms": t_ms, "false_cutoff": len(cut) / n_turns, "latency_s": t})
+    return rows
+
+
+def sweep_semantic(
+    pauses: list[Pause], n_turns: int, probe_s: float, model_s: float, max_silences: list[float]
+) -> list[dict[str, float]]:
+    rows = []
+    thresholds = [*np.round(np.arange(0.05, 0.96, 0.05), 2), 0.97, 0.98, 0.99, 0.995, 0.999]
+    for max_silence_s in max_silences:
+        for threshold in thresholds:
+            cut = {
+                p.turn
+                for p in pauses
+                if not p.ends_turn
+                and (
+                    (p.length_s >= probe_s and p.probability >= threshold)
+                    or p.length_s >= max_silence_s
+                )
+            }
+            latencies = [
+                probe_s + model_s if p.probability >= threshold else max_silence_s
+                for p in pauses
+                if p.ends_turn
+            ]
+            rows.append(
+                {
+                    "threshold": float(threshold),
+                    "max_silence_ms": round(max_silence_s * 1000),
+                    "false_cutoff": round(len(cut) / n_turns, 4),
+                    "latency_s": round(statistics.median(latencies), 3),
+                    "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
+                }
+            )
+    return rows
+
+
+INF = float("inf")
+
+
+def ends_at(
+    p: Pause, probe_at: float, first: float, later: float, second: float, max_silence_s: float
+) -> float:
+    """When a two-stage policy ends the turn at pause ``p`` (inf: it does not). At a turn
+    end the speaker waits, however short the pause in the recording."""
+    length = INF if p.ends_turn else p.length_s
+    if length >= probe_at and p.probability >= first:
+        return probe_at
+    if length >= later and p.later.get(later, 0.0) >= second:
+        return later
+    return max_silence_s if length >= max_silence_s else INF
+
+
+def sweep_two_stage(
+    pauses: list[Pause], n_turns: int, probe_s: float, model_s: float, max_silence_s: float
+) -> list[dict[str, float]]:
+    """Ask at the probe with a high threshold; if not sure, ask again later in the pause
+    with a lower one; then the longest pause."""
+    rows = []
+    for first in (0.9, 0.95, 0.97, 0.98, 0.99):
+        for later in SECOND_PROBES_S:
+            for second in (0.3, 0.5, 0.7, 0.9):
+                policy = (probe_s + model_s, first, later, second, max_silence_s)
+                cut = {p.turn for p in pauses if not p.ends_turn and ends_at(p, *policy) < INF}
+                latencies = [ends_at(p, *policy) for p in pauses if p.ends_turn]
+                rows.append(
+                    {
+                        "threshold": first,
+                        "second_probe_ms": round(later * 1000),
+                        "second_threshold": second,
+                        "false_cutoff": round(len(cut) / n_turns, 4),
+                        "latency_s": round(statistics.median(latencies), 3),
+                        "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
+                    }
+                )
+    return rows
+
+
+def at_budget(rows: list[dict[str, float]]) -> dict[str, float] | None:
+    """The fewest false cut-offs with a median latency within the budget."""
+    ok = [r for r in rows if r["latency_s"] <= BUDGET_S + 1e-9]
+    return min(ok, key=lambda r: (r["false_cutoff"], r["latency_s"])) if ok else None
+
+
+def at_target(rows: list[dict[str, float]]) -> dict[str, float] | None:
+    """The lowest median latency with at most 5 % false cut-offs."""
+    ok = [r for r in rows if r["false_cutoff"] <= FALSE_CUTOFF_TARGET + 1e-9]
+    return min(ok, key=lambda r: (r["latency_s"], r["false_cutoff"])) if ok else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--probe-ms", type=int, default=200, help="pause before the model is asked")
+    p.add_argument("--max-silence-ms", type=int, default=2000, help="the server's default")
+    p.add_argument("--json", type=Path)
+    a = p.parse_args()
+    from faster_whisper import WhisperModel
+
+    from asr_server.engine.models import resolve_model
+
+    cache = Path.home() / ".cache" / "streamasr"
+    whisper = WhisperModel(
+        resolve_model("tiny.en", cache).path_or_id, device="cpu", compute_type="int8"
+    )
+    turn_model = TurnModel(default_model_path(cache))
+    probe_s = a.probe_ms / 1000
+    with open(SHARED / "MANIFEST.tsv", newline="") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    all_pauses: list[Pause] = []
+    n_turns = 0
+    model_times = []
+    per_recording = {}
+    for rec in (*RECORDINGS, *SPEAKER_TAGGED):
+        row = rows[rec]
+        data, sr = sf.read(str(SHARED / row["file"]), dtype="float32", always_2d=True)
+        audio = soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
+        turns = reference_turns(row)
+        ends = turn_end_times(audio, turns, whisper)
+        pauses = label(pauses_of(audio), ends)
+        turn_start = 0.0
+        for pause in pauses:
+            ask = functools.partial(probability_at, turn_model, audio, pause, turn_start)
+            if pause.ends_turn or pause.length_s >= probe_s:  # (shorter: never asked)
+                pause.probability = ask(probe_s, model_times)
+            for later in SECOND_PROBES_S:
+                if pause.ends_turn or pause.length_s >= later:
+                    pause.later[later] = ask(later, model_times)
+            pause.turn += n_turns
+            if pause.ends_turn:
+                turn_start = pause.start_s
+        found = sum(p.ends_turn for p in pauses)
+        per_recording[rec] = {
+            "turns": len(turns),
+            "turn_ends_found": found,
+            "pauses_inside_turns": sum(not p.ends_turn for p in pauses),
+        }
+        n_turns += found
+        all_pauses += pauses
+    model_s = statistics.median(model_times)
+    silence = sweep_silence(all_pauses, n_turns)
+    # at the server's longest pause (max_silence_ms), and with shorter ones: SEMANTIC
+    # with an earlier silence fallback
+    semantic = sweep_semantic(all_pauses, n_turns, probe_s, model_s, [a.max_silence_ms / 1000])
+    combined = sweep_semantic(
+        all_pauses, n_turns, probe_s, model_s, [x / 1000 for x in range(400, 2001, 100)]
+    )
+    two_stage = sweep_two_stage(all_pauses, n_turns, probe_s, model_s, a.max_silence_ms / 1000)
+    figures = {
+        "recordings": per_recording,
+        "turns": n_turns,
+        "pauses_inside_turns": sum(not p.ends_turn for p in all_pauses),
+        "probe_ms": a.probe_ms,
+        "turn_model_median_ms": round(model_s * 1000, 1),
+        "silence_at_300ms": at_budget(silence),
+        "semantic_at_300ms": at_budget(semantic),
+        "silence_at_5pct": at_target(silence),
+        "semantic_at_5pct": at_target(semantic),
+        "semantic_with_shorter_max_silence_at_5pct": at_target(combined),
+        "two_stage_at_300ms": at_budget(two_stage),
+        "two_stage_at_5pct": at_target(two_stage),
+        "silence_sweep": silence,
+        "semantic_sweep": semantic,
+        "combined_sweep": combined,
+        "two_stage_sweep": two_stage,
+    }
+    print(json.dumps({k: v for k, v in figures.items() if not k.endswith("_sweep")}, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
