@@ -57,6 +57,11 @@ class Metrics:
             registry=r,
         )
         self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
+        self.carry_fallbacks = Counter(
+            "asr_carry_fallbacks_total",
+            "Finals decoded after the previous one that lost words and were decoded alone.",
+            registry=r,
+        )
         self.speech_events = Counter(
             "asr_speech_events_total",
             "Speech events sent: started, ended, resumed (after an eager result).",

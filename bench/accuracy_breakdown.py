@@ -41,7 +41,7 @@ from streaming_bench import Item, load_items, load_pcm, references, telephone  #
 from asr_client.scoring import normalize, wer  # noqa: E402
 from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
-from asr_server.session.channel import CLOSING_PUNCTUATION  # noqa: E402
+from asr_server.session.channel import CARRY_MIN_KEPT, CLOSING_PUNCTUATION  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
     EndpointerConfig,
@@ -92,6 +92,7 @@ class Simulator:
         self.engine = engine
         self.o = opts
         self.partials = 0
+        self.fallbacks = 0  # carried finals that lost words, decoded again alone
 
     def decode(self, audio: np.ndarray, kind: DecodeKind, prefix: str, prompt: str) -> str:
         if kind is DecodeKind.PARTIAL:
@@ -139,8 +140,14 @@ class Simulator:
             carried_text = carried_text.rstrip(CLOSING_PUNCTUATION)
             prefix = " ".join(p for p in (carried_text, utt.agreement.committed_text) if p)
             text = self.decode(np.concatenate([carried, a]), DecodeKind.FINAL, prefix, prompt)
-            if carried_text and text.startswith(carried_text):
-                text = text[len(carried_text) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
+            if carried_text:
+                kept = text[len(carried_text) :] if text.startswith(carried_text) else ""
+                text = kept.lstrip(CLOSING_PUNCTUATION + " ").strip()
+                heard = len(utt.agreement.committed) + len(utt.agreement.tail)
+                if not text or len(text.split()) < heard * CARRY_MIN_KEPT:  # as the server
+                    committed = utt.agreement.committed_text
+                    text = self.decode(a, DecodeKind.FINAL, committed, prompt)
+                    self.fallbacks += 1
             if text:
                 finals.append(text)
             last = (a, utt.start + a.size, text)
@@ -259,6 +266,7 @@ def run_variant(
             )
     return {
         "wall_s": round(time.monotonic() - t0, 1),
+        "carry_fallbacks": sim.fallbacks,
         "wer": round(wer([r for _, r, _ in rows], [h for _, _, h in rows]), 4),
         "offline_wer": round(wer([r for _, r, _ in off_rows], [h for _, _, h in off_rows]), 4),
         "wer_by_source": by_source(rows),

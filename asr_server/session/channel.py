@@ -55,12 +55,19 @@ TIMING_LEAD_S = 4.0
 SPECULATE_AFTER_S = 0.2
 #: no partials once this much trailing silence is heard: silence adds no words
 PARTIAL_SILENCE_CUTOFF_S = 0.15
+#: until an utterance's first partial has words, partials are asked this often: the first
+#: asks hear little speech and often come back empty, and the first words shown are what
+#: a listener waits for
+FIRST_PARTIAL_INTERVAL_S = 0.2
 #: hypotheses of less audio than this are shown but never committed: Whisper guesses on
 #: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
 MIN_COMMIT_AUDIO_S = 1.5
 
 
 CLOSING_PUNCTUATION = ".,;:!?…"
+#: a carried final with fewer words than this share of the latest partial's lost some:
+#: it is decoded again without the carry
+CARRY_MIN_KEPT = 0.6
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,9 @@ class ChannelRecognizer:
         self._emit = emit
         self._spawn = spawn
         self._partial_interval = int(partial_interval_s * SAMPLE_RATE)
+        self._first_partial_interval = min(
+            self._partial_interval, int(FIRST_PARTIAL_INTERVAL_S * SAMPLE_RATE)
+        )
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._key = coalesce_key
         self._context_chars = context_chars
@@ -360,7 +370,8 @@ class ChannelRecognizer:
                 self._spawn(self._ask_turn_model(utt, utt.pause, ev.last_voiced_end, threshold))
         if (
             self.config.interim_results
-            and utt.samples_since_partial >= self._partial_interval
+            and utt.samples_since_partial
+            >= (self._first_partial_interval if utt.partials_sent == 0 else self._partial_interval)
             and silence < PARTIAL_SILENCE_CUTOFF_S * SAMPLE_RATE
         ):
             utt.samples_since_partial = 0
@@ -402,14 +413,30 @@ class ChannelRecognizer:
         )
         return request, carry
 
-    async def _decode(self, request: DecodeRequest, carry: _Carry | None) -> Hypothesis | None:
+    async def _decode(
+        self, utt: _Utterance, request: DecodeRequest, carry: _Carry | None
+    ) -> Hypothesis | None:
         hyp = await self.scheduler.decode(request)
-        return carry.strip(hyp) if hyp is not None and carry is not None else hyp
+        if hyp is None or carry is None:
+            return hyp
+        carried = carry.strip(hyp)
+        heard = len(utt.last_partial_text.split())  # what the latest partial heard
+        if not carried.rejected and len(carried.text.split()) >= heard * CARRY_MIN_KEPT:
+            return carried
+        # Whisper now and then ends right after a forced prefix, or skips what follows it:
+        # then this utterance is decoded again, alone
+        self.metrics.carry_fallbacks.inc()
+        alone = dataclasses.replace(
+            request,
+            audio=request.audio[carry.audio.size :],
+            prefix=request.prefix[len(carry.forced) :].strip(),
+        )
+        return await self.scheduler.decode(alone)
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
         task = asyncio.create_task(
-            self._decode(*self._final_request(utt, end)), name="speculative-final"
+            self._decode(utt, *self._final_request(utt, end)), name="speculative-final"
         )
         utt.speculation = (end, task)
         if self.config.eager_finals:
@@ -546,7 +573,7 @@ class ChannelRecognizer:
             utt.speculation = None
         else:
             utt.drop_speculation()
-            hyp = await self._decode(*self._final_request(utt))
+            hyp = await self._decode(utt, *self._final_request(utt))
         if hyp is not None:
             hyp = await self._in_stream_language(utt, hyp)
         if hyp is not None:
@@ -558,7 +585,7 @@ class ChannelRecognizer:
         scores = hyp.language_scores
         language = self.language.final_language(scores, len(utt.audio) / SAMPLE_RATE)
         if language is not None and language != hyp.language:
-            again = await self._decode(*self._final_request(utt, language=language))
+            again = await self._decode(utt, *self._final_request(utt, language=language))
             if again is None:
                 return None
             hyp = again

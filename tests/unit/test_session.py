@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioFormat, Encoding
-from asr_server.engine.base import DecodeKind, EngineCapabilities
+from asr_server.engine.base import DecodeKind, EngineCapabilities, Hypothesis
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
 from asr_server.errors import AsrError, Status
@@ -250,6 +250,49 @@ async def test_a_detecting_stream_hears_each_final_alone(language: str | None) -
     assert bool(second.prefix) == (language is not None)
 
 
+class HearsNothingAtFirst(FakeEngine):
+    """Like Whisper on a syllable or two: no words until 0.85 s of speech."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        if np.count_nonzero(np.abs(req.audio) > 1e-3) < 0.85 * SR:
+            return Hypothesis("", req.language or "en", rejected=True)
+        return super()._hear(req)
+
+
+async def test_until_the_first_words_partials_are_asked_more_often() -> None:
+    engine = HearsNothingAtFirst()
+    audio = np.concatenate([silence(0.5), tone(3.0), silence(1.0)])
+    h = Harness(engine)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)))  # 20 ms chunks
+    first = results(events, final=False)[0]
+    shown_at = h.progress[events.index(first)].audio_processed_s
+    # asked every 0.2 s of audio until it has words: shown within 0.2 s of the 0.85 s
+    # it needs (asked every 0.5 s, at 1.2 s of speech)
+    assert 0.5 + 0.85 <= shown_at <= 0.5 + 0.85 + 0.25, shown_at
+    partial_asks = [c[0].audio.size / SR for c in engine.calls if c[0].kind is DecodeKind.PARTIAL]
+    later = [b - a for a, b in zip(partial_asks, partial_asks[1:], strict=False) if a > 1.2]
+    assert later and min(later) >= 0.45  # then the usual cadence
+
+
+class StopsAfterThePrefix(FakeEngine):
+    """Whisper's failure that carrying risks: given a forced prefix it ends right after it."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        if req.prefix:
+            return Hypothesis(req.prefix, req.language or "en")
+        return super()._hear(req)
+
+
+async def test_a_carried_final_that_lost_its_words_is_decoded_alone() -> None:
+    engine = StopsAfterThePrefix(capabilities=EngineCapabilities(context_carry=True))
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(engine, carry_max_s=10.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    finals = [r.text for r in results(events, final=True)]
+    assert finals == ["w0 w1 w2 w3", " ".join(f"w{i}" for i in range(8))]
+    assert h.metrics.carry_fallbacks._value.get() == 1
+
+
 async def test_an_engine_that_cannot_carry_context_decodes_each_utterance_alone() -> None:
     audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
     h = Harness(carry_max_s=10.0)  # the default fake declares context_carry=False
@@ -316,7 +359,6 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
 
 
 def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
-    from asr_server.engine.base import Hypothesis
     from asr_server.session.channel import _Carry
 
     carry = _Carry(np.zeros(SR, np.float32), SR, "which led me to leave.", "en")
