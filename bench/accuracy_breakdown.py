@@ -39,9 +39,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from streaming_bench import Item, load_items, load_pcm, references, telephone  # noqa: E402
 
 from asr_client.scoring import normalize, wer  # noqa: E402
-from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
+from asr_server.engine.base import (  # noqa: E402
+    DecodeKind,
+    DecodeRequest,
+    Hypothesis,  # noqa: E402
+)
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
-from asr_server.session.channel import CARRY_MIN_KEPT, CLOSING_PUNCTUATION  # noqa: E402
+from asr_server.session.channel import CLOSING_PUNCTUATION, _Carry  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
     EndpointerConfig,
@@ -144,7 +148,9 @@ class Simulator:
                 kept = text[len(carried_text) :] if text.startswith(carried_text) else ""
                 text = kept.lstrip(CLOSING_PUNCTUATION + " ").strip()
                 heard = len(utt.agreement.committed) + len(utt.agreement.tail)
-                if not text or len(text.split()) < heard * CARRY_MIN_KEPT:  # as the server
+                carry = _Carry(carried, 0, last[2] if last else "", "en")
+                hyp = Hypothesis(text, "en", rejected=not text)
+                if carry.went_wrong(hyp, heard):  # as the server does
                     committed = utt.agreement.committed_text
                     text = self.decode(a, DecodeKind.FINAL, committed, prompt)
                     self.fallbacks += 1

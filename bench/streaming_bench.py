@@ -406,7 +406,12 @@ async def main() -> None:
             for o_id, h, oh in worse:
                 print(f"{o_id}\n  stream:  {h}\n  offline: {oh}", file=sys.stderr)
     print(json.dumps(figures, indent=2))
-    if a.json:
+    if a.json:  # with every latency, for bench/plot_latency.py
+        figures["samples"] = {
+            "final_latency_s": [round(x, 4) for x in fl],
+            "ttfp_s": [round(x, 4) for x in ttfp],
+            "end_of_turn_s": [round(x, 4) for x in tl],
+        }
         a.json.write_text(json.dumps(figures, indent=2))
 
 

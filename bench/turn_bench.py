@@ -44,6 +44,7 @@ import soxr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
 
@@ -229,7 +230,7 @@ def sweep_two_stage(
     rows = []
     for first in (0.9, 0.95, 0.97, 0.98, 0.99):
         for later in SECOND_PROBES_S:
-            for second in (0.3, 0.5, 0.7, 0.9):
+            for second in (0.3, 0.5, 0.7, 0.9):  # (the server's defaults are among these)
                 policy = (probe_s + model_s, first, later, second, max_silence_s)
                 cut = {p.turn for p in pauses if not p.ends_turn and ends_at(p, *policy) < INF}
                 latencies = [ends_at(p, *policy) for p in pauses if p.ends_turn]
@@ -260,8 +261,11 @@ def at_target(rows: list[dict[str, float]]) -> dict[str, float] | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--probe-ms", type=int, default=200, help="pause before the model is asked")
-    p.add_argument("--max-silence-ms", type=int, default=2000, help="the server's default")
+    defaults = TurnSettings()
+    p.add_argument(
+        "--probe-ms", type=int, default=defaults.probe_ms, help="pause before the model is asked"
+    )
+    p.add_argument("--max-silence-ms", type=int, default=defaults.max_silence_ms)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from faster_whisper import WhisperModel
@@ -315,6 +319,13 @@ def main() -> None:
         all_pauses, n_turns, probe_s, model_s, [x / 1000 for x in range(400, 2001, 100)]
     )
     two_stage = sweep_two_stage(all_pauses, n_turns, probe_s, model_s, a.max_silence_ms / 1000)
+    server = [
+        r
+        for r in two_stage
+        if r["threshold"] == defaults.threshold
+        and r["second_probe_ms"] == defaults.second_probe_ms
+        and r["second_threshold"] == defaults.second_threshold
+    ]
     figures = {
         "recordings": per_recording,
         "turns": n_turns,
@@ -326,6 +337,7 @@ def main() -> None:
         "silence_at_5pct": at_target(silence),
         "semantic_at_5pct": at_target(semantic),
         "semantic_with_shorter_max_silence_at_5pct": at_target(combined),
+        "server_defaults": server[0] if server and a.probe_ms == defaults.probe_ms else None,
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "silence_sweep": silence,

@@ -27,6 +27,7 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
+from asr_server.engine.text import normalize_word
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
@@ -65,8 +66,9 @@ MIN_COMMIT_AUDIO_S = 1.5
 
 
 CLOSING_PUNCTUATION = ".,;:!?…"
-#: a carried final with fewer words than this share of the latest partial's lost some:
-#: it is decoded again without the carry
+#: a carried final with fewer words than this share of the latest partial's lost some
+#: (with more than 1.25 times as many and 2, it read something twice): it is decoded
+#: again without the carry
 CARRY_MIN_KEPT = 0.6
 
 
@@ -91,6 +93,21 @@ class _Carry:
         which would tell the model a sentence ended where it may go on (after "…led me to
         leave." it dropped "my native country" that continued it)."""
         return self.text.rstrip(CLOSING_PUNCTUATION)
+
+    def went_wrong(self, carried: Hypothesis, heard: int) -> bool:
+        """Whisper now and then ends right after a forced prefix, skips what follows it,
+        or reads the carried passage again before the new one. ``carried``: the stripped
+        hypothesis; ``heard``: the words of the utterance's latest partial (0: none)."""
+        if carried.rejected:
+            return True
+        words = [normalize_word(w) for w in carried.text.split()]
+        if heard and not heard * CARRY_MIN_KEPT <= len(words) <= heard * 1.25 + 2:
+            return True
+        # it begins with three words of the carried passage: reading it again
+        before = [normalize_word(w) for w in self.text.split()]
+        return len(words) >= 3 and any(
+            before[i : i + 3] == words[:3] for i in range(len(before) - 2)
+        )
 
     def strip(self, hyp: Hypothesis) -> Hypothesis:
         """``hyp`` without the carried words (and their timing)."""
@@ -420,10 +437,8 @@ class ChannelRecognizer:
         if hyp is None or carry is None:
             return hyp
         carried = carry.strip(hyp)
-        heard = len(utt.last_partial_text.split())  # what the latest partial heard
-        if not carried.rejected and len(carried.text.split()) >= heard * CARRY_MIN_KEPT:
+        if not carry.went_wrong(carried, heard=len(utt.last_partial_text.split())):
             return carried
-        # Whisper now and then ends right after a forced prefix, or skips what follows it:
         # then this utterance is decoded again, alone
         self.metrics.carry_fallbacks.inc()
         alone = dataclasses.replace(

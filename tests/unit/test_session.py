@@ -369,6 +369,19 @@ def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
     assert carry.strip(Hypothesis("something else", "en")).rejected
 
 
+def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> None:
+    from asr_server.session.channel import _Carry
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "Please fasten your seat belts.", "en")
+    again = Hypothesis("please fasten your seat belts. Thank you.", "en")
+    assert carry.went_wrong(again, heard=0)  # read again, then the new words
+    assert carry.went_wrong(Hypothesis("your seat belts thank you", "en"), heard=0)
+    assert carry.went_wrong(Hypothesis("thank you for flying with us today", "en"), heard=2)
+    assert carry.went_wrong(Hypothesis("you", "en"), heard=4)  # lost words
+    assert not carry.went_wrong(Hypothesis("Thank you.", "en"), heard=2)
+    assert not carry.went_wrong(Hypothesis("Thank you, all.", "en"), heard=0)
+
+
 async def test_without_eager_finals_a_pause_sends_nothing_early() -> None:
     audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
     h = Harness()
