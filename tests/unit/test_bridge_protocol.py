@@ -130,6 +130,25 @@ def test_streamasr_events_flatten_the_responses() -> None:
     assert events.response(asr_pb2.StreamingRecognizeResponse()) == []
 
 
+def test_eager_finals_are_asked_for_and_reach_the_browser() -> None:
+    start = parse_text(json.dumps({"type": "start", "sample_rate": 16000, "eager_finals": True}))
+    assert isinstance(start, Start) and streaming_config(start).endpointing.eager_finals
+    with pytest.raises(ProtocolError, match="eager_finals"):
+        parse_text(json.dumps({"type": "start", "sample_rate": 16000, "eager_finals": "yes"}))
+    events = StreamasrEvents()
+    eager = partial("", "hello world", utterance=3)
+    eager.result.eager = True
+    (e,) = events.response(eager)
+    assert e["type"] == "eager" and e["text"] == "hello world" and e["utterance_id"] == 3
+    resumed = asr_pb2.StreamingRecognizeResponse(
+        speech_event=asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.SPEECH_RESUMED, offset_s=2.5, utterance_id=3
+        )
+    )
+    (r,) = events.response(resumed)
+    assert r["type"] == "speech_resumed" and r["utterance_id"] == 3 and r["offset_s"] == 2.5
+
+
 def test_end_of_turn_reaches_the_browser() -> None:
     response = asr_pb2.StreamingRecognizeResponse(
         end_of_turn=asr_pb2.EndOfTurn(offset_s=3.25, utterance_id=2, probability=0.912)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 import socket
@@ -372,3 +373,31 @@ async def test_half_a_client_key_pair_is_a_readable_error(mono_wav: Path, capsys
     code = await run(["file", str(mono_wav), "--cert", "only-the-cert.pem"])
     assert code == 1
     assert "needs both --cert and --key" in capsys.readouterr().err
+
+
+def test_every_event_gets_its_own_name_and_line() -> None:
+    from asr_client.render import event_record, event_type
+
+    Response = asr_pb2.StreamingRecognizeResponse
+    eager = Response(result=asr_pb2.Result(text="hello there", unstable_text="hello there"))
+    eager.result.eager = True
+    resumed = Response(
+        speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.SPEECH_RESUMED, offset_s=1.5)
+    )
+    turn = Response(end_of_turn=asr_pb2.EndOfTurn(offset_s=2.0, probability=0.99))
+    assert [event_type(r) for r in (eager, resumed, turn, Response())] == [
+        "eager",
+        "speech_resumed",
+        "end_of_turn",
+        "progress",
+    ]
+    assert event_record(turn, recv_time=0.0, t=0.0)["probability"] == 0.99
+    out = io.StringIO()
+    renderer = PlainRenderer(out, verbose=True)
+    for response in (eager, resumed, turn):
+        renderer.event(response)
+    assert out.getvalue().splitlines() == [
+        "[00:00.0-00:00.0] ch0 ? hello there",
+        "[00:01.5] ch0  (speech resumed)",
+        "[00:02.0] ch0  (end of turn)",
+    ]
