@@ -112,7 +112,7 @@ class _Carry:
     def strip(self, hyp: Hypothesis) -> Hypothesis:
         """``hyp`` without the carried words (and their timing)."""
         forced = self.forced
-        if not hyp.text.startswith(forced):  # an engine that kept the prefix verbatim
+        if not hyp.text.startswith(forced):  # the engine did not keep the prefix verbatim
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
         # the punctuation the model put where the carried text ends belongs to it
         text = hyp.text[len(forced) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
