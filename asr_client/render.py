@@ -85,14 +85,15 @@ def result_record(result: asr_pb2.Result) -> dict[str, Any]:
 def event_record(response: Response, *, recv_time: float, t: float) -> dict[str, Any]:
     """One ``--json-out`` line: type, receive times, the event's fields and the progress."""
     record: dict[str, Any] = {"type": event_type(response), "recv_time": recv_time, "t": t}
-    if response.HasField("speech_event") or response.HasField("end_of_turn"):
-        ev = response.speech_event if response.HasField("speech_event") else response.end_of_turn
+    event = response.WhichOneof("event")
+    if event in ("speech_event", "end_of_turn"):
+        ev = getattr(response, event)
         record.update(
             offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=ev.utterance_id
         )
-        if response.HasField("end_of_turn"):
-            record["probability"] = round(response.end_of_turn.probability, 4)
-    elif response.HasField("result"):
+        if event == "end_of_turn":
+            record["probability"] = round(ev.probability, 4)
+    elif event == "result":
         record.update(result_record(response.result))
     p = response.progress
     record["progress"] = {

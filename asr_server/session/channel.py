@@ -220,16 +220,16 @@ class ChannelRecognizer:
         if self._turn_probes:
             self._speculate_after = min(self._speculate_after, self._turn_probes[0][0])
         self._inbox: AudioInbox | None = None
+        caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
-        self._commits = commit_partials and scheduler.engine.capabilities.prefix_forcing
+        self._commits = commit_partials and caps.prefix_forcing
         # carrying the previous final into the next needs the same prefix forcing
-        caps = scheduler.engine.capabilities
         can_carry = caps.prefix_forcing and caps.context_carry
         self._carry_max = int(carry_max_s * SAMPLE_RATE) if can_carry else 0
         self._detects_language = caps.language_detection
         self._carry_gap = int(carry_gap_s * SAMPLE_RATE)
-        self._max_request = int(scheduler.engine.capabilities.max_audio_s * SAMPLE_RATE)
+        self._max_request = int(caps.max_audio_s * SAMPLE_RATE)
         self._carry: _Carry | None = None
         start = start or ChannelStart()
         # the end of this channel's previous finals (a resumed stream brings the last one)

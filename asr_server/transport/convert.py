@@ -217,22 +217,16 @@ def event_to_proto(
             ),
             progress=progress_msg,
         )
-    if isinstance(event, SpeechBoundary):
+    if isinstance(event, SpeechBoundary | SpeechResumed):
+        if isinstance(event, SpeechResumed):
+            kind = asr_pb2.SpeechEvent.SPEECH_RESUMED
+        elif event.started:
+            kind = asr_pb2.SpeechEvent.SPEECH_STARTED
+        else:
+            kind = asr_pb2.SpeechEvent.SPEECH_ENDED
         return asr_pb2.StreamingRecognizeResponse(
             speech_event=asr_pb2.SpeechEvent(
-                type=asr_pb2.SpeechEvent.SPEECH_STARTED
-                if event.started
-                else asr_pb2.SpeechEvent.SPEECH_ENDED,
-                offset_s=offset_s + event.offset_s,
-                channel=event.channel,
-                utterance_id=event.utterance_id,
-            ),
-            progress=progress_msg,
-        )
-    if isinstance(event, SpeechResumed):
-        return asr_pb2.StreamingRecognizeResponse(
-            speech_event=asr_pb2.SpeechEvent(
-                type=asr_pb2.SpeechEvent.SPEECH_RESUMED,
+                type=kind,
                 offset_s=offset_s + event.offset_s,
                 channel=event.channel,
                 utterance_id=event.utterance_id,

@@ -161,10 +161,10 @@ class TurnDetection:
     ``second_threshold`` up (settings.TurnSettings)."""
 
     model: TurnModel
-    threshold: float = 0.98
-    probe_ms: int = 150
-    second_probe_ms: int = 600
-    second_threshold: float = 0.7
+    threshold: float
+    probe_ms: int
+    second_probe_ms: int
+    second_threshold: float
 
     def probes(self) -> list[tuple[int, float]]:
         """(pause in ms, threshold) of each question, in order."""
