@@ -30,13 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from streaming_bench import Item, load_items, load_pcm, references, telephone  # noqa: E402
+from streaming_bench import (  # noqa: E402
+    Item,
+    channel_audio,
+    load_items,
+    offline_text,
+    references,
+)
 
 from asr_client.scoring import normalize, wer  # noqa: E402
 from asr_server.engine.base import (  # noqa: E402
@@ -194,18 +199,6 @@ class Simulator:
         return finals
 
 
-def channel_audio(item: Item, phone: bool) -> dict[int, np.ndarray]:
-    from asr_server.audio.g711 import mulaw_decode
-
-    pcm, sr = load_pcm(item)
-    if phone:
-        data, sr = telephone(pcm, sr)
-        pcm = mulaw_decode(data).reshape(-1, pcm.shape[1])
-    return {
-        ch: soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, SR) for ch in references(item)
-    }
-
-
 def by_source(rows: list[tuple[str, str, str]]) -> dict[str, float]:
     groups: dict[str, tuple[list[str], list[str]]] = {}
     for src, ref, hyp in rows:
@@ -258,8 +251,7 @@ def run_variant(
                     offline_model = WhisperModel(
                         model.path_or_id, device="cpu", compute_type="int8"
                     )
-                segments, _ = offline_model.transcribe(audio, language="en")
-                cache[key] = " ".join(s.text.strip() for s in segments)
+                cache[key] = offline_text(offline_model, audio)
             rows.append((item.source, ref, hyp))
             off_rows.append((item.source, ref, cache[key]))
             if normalize(hyp) != normalize(cache[key]):

@@ -147,7 +147,7 @@ async def stream_one(
             endpointing=endpointing,  # type: ignore[arg-type]
             eager_finals=eager,
         )
-        pending_eager: dict[tuple[int, int], tuple[str, float, float]] = {}
+        pending_eager: dict[tuple[int, int], tuple[str, float]] = {}  # text, when received
         async with client.stream(config) as stream:
             t0 = time.monotonic()
 
@@ -186,7 +186,7 @@ async def stream_one(
                 key = (r.channel, r.utterance_id)
                 if r.eager:
                     out.eager_sent += 1
-                    pending_eager[key] = (r.text, now, r.end_s)
+                    pending_eager[key] = (r.text, now)
                     continue
                 if not r.is_final:
                     if key not in first_partial and key in onset:
@@ -197,7 +197,7 @@ async def stream_one(
                 end = speech_end.get(key, min(r.end_s, len(pcm) / sr))
                 out.final_latency.append(now - wall(end))
                 if key in pending_eager:
-                    eager_text, eager_at, _ = pending_eager.pop(key)
+                    eager_text, eager_at = pending_eager.pop(key)
                     if eager_text == r.text:
                         out.eager_confirmed_same += 1
                     else:
@@ -208,27 +208,40 @@ async def stream_one(
     return out
 
 
+def channel_audio(item: Item, phone: bool = False) -> dict[int, np.ndarray]:
+    """Each scored channel as 16 kHz float32, as the server gets it (the phone line too)."""
+    import soxr
+
+    from asr_server.audio.g711 import mulaw_decode
+
+    pcm, sr = load_pcm(item)
+    if phone:
+        data, sr = telephone(pcm, sr)
+        pcm = mulaw_decode(data).reshape(-1, pcm.shape[1])
+    return {
+        ch: soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, 16_000)
+        for ch in references(item)
+    }
+
+
+def offline_text(model, audio: np.ndarray) -> str:  # type: ignore[no-untyped-def]
+    """Offline faster-whisper with its defaults (beam 5, 30 s windows), the baseline."""
+    segments, _ = model.transcribe(audio, language="en")
+    return " ".join(s.text.strip() for s in segments)
+
+
 def offline_hypotheses(
     items: list[Item], model_path: str, phone: bool = False
 ) -> dict[tuple[str, int], str]:
     """Offline faster-whisper on the same audio the server gets (the phone line too)."""
-    import soxr
     from faster_whisper import WhisperModel
 
-    from asr_server.audio.g711 import mulaw_decode
-
     model = WhisperModel(model_path, device="cpu", compute_type="int8")
-    hyps = {}
-    for item in items:
-        pcm, sr = load_pcm(item)
-        if phone:
-            data, sr = telephone(pcm, sr)
-            pcm = mulaw_decode(data).reshape(-1, pcm.shape[1])
-        for ch in references(item):
-            audio = soxr.resample(pcm[:, ch].astype(np.float32) / 32768, sr, 16_000)
-            segments, _ = model.transcribe(audio, language="en")
-            hyps[(item.id, ch)] = " ".join(s.text.strip() for s in segments)
-    return hyps
+    return {
+        (item.id, ch): offline_text(model, audio)
+        for item in items
+        for ch, audio in channel_audio(item, phone).items()
+    }
 
 
 def pct(values: list[float], q: float) -> float:

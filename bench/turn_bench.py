@@ -68,9 +68,8 @@ class Pause:
     length_s: float  # inf at the end of the recording
     turn: int  # index of the turn it is in (or ends)
     ends_turn: bool
-    probability: float = 0.0  # the turn model's, after the probe
-    #: the model asked again later in the pause: seconds of pause → probability
-    later: dict[float, float] = field(default_factory=dict)
+    #: the turn model's answers: seconds of pause when it was asked → probability
+    asked: dict[float, float] = field(default_factory=dict)
 
 
 def words_of(text: str) -> list[str]:
@@ -173,53 +172,56 @@ def sweep_silence(pauses: list[Pause], n_turns: int) -> list[dict[str, float]]:
     return rows
 
 
-def sweep_semantic(
-    pauses: list[Pause], n_turns: int, probe_s: float, model_s: float, max_silences: list[float]
-) -> list[dict[str, float]]:
-    rows = []
-    thresholds = [*np.round(np.arange(0.05, 0.96, 0.05), 2), 0.97, 0.98, 0.99, 0.995, 0.999]
-    for max_silence_s in max_silences:
-        for threshold in thresholds:
-            cut = {
-                p.turn
-                for p in pauses
-                if not p.ends_turn
-                and (
-                    (p.length_s >= probe_s and p.probability >= threshold)
-                    or p.length_s >= max_silence_s
-                )
-            }
-            latencies = [
-                probe_s + model_s if p.probability >= threshold else max_silence_s
-                for p in pauses
-                if p.ends_turn
-            ]
-            rows.append(
-                {
-                    "threshold": float(threshold),
-                    "max_silence_ms": round(max_silence_s * 1000),
-                    "false_cutoff": round(len(cut) / n_turns, 4),
-                    "latency_s": round(statistics.median(latencies), 3),
-                    "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
-                }
-            )
-    return rows
-
-
 INF = float("inf")
+THRESHOLDS = [*np.round(np.arange(0.05, 0.96, 0.05), 2), 0.97, 0.98, 0.99, 0.995, 0.999]
 
 
 def ends_at(
-    p: Pause, probe_at: float, first: float, later: float, second: float, max_silence_s: float
+    p: Pause, probes: list[tuple[float, float]], model_s: float, max_silence_s: float
 ) -> float:
-    """When a two-stage policy ends the turn at pause ``p`` (inf: it does not). At a turn
-    end the speaker waits, however short the pause in the recording."""
+    """When SEMANTIC ends the turn at pause ``p`` (inf: it does not), asking the model at
+    each ``(pause, threshold)`` of ``probes``. Its answer comes ``model_s`` later and counts
+    only if the pause still lasts (as in the server); then the longest pause ends it. At a
+    turn end the speaker waits, however short the pause in the recording."""
     length = INF if p.ends_turn else p.length_s
-    if length >= probe_at and p.probability >= first:
-        return probe_at
-    if length >= later and p.later.get(later, 0.0) >= second:
-        return later
+    for at, threshold in probes:
+        decided = at + model_s
+        if length >= decided and p.asked.get(at, 0.0) >= threshold:
+            return decided
     return max_silence_s if length >= max_silence_s else INF
+
+
+def score(
+    pauses: list[Pause],
+    n_turns: int,
+    probes: list[tuple[float, float]],
+    model_s: float,
+    max_silence_s: float,
+) -> dict[str, float]:
+    """False cut-offs (share of turns) and the latency at turn ends, of one policy."""
+    cut = {
+        p.turn
+        for p in pauses
+        if not p.ends_turn and ends_at(p, probes, model_s, max_silence_s) < INF
+    }
+    latencies = [ends_at(p, probes, model_s, max_silence_s) for p in pauses if p.ends_turn]
+    return {
+        "false_cutoff": round(len(cut) / n_turns, 4),
+        "latency_s": round(statistics.median(latencies), 3),
+        "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
+    }
+
+
+def sweep_semantic(
+    pauses: list[Pause], n_turns: int, probe_s: float, model_s: float, max_silences: list[float]
+) -> list[dict[str, float]]:
+    """One ask at the probe, each threshold, then each longest pause."""
+    return [
+        {"threshold": float(threshold), "max_silence_ms": round(max_silence_s * 1000)}
+        | score(pauses, n_turns, [(probe_s, threshold)], model_s, max_silence_s)
+        for max_silence_s in max_silences
+        for threshold in THRESHOLDS
+    ]
 
 
 def sweep_two_stage(
@@ -227,24 +229,13 @@ def sweep_two_stage(
 ) -> list[dict[str, float]]:
     """Ask at the probe with a high threshold; if not sure, ask again later in the pause
     with a lower one; then the longest pause."""
-    rows = []
-    for first in (0.9, 0.95, 0.97, 0.98, 0.99):
-        for later in SECOND_PROBES_S:
-            for second in (0.3, 0.5, 0.7, 0.9):  # (the server's defaults are among these)
-                policy = (probe_s + model_s, first, later, second, max_silence_s)
-                cut = {p.turn for p in pauses if not p.ends_turn and ends_at(p, *policy) < INF}
-                latencies = [ends_at(p, *policy) for p in pauses if p.ends_turn]
-                rows.append(
-                    {
-                        "threshold": first,
-                        "second_probe_ms": round(later * 1000),
-                        "second_threshold": second,
-                        "false_cutoff": round(len(cut) / n_turns, 4),
-                        "latency_s": round(statistics.median(latencies), 3),
-                        "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
-                    }
-                )
-    return rows
+    return [
+        {"threshold": first, "second_probe_ms": round(later * 1000), "second_threshold": second}
+        | score(pauses, n_turns, [(probe_s, first), (later, second)], model_s, max_silence_s)
+        for first in (0.9, 0.95, 0.97, 0.98, 0.99)
+        for later in SECOND_PROBES_S
+        for second in (0.3, 0.5, 0.7, 0.9)  # (the server's defaults are among these)
+    ]
 
 
 def at_budget(rows: list[dict[str, float]]) -> dict[str, float] | None:
@@ -294,11 +285,9 @@ def main() -> None:
         turn_start = 0.0
         for pause in pauses:
             ask = functools.partial(probability_at, turn_model, audio, pause, turn_start)
-            if pause.ends_turn or pause.length_s >= probe_s:  # (shorter: never asked)
-                pause.probability = ask(probe_s, model_times)
-            for later in SECOND_PROBES_S:
-                if pause.ends_turn or pause.length_s >= later:
-                    pause.later[later] = ask(later, model_times)
+            for at in (probe_s, *SECOND_PROBES_S):
+                if pause.ends_turn or pause.length_s >= at:  # (shorter: never asked)
+                    pause.asked[at] = ask(at, model_times)
             pause.turn += n_turns
             if pause.ends_turn:
                 turn_start = pause.start_s
