@@ -10,7 +10,9 @@ would (a chunk is sent once the audio it holds would exist), and measures:
   first partial of that utterance;
 * end-of-speech to final: from the end of speech (SPEECH_ENDED, or the end of the audio)
   to the final;
-* server CPU seconds per audio second, and its peak resident memory.
+* server CPU seconds per audio second, and its peak resident memory;
+* with --word-latency, word emission latency: from the end of a spoken word to the first
+  result (partial, eager or final) that shows it (bench/word_latency.py).
 
 Usage: python bench/streaming_bench.py [--limit N] [--speed 1] [--json out.json]
 """
@@ -36,6 +38,8 @@ import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from word_latency import ChannelWords, SpokenWord, spoken_words  # noqa: E402
 
 from asr_client import AsrClient, audio_config  # noqa: E402
 from asr_client.scoring import normalize, wer  # noqa: E402
@@ -67,6 +71,10 @@ class Outcome:
     eager_confirmed_same: int = 0
     eager_confirmed_changed: int = 0
     eager_latency: list[float] = field(default_factory=list)  # speech end → confirmed eager
+    # --word-latency: end of a spoken word → first result showing it; words spoken, shown
+    word_latency: list[float] = field(default_factory=list)
+    words_spoken: int = 0
+    words_shown: int = 0
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -124,6 +132,7 @@ async def stream_one(
     phone: bool = False,
     endpointing: str = "silence",
     eager: bool = False,
+    spoken: dict[int, list[SpokenWord]] | None = None,
 ) -> Outcome:
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
@@ -139,6 +148,7 @@ async def stream_one(
     speech_end: dict[tuple[int, int], float] = {}
     first_partial: set[tuple[int, int]] = set()
     texts: dict[int, list[str]] = {}
+    shown = {ch: ChannelWords(words) for ch, words in (spoken or {}).items()}
     async with AsrClient(f"127.0.0.1:{port}") as client:
         config = audio_config(
             sample_rate_hz=sr,
@@ -184,6 +194,10 @@ async def stream_one(
                     continue
                 r = event.result
                 key = (r.channel, r.utterance_id)
+                if r.channel in shown:
+                    shown[r.channel].result(
+                        r.text, r.is_final and not r.eager, now, (now - t0) * speed
+                    )
                 if r.eager:
                     out.eager_sent += 1
                     pending_eager[key] = (r.text, now)
@@ -204,6 +218,10 @@ async def stream_one(
                         out.eager_confirmed_changed += 1
                     out.eager_latency.append(eager_at - wall(end))
             await sender
+    for words in shown.values():
+        out.word_latency += words.latencies(wall)
+        out.words_spoken += len(words.spoken)
+        out.words_shown += len(words.emitted_at)
     out.hypothesis = {ch: " ".join(t) for ch, t in texts.items()}
     return out
 
@@ -244,6 +262,24 @@ def offline_hypotheses(
     }
 
 
+def word_ends(
+    items: list[Item], model_name: str, phone: bool = False
+) -> dict[tuple[str, int], list[SpokenWord]]:
+    """The spoken words of each scored channel and when they end (offline word timestamps),
+    taken before the server starts so that it has the CPU to itself."""
+    from faster_whisper import WhisperModel
+
+    from asr_server.engine.models import resolve_model
+
+    path = resolve_model(model_name, Path.home() / ".cache" / "streamasr").path_or_id
+    model = WhisperModel(path, device="cpu", compute_type="int8")
+    return {
+        (item.id, ch): spoken_words(model, audio)
+        for item in items
+        for ch, audio in channel_audio(item, phone).items()
+    }
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -254,8 +290,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess.Process, int]:
-    port = free_port()
+async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess.Process, int, int]:
+    """The server, its gRPC port and its metrics port."""
+    port, metrics_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -263,7 +300,7 @@ async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess
         "--port",
         str(port),
         "--metrics-port",
-        "0",
+        str(metrics_port),
         "--model",
         model,
         *extra,
@@ -284,7 +321,32 @@ async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess
             pass
 
     proc._drain = asyncio.create_task(drain())  # type: ignore[attr-defined]
-    return proc, port
+    return proc, port, metrics_port
+
+
+def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
+    """Mean engine call time and queue wait per decode kind, from the server's metrics:
+    where the time to a final goes."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    sums: dict[tuple[str, str], dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("asr_engine_inference_seconds", "asr_engine_queue_wait_seconds"):
+            continue
+        for sample in family.samples:
+            if sample.name.endswith(("_sum", "_count")):
+                key = (family.name, sample.labels.get("kind", ""))
+                sums.setdefault(key, {})[sample.name.rsplit("_", 1)[1]] = sample.value
+    out: dict[str, dict[str, float]] = {}
+    for (name, kind), v in sorted(sums.items()):
+        if v.get("count"):
+            what = "inference_mean_s" if "inference" in name else "queue_wait_mean_s"
+            out.setdefault(kind, {})[what] = round(v["sum"] / v["count"], 4)
+            out[kind]["calls"] = int(v["count"])
+    return out
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -319,19 +381,34 @@ async def main() -> None:
         action="store_true",
         help="eager finals: count how many were withdrawn or changed, and their latency",
     )
+    p.add_argument(
+        "--word-latency",
+        action="store_true",
+        help="word emission latency (needs offline word timestamps first: about a minute)",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--show", action="store_true", help="print texts that differ from offline")
     p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
     a = p.parse_args()
     items = load_items(a.limit, a.ids)
-    proc, port = await start_server(a.model, a.server_args)
+    spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
+    proc, port, metrics_port = await start_server(a.model, a.server_args)
     server = psutil.Process(proc.pid)
     cpu0 = server.cpu_times()
     outcomes = []
     t_start = time.monotonic()
     for item in items:
         outcomes.append(
-            await stream_one(port, item, a.speed, a.chunk_ms, a.telephone, a.endpointing, a.eager)
+            await stream_one(
+                port,
+                item,
+                a.speed,
+                a.chunk_ms,
+                a.telephone,
+                a.endpointing,
+                a.eager,
+                {ch: w for (i, ch), w in spoken.items() if i == item.id},
+            )
         )
         print(
             f"  {item.id:40s} {item.duration_s:6.1f}s  "
@@ -342,6 +419,7 @@ async def main() -> None:
     cpu1 = server.cpu_times()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     peak_mb = peak_rss_mb(proc.pid)
+    engine = engine_times(metrics_port)
     proc.terminate()
     await proc.wait()
 
@@ -371,10 +449,20 @@ async def main() -> None:
         "server_cpu_s_per_audio_s": round(cpu_s / audio_s, 3),
         "final_latency_p99_s": round(pct(fl, 99), 3),
         "server_peak_rss_mb": round(peak_mb, 1),
+        "engine": engine,
         "speed": a.speed,
         "chunk_ms": a.chunk_ms,
         "model": a.model,
     }
+    if a.word_latency:
+        wl = [x for o in outcomes for x in o.word_latency]
+        figures["word_emission"] = {
+            "mean_s": round(statistics.fmean(wl), 3) if wl else None,
+            "median_s": round(statistics.median(wl), 3) if wl else None,
+            "p95_s": round(pct(wl, 95), 3),
+            "words_shown": sum(o.words_shown for o in outcomes),
+            "words_spoken": sum(o.words_spoken for o in outcomes),
+        }
     if a.eager:
         el = [x for o in outcomes for x in o.eager_latency]
         figures["eager"] = {
@@ -423,6 +511,7 @@ async def main() -> None:
         figures["samples"] = {
             "final_latency_s": [round(x, 4) for x in fl],
             "ttfp_s": [round(x, 4) for x in ttfp],
+            "word_emission_s": [round(x, 4) for o in outcomes for x in o.word_latency],
             "end_of_turn_s": [round(x, 4) for x in tl],
         }
         a.json.write_text(json.dumps(figures, indent=2))

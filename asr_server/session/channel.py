@@ -215,10 +215,11 @@ class ChannelRecognizer:
             for ms, threshold in (turn.probes() if turn else [])
         ]
         # the final is decoded ahead of the endpoint once a pause is this long; SEMANTIC
-        # streams start it when the turn model is first asked, so both finish together
+        # streams start it sooner (turn.speculate_ms): the turn model may end the turn at
+        # its first ask, before a decode started then would be done
         self._speculate_after = int(SPECULATE_AFTER_S * SAMPLE_RATE)
-        if self._turn_probes:
-            self._speculate_after = min(self._speculate_after, self._turn_probes[0][0])
+        if turn is not None:
+            self._speculate_after = int(turn.speculate_ms * SAMPLE_RATE / 1000)
         self._inbox: AudioInbox | None = None
         caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
@@ -529,7 +530,13 @@ class ChannelRecognizer:
                 )
             )
         self._utt.speech_end = end_sample
-        await self._finalize(min(self._utt.audio.end_sample, end_sample + self._trailing_pad))
+        final_end = min(self._utt.audio.end_sample, end_sample + self._trailing_pad)
+        speculated = self._utt.speculation[0] if self._utt.speculation else None
+        if speculated is not None and end_sample <= speculated < final_end:
+            # decoded early in the pause (SEMANTIC), before the whole trailing pad was
+            # heard: it has all the speech, and the few ms of silence more add no words
+            final_end = speculated
+        await self._finalize(final_end)
 
     async def _split(self) -> None:
         """The utterance reached the limit: finalize up to a safe cut, carry the rest over."""

@@ -158,13 +158,15 @@ class TurnModel:
 class TurnDetection:
     """The turn model as streams use it: asked after ``probe_ms`` of pause and trusted from
     ``threshold`` up; if not, asked again after ``second_probe_ms`` and trusted from
-    ``second_threshold`` up (settings.TurnSettings)."""
+    ``second_threshold`` up. The final's decode starts after ``speculate_ms`` of pause
+    (settings.TurnSettings)."""
 
     model: TurnModel
     threshold: float
     probe_ms: int
     second_probe_ms: int
     second_threshold: float
+    speculate_ms: int
 
     def probes(self) -> list[tuple[int, float]]:
         """(pause in ms, threshold) of each question, in order."""
@@ -179,5 +181,10 @@ def load_turn_detection(settings: Settings) -> TurnDetection:
     t = settings.turn
     path = t.model_path or default_model_path(settings.engine.cache_dir)
     return TurnDetection(
-        TurnModel(path), t.threshold, t.probe_ms, t.second_probe_ms, t.second_threshold
+        TurnModel(path),
+        t.threshold,
+        t.probe_ms,
+        t.second_probe_ms,
+        t.second_threshold,
+        t.speculate_ms,
     )

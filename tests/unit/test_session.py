@@ -337,7 +337,7 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     probability: float, ends_after_s: float
 ) -> None:
     model = ScriptedTurnModel(probability)
-    turn = TurnDetection(model, 0.98, 150, 600, 0.7)  # type: ignore[arg-type]
+    turn = TurnDetection(model, 0.98, 150, 600, 0.7, speculate_ms=60)  # type: ignore[arg-type]
     audio = np.concatenate([silence(0.5), tone(2.0), silence(3.0)])
     h = Harness(turn=turn)
     events = await h.run(h.lockstep(chunks(pcm16(audio), 480)), semantic=True, max_silence_ms=2000)
@@ -356,6 +356,12 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     # the turn ended after ends_after_s of pause: the audio processed when it was sent
     processed = h.progress[events.index(end)].audio_processed_s
     assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+    # the final is decoded once, early in the pause (before the first probe), whenever
+    # the turn ends after it; it used to be decoded again with the 0.2 s pad: 0.1 s added
+    # to every SEMANTIC final
+    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert len(finals) == 1
+    assert final.end_s == pytest.approx(2.5 + turn.speculate_ms / 1000, abs=0.035)
 
 
 def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
