@@ -130,6 +130,13 @@ class TurnSettings(BaseModel):
     max_silence_ms: int = Field(
         2000, ge=300, le=10_000, description="Default longest pause a SEMANTIC stream holds."
     )
+    eager_threshold: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Streams with eager finals: the model's first answer in a pause from which "
+        "the early final is sent as an eager result (below threshold, which ends the turn).",
+    )
 
 
 class StreamingSettings(BaseModel):

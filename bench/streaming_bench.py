@@ -11,6 +11,10 @@ would (a chunk is sent once the audio it holds would exist), and measures:
 * end-of-speech to final: from the end of speech (SPEECH_ENDED, or the end of the audio)
   to the final;
 * server CPU seconds per audio second, and its peak resident memory;
+* with --finalize-at-vad-stop, pipecat's "time to final segment": the client runs its own
+  Silero VAD (stop after 200 ms of silence, as pipecat's default) and sends Finalize when
+  it stops, as pipecat's STT services do; TTFS runs from the end of speech that VAD heard
+  (its stop minus the 200 ms) to the final that reaches it;
 * with --word-latency, word emission latency: from the end of a spoken word to the first
   result (partial, eager or final) that shows it (bench/word_latency.py).
 
@@ -75,6 +79,7 @@ class Outcome:
     word_latency: list[float] = field(default_factory=list)
     words_spoken: int = 0
     words_shown: int = 0
+    ttfs: list[float] = field(default_factory=list)  # --finalize-at-vad-stop
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -133,7 +138,11 @@ async def stream_one(
     endpointing: str = "silence",
     eager: bool = False,
     spoken: dict[int, list[SpokenWord]] | None = None,
+    language: str = "",
+    speech_ends: list[float] | None = None,
 ) -> Outcome:
+    """One recording at ``speed``; ``speech_ends`` (audio seconds): where a client VAD heard
+    speech end, finalized VAD_STOP_S later (the --finalize-at-vad-stop mode)."""
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
     data = pcm.tobytes()
@@ -156,6 +165,7 @@ async def stream_one(
             encoding=encoding,
             endpointing=endpointing,  # type: ignore[arg-type]
             eager_finals=eager,
+            language=language,
         )
         pending_eager: dict[tuple[int, int], tuple[str, float]] = {}  # text, when received
         async with client.stream(config) as stream:
@@ -171,7 +181,14 @@ async def stream_one(
                     due = wall((start + len(piece)) / frame_bytes / sr)
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
                     await stream.send_audio(piece)
+                    sent_s = (start + len(piece)) / frame_bytes / sr
+                    while stops and stops[0] + VAD_STOP_S <= sent_s:
+                        stops.pop(0)
+                        await stream.finalize()
                 await stream.end()
+
+            stops = list(speech_ends or [])
+            unfinished = list(speech_ends or [])
 
             sender = asyncio.create_task(send())
             async for event in stream:
@@ -208,6 +225,9 @@ async def stream_one(
                         out.ttfp.append(now - wall(onset[key]))
                     continue
                 texts.setdefault(r.channel, []).append(r.text)
+                # the final that reaches a client-heard speech end (within its pad)
+                while unfinished and r.end_s >= unfinished[0] - 0.1:
+                    out.ttfs.append(now - wall(unfinished.pop(0)))
                 end = speech_end.get(key, min(r.end_s, len(pcm) / sr))
                 out.final_latency.append(now - wall(end))
                 if key in pending_eager:
@@ -260,6 +280,22 @@ def offline_hypotheses(
         for item in items
         for ch, audio in channel_audio(item, phone).items()
     }
+
+
+#: the client VAD's stop delay (pipecat's VADParams.stop_secs default)
+VAD_STOP_S = 0.2
+
+
+def client_vad_speech_ends(item: Item) -> list[float]:
+    """Where Silero (faster-whisper's copy) hears speech end in a mono recording, with
+    pipecat's settings: confidence 0.7, 200 ms of silence to stop, 200 ms to start."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+    (audio,) = channel_audio(item).values()
+    options = VadOptions(
+        threshold=0.7, min_silence_duration_ms=200, min_speech_duration_ms=200, speech_pad_ms=0
+    )
+    return [seg["end"] / 16_000 for seg in get_speech_timestamps(audio, options)]
 
 
 def word_ends(
@@ -364,6 +400,9 @@ async def main() -> None:
     p.add_argument("--speed", type=float, default=1.0, help="1 = real time")
     p.add_argument("--chunk-ms", type=int, default=100)
     p.add_argument("--model", default="tiny.en")
+    p.add_argument(
+        "--language", default="", help="the streams' language (en for a multilingual model)"
+    )
     p.add_argument("--no-offline", action="store_true", help="skip the offline WER baseline")
     p.add_argument(
         "--telephone",
@@ -382,6 +421,12 @@ async def main() -> None:
         help="eager finals: count how many were withdrawn or changed, and their latency",
     )
     p.add_argument(
+        "--finalize-at-vad-stop",
+        action="store_true",
+        help="pipecat's time to final segment: a client VAD finalizes 200 ms into each pause "
+        "(mono recordings only)",
+    )
+    p.add_argument(
         "--word-latency",
         action="store_true",
         help="word emission latency (needs offline word timestamps first: about a minute)",
@@ -392,6 +437,9 @@ async def main() -> None:
     a = p.parse_args()
     items = load_items(a.limit, a.ids)
     spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
+    if a.finalize_at_vad_stop:
+        items = [i for i in items if len(references(i)) == 1]
+    client_ends = {i.id: client_vad_speech_ends(i) for i in items} if a.finalize_at_vad_stop else {}
     proc, port, metrics_port = await start_server(a.model, a.server_args)
     server = psutil.Process(proc.pid)
     cpu0 = server.cpu_times()
@@ -408,6 +456,8 @@ async def main() -> None:
                 a.endpointing,
                 a.eager,
                 {ch: w for (i, ch), w in spoken.items() if i == item.id},
+                a.language,
+                client_ends.get(item.id),
             )
         )
         print(
@@ -453,7 +503,16 @@ async def main() -> None:
         "speed": a.speed,
         "chunk_ms": a.chunk_ms,
         "model": a.model,
+        "language": a.language or None,
     }
+    if a.finalize_at_vad_stop:
+        ttfs = [x for o in outcomes for x in o.ttfs]
+        figures["ttfs_finalize_at_vad_stop"] = {
+            "speech_ends": len(ttfs),
+            "median_s": round(statistics.median(ttfs), 3) if ttfs else None,
+            "p95_s": round(pct(ttfs, 95), 3),
+            "p99_s": round(pct(ttfs, 99), 3),
+        }
     if a.word_latency:
         wl = [x for o in outcomes for x in o.word_latency]
         figures["word_emission"] = {
@@ -512,6 +571,7 @@ async def main() -> None:
             "final_latency_s": [round(x, 4) for x in fl],
             "ttfp_s": [round(x, 4) for x in ttfp],
             "word_emission_s": [round(x, 4) for o in outcomes for x in o.word_latency],
+            "ttfs_s": [round(x, 4) for o in outcomes for x in o.ttfs],
             "end_of_turn_s": [round(x, 4) for x in tl],
         }
         a.json.write_text(json.dumps(figures, indent=2))

@@ -20,6 +20,10 @@ word timestamps.
   the threshold (latency = probe + the model's own time), else waits for
   ``--max-silence-ms`` (2 s, the server's default) like SILENCE.
 
+* Eager finals (SEMANTIC): sent at the model's first answer in a pause when it is at
+  least an eager threshold but below the one that ends the turn; withdrawn at a pause
+  inside a turn, confirmed at a turn end (``eager_with_server_probes``).
+
 Usage: python bench/turn_bench.py [--probe-ms 200] [--json out.json]
 """
 
@@ -238,6 +242,48 @@ def sweep_two_stage(
     ]
 
 
+EAGER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
+
+
+def sweep_eager(
+    pauses: list[Pause],
+    probes: list[tuple[float, float]],
+    model_s: float,
+    max_silence_s: float,
+) -> list[dict[str, float]]:
+    """Eager finals in SEMANTIC mode: an eager result goes out at the model's first answer
+    in a pause when that answer reaches the eager threshold but not the one that ends the
+    turn. Inside a turn it is withdrawn when speech resumes; at a turn end the final
+    confirms it, later by ``lead`` (when the turn is decided minus the first answer)."""
+    probe, threshold = probes[0]
+    answered = probe + model_s
+    rows = []
+    for eager in EAGER_THRESHOLDS:
+        withdrawn = confirmed = 0
+        leads = []
+        for p in pauses:
+            first = p.asked.get(probe, 0.0)
+            if not eager <= first < threshold:
+                continue
+            if p.ends_turn:
+                confirmed += 1
+                leads.append(ends_at(p, probes, model_s, max_silence_s) - answered)
+            elif p.length_s >= answered:
+                withdrawn += 1
+        sent = withdrawn + confirmed
+        rows.append(
+            {
+                "eager_threshold": eager,
+                "sent": sent,
+                "withdrawn": withdrawn,
+                "withdrawn_share": round(withdrawn / sent, 3) if sent else 0.0,
+                "turn_ends_with_eager": confirmed,
+                "lead_median_s": round(statistics.median(leads), 3) if leads else 0.0,
+            }
+        )
+    return rows
+
+
 def at_budget(rows: list[dict[str, float]]) -> dict[str, float] | None:
     """The fewest false cut-offs with a median latency within the budget."""
     ok = [r for r in rows if r["latency_s"] <= BUDGET_S + 1e-9]
@@ -315,6 +361,11 @@ def main() -> None:
         and r["second_probe_ms"] == defaults.second_probe_ms
         and r["second_threshold"] == defaults.second_threshold
     ]
+    server_probes = [
+        (probe_s, defaults.threshold),
+        (defaults.second_probe_ms / 1000, defaults.second_threshold),
+    ]
+    eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
     figures = {
         "recordings": per_recording,
         "turns": n_turns,
@@ -329,6 +380,7 @@ def main() -> None:
         "server_defaults": server[0] if server and a.probe_ms == defaults.probe_ms else None,
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
+        "eager_with_server_probes": eager,
         "silence_sweep": silence,
         "semantic_sweep": semantic,
         "combined_sweep": combined,

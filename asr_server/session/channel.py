@@ -165,11 +165,17 @@ class _Utterance:
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)
     eager_sent: bool = False
+    #: SEMANTIC with eager finals: the turn model's first answer in the speculation's
+    #: pause; the eager result waits for it and goes out only if the turn may be over
+    first_answer: asyncio.Future[float] | None = None
 
     def drop_speculation(self) -> None:
         if self.speculation is not None:
             self.speculation[1].cancel()
             self.speculation = None
+        if self.first_answer is not None:
+            self.first_answer.cancel()
+            self.first_answer = None
 
 
 class ChannelRecognizer:
@@ -384,8 +390,11 @@ class ChannelRecognizer:
                 and silence >= self._turn_probes[utt.probes_asked][0]
             ):
                 threshold = self._turn_probes[utt.probes_asked][1]
+                first = utt.probes_asked == 0
                 utt.probes_asked += 1
-                self._spawn(self._ask_turn_model(utt, utt.pause, ev.last_voiced_end, threshold))
+                self._spawn(
+                    self._ask_turn_model(utt, utt.pause, ev.last_voiced_end, threshold, first)
+                )
         if (
             self.config.interim_results
             and utt.samples_since_partial
@@ -456,12 +465,28 @@ class ChannelRecognizer:
         )
         utt.speculation = (end, task)
         if self.config.eager_finals:
-            self._spawn(self._send_eager(utt, task))
+            if self._turn is not None:
+                utt.first_answer = asyncio.get_running_loop().create_future()
+            self._spawn(self._send_eager(utt, task, utt.first_answer))
 
-    async def _send_eager(self, utt: _Utterance, task: asyncio.Task[Hypothesis | None]) -> None:
+    async def _send_eager(
+        self,
+        utt: _Utterance,
+        task: asyncio.Task[Hypothesis | None],
+        first_answer: asyncio.Future[float] | None,
+    ) -> None:
         """The speculative final, once decoded, as an eager result, unless speech resumed
-        (the speculation was dropped) or the final is already on its way."""
+        (the speculation was dropped) or the final is already on its way. SEMANTIC: only
+        if the turn model's first answer in this pause reached the eager threshold (else
+        eager results would come at every pause, mostly to be withdrawn)."""
         await asyncio.wait([task])
+        if first_answer is not None and self._turn is not None:
+            await asyncio.wait([first_answer])
+            if first_answer.cancelled():
+                return
+            # sure enough to end the turn: the final itself follows at once
+            if not self._turn.eager_threshold <= first_answer.result() < self._turn.threshold:
+                return
         if (
             task.cancelled()
             or task.exception() is not None
@@ -492,12 +517,20 @@ class ChannelRecognizer:
         self.metrics.results.labels("eager").inc()
 
     async def _ask_turn_model(
-        self, utt: _Utterance, pause: int, speech_end: int, threshold: float
+        self, utt: _Utterance, pause: int, speech_end: int, threshold: float, first: bool
     ) -> None:
         """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
         the utterance when it reaches this answer in its inbox, if the pause still lasts."""
         assert self._turn is not None and self._inbox is not None
-        verdict = await asyncio.to_thread(self._turn.model.predict, utt.audio.snapshot())
+        answer = utt.first_answer if first else None
+        try:
+            verdict = await asyncio.to_thread(self._turn.model.predict, utt.audio.snapshot())
+        except BaseException:
+            if answer is not None:
+                answer.cancel()  # no eager result; the error surfaces as before
+            raise
+        if answer is not None and not answer.done():  # (done: cancelled, speech resumed)
+            answer.set_result(verdict.probability)
         utt.turn_probability = verdict.probability
         if verdict.complete(threshold):
             self._inbox.put_event(
@@ -587,6 +620,9 @@ class ChannelRecognizer:
 
     async def _decode_final(self, utt: _Utterance) -> None:
         utt.finalizing = True
+        if utt.first_answer is not None:  # an eager result waiting for it is moot now
+            utt.first_answer.cancel()
+            utt.first_answer = None
         if len(utt.audio) == 0:
             utt.drop_speculation()
             return

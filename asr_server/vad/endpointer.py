@@ -126,14 +126,18 @@ class Endpointer:
         return events
 
     def force_end(self) -> list[EndpointEvent]:
-        """The client asked to finalize now: end the open utterance at the current position."""
+        """The client asked to finalize now (or the turn model said the turn is over): end
+        the open utterance where speech ended, the current position if mid-speech. A
+        client whose own VAD heard the pause finalizes in it, as voice agents do: then the
+        final decoded early in the pause is the one it gets."""
         if not self.speaking:
             return []
+        end = self._last_voiced_end if self._silent_run else self.position
         self.speaking = False
         self._silent_run = 0
         self._recent_voiced.clear()
         self._pre_roll.clear()
-        return [SpeechEnded(self.position)]
+        return [SpeechEnded(end)]
 
     def _frame(
         self,

@@ -167,6 +167,8 @@ class TurnDetection:
     second_probe_ms: int
     second_threshold: float
     speculate_ms: int
+    #: eager finals: the first answer from which the early final is sent as an eager result
+    eager_threshold: float
 
     def probes(self) -> list[tuple[int, float]]:
         """(pause in ms, threshold) of each question, in order."""
@@ -187,4 +189,5 @@ def load_turn_detection(settings: Settings) -> TurnDetection:
         t.second_probe_ms,
         t.second_threshold,
         t.speculate_ms,
+        t.eager_threshold,
     )

@@ -325,6 +325,11 @@ class ScriptedTurnModel:
         return TurnVerdict(self.probability)
 
 
+def semantic(model: ScriptedTurnModel) -> TurnDetection:
+    """The settings' defaults: asked at 150 ms (0.98) and 600 ms (0.7), eager from 0.5."""
+    return TurnDetection(model, 0.98, 150, 600, 0.7, speculate_ms=60, eager_threshold=0.5)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("probability", "ends_after_s"),
     [
@@ -337,7 +342,7 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     probability: float, ends_after_s: float
 ) -> None:
     model = ScriptedTurnModel(probability)
-    turn = TurnDetection(model, 0.98, 150, 600, 0.7, speculate_ms=60)  # type: ignore[arg-type]
+    turn = semantic(model)
     audio = np.concatenate([silence(0.5), tone(2.0), silence(3.0)])
     h = Harness(turn=turn)
     events = await h.run(h.lockstep(chunks(pcm16(audio), 480)), semantic=True, max_silence_ms=2000)
@@ -460,6 +465,29 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     finals = results(events, final=True)
     assert [f.text for f in finals] == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
+
+
+async def test_finalize_in_a_pause_gets_the_final_decoded_early_in_it() -> None:
+    # what a voice agent does: its own VAD hears 0.3 s of pause and it finalizes
+    audio = pcm16(np.concatenate([silence(0.5), tone(2.0), silence(0.3)]))
+    rest = pcm16(silence(1.0))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(audio, 480)):
+            yield c
+        yield Finalize()
+        async for c in chunks(rest, 480):
+            yield c
+
+    h = Harness()
+    events = await h.run(source(), interim=False)
+    (ended,) = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    (final,) = results(events, final=True)
+    assert ended.offset_s == pytest.approx(2.5, abs=0.05)  # where speech ended, not 2.8
+    assert final.end_s == pytest.approx(2.5 + 0.2, abs=0.05)  # with the usual pad
+    # one final decode: the one started 0.2 s into the pause
+    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert len(finals) == 1
 
 
 async def test_audio_ending_inside_speech_is_finalized() -> None:
@@ -602,3 +630,37 @@ async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
     assert bool(committed) == prefix_forcing
     prefixes = [r.prefix for call in engine.calls for r in call]
     assert any(prefixes) == prefix_forcing  # nothing is asked to be kept verbatim
+
+
+@pytest.mark.parametrize("probability", [0.8, 0.3])
+async def test_semantic_eager_results_wait_for_a_first_answer_that_the_turn_may_be_over(
+    probability: float,
+) -> None:
+    # a 0.35 s pause inside the turn, then the end of the turn
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(2.5)])
+    model = ScriptedTurnModel(probability)
+    h = Harness(turn=semantic(model))
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 480)),
+        semantic=True,
+        eager_finals=True,
+        max_silence_ms=1500,
+    )
+    eager = [e for e in results(events) if e.eager]
+    resumed = [e for e in events if isinstance(e, SpeechResumed)]
+    (final,) = results(events, final=True)
+    assert final.text == " ".join(f"w{i}" for i in range(12))
+    if probability < 0.5:
+        # unsure at every first answer: nothing early, though a final was decoded at each
+        # pause (60 ms in)
+        assert eager == [] and resumed == []
+        assert sum(r.kind is DecodeKind.FINAL for c in h.engine.calls for r in c) == 2
+        return
+    # possibly over at both pauses: an eager result at each; the first is withdrawn, the
+    # second becomes the final (the second ask, at 600 ms, trusts 0.8)
+    first, second = eager
+    assert len(resumed) == 1
+    assert events.index(first) < events.index(resumed[0]) < events.index(second)
+    assert events.index(second) < events.index(final)
+    assert first.text == " ".join(f"w{i}" for i in range(8))
+    assert second.text == final.text

@@ -106,6 +106,12 @@ def test_force_end_then_speech_continues_as_new_utterance() -> None:
     assert any(isinstance(e, SpeechStarted) for e in again)
 
 
+def test_force_end_in_a_pause_ends_where_speech_ended() -> None:
+    ep = Endpointer(ScriptedDetector("#" * 10 + "." * 5), CONFIG)
+    ep.feed(np.full(15 * FRAME, 0.1, dtype=np.float32))  # 5 unvoiced frames: a pause
+    assert ep.force_end() == [SpeechEnded(10 * FRAME)]
+
+
 def test_digital_silence_is_never_speech() -> None:
     ep = Endpointer(ScriptedDetector("#" * 100), CONFIG)
     assert not ep.feed(np.zeros(100 * FRAME, dtype=np.float32))
