@@ -138,6 +138,16 @@ class TurnSettings(BaseModel):
         "the early final is sent as an eager result (below threshold, which ends the turn).",
     )
 
+    @model_validator(mode="after")
+    def _decode_before_the_first_ask(self) -> TurnSettings:
+        # the eager result of a pause waits for the first answer after its decode started
+        if self.speculate_ms > self.probe_ms:
+            raise ValueError(
+                f"turn.speculate_ms ({self.speculate_ms}) must not exceed turn.probe_ms "
+                f"({self.probe_ms}): the final's decode starts before the model is asked"
+            )
+        return self
+
 
 class StreamingSettings(BaseModel):
     partial_interval_ms: int = Field(

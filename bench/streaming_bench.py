@@ -398,7 +398,9 @@ async def main() -> None:
     p.add_argument("--limit", type=int, help="only the first N recordings")
     p.add_argument("--ids", help="only recordings whose id matches this regular expression")
     p.add_argument("--speed", type=float, default=1.0, help="1 = real time")
-    p.add_argument("--chunk-ms", type=int, default=100)
+    p.add_argument(
+        "--chunk-ms", type=int, default=20, help="audio per message (voice agents send 20 ms)"
+    )
     p.add_argument("--model", default="tiny.en")
     p.add_argument(
         "--language", default="", help="the streams' language (en for a multilingual model)"

@@ -41,7 +41,13 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(
     ("env", "value"),
-    [("ASR_PORT", "70000"), ("ASR_DEVICE", "tpu"), ("ASR_VAD__SILENCE_MS", "5")],
+    [
+        ("ASR_PORT", "70000"),
+        ("ASR_DEVICE", "tpu"),
+        ("ASR_VAD__SILENCE_MS", "5"),
+        ("ASR_TURN__SPECULATE_MS", "200"),  # after the first ask (150 ms)
+        ("ASR_TURN__EAGER_THRESHOLD", "1.5"),
+    ],
 )
 def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
     monkeypatch.setenv(env, value)
