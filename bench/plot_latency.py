@@ -1,8 +1,9 @@
 """Plot the latency distributions of streaming_bench.py runs (their --json files).
 
-One panel per figure (end of speech → final, speech onset → first partial), one curve
-per run: the share of utterances served within each latency (an empirical CDF), with
-the hosted-API targets of issue 10 marked.
+One panel per figure (end of speech → final; the same when the client finalizes at its
+own VAD's stop, pipecat's time to final segment; speech onset → first partial; end of a
+word → first result showing it), one curve per run that measured it: the share served
+within each latency (an empirical CDF), with the targets of issue 10 marked.
 
 Usage: python bench/plot_latency.py OUT.png LABEL=run.json [LABEL=run.json ...]
 """
@@ -21,7 +22,9 @@ import numpy as np  # noqa: E402
 
 PANELS = (
     ("final_latency_s", "end of speech → final (s)", (0.25, 0.35)),
+    ("ttfs_s", "client finalizes at its VAD stop: time to final segment (s)", (0.25, 0.35)),
     ("ttfp_s", "speech onset → first partial (s)", (0.3,)),
+    ("word_emission_s", "end of a word → first result showing it (s)", (0.45,)),
 )
 
 
@@ -33,17 +36,17 @@ def main() -> None:
     for arg in sys.argv[2:]:
         label, _, path = arg.partition("=")
         runs.append((label, json.loads(Path(path).read_text())["samples"]))
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4))
-    for ax, (key, title, targets) in zip(axes, PANELS, strict=True):
+    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    for ax, (key, title, targets) in zip(axes.flat, PANELS, strict=True):
         for label, samples in runs:
-            values = np.sort(np.asarray(samples[key]))
+            values = np.sort(np.asarray(samples.get(key, [])))
             if values.size:
                 share = np.arange(1, values.size + 1) / values.size
                 ax.step(values, share, where="post", label=f"{label} (n={values.size})")
         for target in targets:
             ax.axvline(target, color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(title)
-        ax.set_ylabel("share of utterances")
+        ax.set_ylabel("share of words" if key == "word_emission_s" else "share of utterances")
         ax.set_xlim(0, 2.0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
