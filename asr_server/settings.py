@@ -112,10 +112,11 @@ class TurnSettings(BaseModel):
         60,
         ge=30,
         le=2000,
-        description="Pause after which the final is decoded ahead of the model's answer, so "
-        "that it is ready when the turn ends; a pause that turns out to be inside the turn "
-        "wastes that decode (bench/streaming_bench.py: 60 ms against 90 ms, 25 ms sooner "
-        "finals for 7 % more CPU).",
+        description="Pause after which the final is decoded ahead, where a turn can end early "
+        "in a pause: SEMANTIC streams (before the model's first ask) and streams whose client "
+        "has sent a finalize (a voice agent's own VAD). A pause inside the turn wastes that "
+        "decode (bench/streaming_bench.py: 60 ms against 90 ms, 25 ms sooner finals for 7 % "
+        "more CPU).",
     )
     second_probe_ms: int = Field(
         600,

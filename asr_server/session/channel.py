@@ -198,6 +198,7 @@ class ChannelRecognizer:
         carry_gap_s: float = 0.0,
         start: ChannelStart | None = None,
         turn: TurnDetection | None = None,
+        early_speculation_s: float = SPECULATE_AFTER_S,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -220,12 +221,13 @@ class ChannelRecognizer:
             (int(ms * SAMPLE_RATE / 1000), threshold)
             for ms, threshold in (turn.probes() if turn else [])
         ]
-        # the final is decoded ahead of the endpoint once a pause is this long; SEMANTIC
-        # streams start it sooner (turn.speculate_ms): the turn model may end the turn at
-        # its first ask, before a decode started then would be done
+        # the final is decoded ahead of the endpoint once a pause is this long; sooner
+        # (early_speculation_s) where the turn can end early in a pause: in SEMANTIC
+        # streams, at the turn model's first ask, and in streams whose client finalizes
         self._speculate_after = int(SPECULATE_AFTER_S * SAMPLE_RATE)
+        self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
         if turn is not None:
-            self._speculate_after = int(turn.speculate_ms * SAMPLE_RATE / 1000)
+            self._speculate_after = self._early_speculation
         self._inbox: AudioInbox | None = None
         caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
@@ -327,6 +329,10 @@ class ChannelRecognizer:
                 self._idle_bound = self.position  # nothing more can come
                 return
             else:  # Finalize
+                # a client that finalizes ends its turns itself (a voice agent, at its own
+                # VAD's stop, 200 ms or so into a pause): from now on the final's decode
+                # starts early in each pause, so that it is ready when the finalize comes
+                self._speculate_after = min(self._speculate_after, self._early_speculation)
                 await self._handle(self.endpointer.force_end())
             self._settle()
 

@@ -173,6 +173,7 @@ class StreamSession:
             carry_gap_s=s.streaming.carry_gap_s,
             start=self.config.resume.channel(channel) if self.config.resume else None,
             turn=self.services.turn if self.config.semantic else None,
+            early_speculation_s=s.turn.speculate_ms / 1000,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:

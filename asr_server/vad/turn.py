@@ -158,15 +158,13 @@ class TurnModel:
 class TurnDetection:
     """The turn model as streams use it: asked after ``probe_ms`` of pause and trusted from
     ``threshold`` up; if not, asked again after ``second_probe_ms`` and trusted from
-    ``second_threshold`` up. The final's decode starts after ``speculate_ms`` of pause
-    (settings.TurnSettings)."""
+    ``second_threshold`` up (settings.TurnSettings)."""
 
     model: TurnModel
     threshold: float
     probe_ms: int
     second_probe_ms: int
     second_threshold: float
-    speculate_ms: int
     #: eager finals: the first answer from which the early final is sent as an eager result
     eager_threshold: float
 
@@ -188,6 +186,5 @@ def load_turn_detection(settings: Settings) -> TurnDetection:
         t.probe_ms,
         t.second_probe_ms,
         t.second_threshold,
-        t.speculate_ms,
         t.eager_threshold,
     )

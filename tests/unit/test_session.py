@@ -327,7 +327,7 @@ class ScriptedTurnModel:
 
 def semantic(model: ScriptedTurnModel) -> TurnDetection:
     """The settings' defaults: asked at 150 ms (0.98) and 600 ms (0.7), eager from 0.5."""
-    return TurnDetection(model, 0.98, 150, 600, 0.7, speculate_ms=60, eager_threshold=0.5)  # type: ignore[arg-type]
+    return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -366,7 +366,7 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     # to every SEMANTIC final
     finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert len(finals) == 1
-    assert final.end_s == pytest.approx(2.5 + turn.speculate_ms / 1000, abs=0.035)
+    assert final.end_s == pytest.approx(2.5 + Settings().turn.speculate_ms / 1000, abs=0.035)
 
 
 def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
@@ -488,6 +488,29 @@ async def test_finalize_in_a_pause_gets_the_final_decoded_early_in_it() -> None:
     # one final decode: the one started 0.2 s into the pause
     finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert len(finals) == 1
+
+
+async def test_after_a_client_finalize_finals_are_decoded_early_in_each_pause() -> None:
+    # a voice agent finalizes 0.3 s into each pause (its own VAD); the server's decode
+    # starts 0.2 s into a pause, until the first finalize shows the client ends turns
+    # itself: then 60 ms in (turn.speculate_ms), so it is ready sooner
+    turn = [pcm16(tone(2.0)), pcm16(silence(0.3)), Finalize(), pcm16(silence(0.5))]
+
+    async def source() -> AsyncIterator[object]:
+        for item in [pcm16(silence(0.5)), *turn, *turn]:  # turns at 0.5 and 3.3 s
+            if isinstance(item, bytes):
+                async for c in h.lockstep(chunks(item, 480)):
+                    yield c
+            else:
+                yield item
+
+    h = Harness()
+    events = await h.run(source(), interim=False)
+    first, second = results(events, final=True)
+    assert first.end_s == pytest.approx(2.5 + 0.2, abs=0.035)  # the 0.2 s decode
+    assert second.end_s == pytest.approx(5.3 + 0.06, abs=0.035)  # the early one
+    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert len(finals) == 2  # each finalize got the decode already under way
 
 
 async def test_audio_ending_inside_speech_is_finalized() -> None:
