@@ -268,13 +268,21 @@ def offline_text(model, audio: np.ndarray) -> str:  # type: ignore[no-untyped-de
     return " ".join(s.text.strip() for s in segments)
 
 
-def offline_hypotheses(
-    items: list[Item], model_path: str, phone: bool = False
-) -> dict[tuple[str, int], str]:
-    """Offline faster-whisper on the same audio the server gets (the phone line too)."""
+def offline_model(model_name: str):  # type: ignore[no-untyped-def]
+    """Offline faster-whisper (int8, CPU) on the model the server runs."""
     from faster_whisper import WhisperModel
 
-    model = WhisperModel(model_path, device="cpu", compute_type="int8")
+    from asr_server.engine.models import resolve_model
+
+    path = resolve_model(model_name, Path.home() / ".cache" / "streamasr").path_or_id
+    return WhisperModel(path, device="cpu", compute_type="int8")
+
+
+def offline_hypotheses(
+    items: list[Item], model_name: str, phone: bool = False
+) -> dict[tuple[str, int], str]:
+    """Offline faster-whisper on the same audio the server gets (the phone line too)."""
+    model = offline_model(model_name)
     return {
         (item.id, ch): offline_text(model, audio)
         for item in items
@@ -303,12 +311,7 @@ def word_ends(
 ) -> dict[tuple[str, int], list[SpokenWord]]:
     """The spoken words of each scored channel and when they end (offline word timestamps),
     taken before the server starts so that it has the CPU to itself."""
-    from faster_whisper import WhisperModel
-
-    from asr_server.engine.models import resolve_model
-
-    path = resolve_model(model_name, Path.home() / ".cache" / "streamasr").path_or_id
-    model = WhisperModel(path, device="cpu", compute_type="int8")
+    model = offline_model(model_name)
     return {
         (item.id, ch): spoken_words(model, audio)
         for item in items
@@ -438,9 +441,9 @@ async def main() -> None:
     p.add_argument("server_args", nargs="*", help="extra asr-server flags after --")
     a = p.parse_args()
     items = load_items(a.limit, a.ids)
-    spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
     if a.finalize_at_vad_stop:
         items = [i for i in items if len(references(i)) == 1]
+    spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
     client_ends = {i.id: client_vad_speech_ends(i) for i in items} if a.finalize_at_vad_stop else {}
     proc, port, metrics_port = await start_server(a.model, a.server_args)
     server = psutil.Process(proc.pid)
@@ -542,10 +545,7 @@ async def main() -> None:
         s: round(wer(r, h), 4) for s, (r, h) in sorted(by_source.items())
     }
     if not a.no_offline:
-        from asr_server.engine.models import resolve_model
-
-        model = resolve_model(a.model, Path.home() / ".cache" / "streamasr")
-        offline = offline_hypotheses([o.item for o in outcomes], model.path_or_id, a.telephone)
+        offline = offline_hypotheses([o.item for o in outcomes], a.model, a.telephone)
         off = [offline[(o.item.id, ch)] for o in outcomes for ch in references(o.item)]
         figures["offline_wer"] = round(wer(refs, off), 4)
         figures["offline_wer_by_source"] = {

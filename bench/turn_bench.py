@@ -48,6 +48,8 @@ import soxr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from word_latency import words_of  # noqa: E402
+
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
@@ -74,10 +76,6 @@ class Pause:
     ends_turn: bool
     #: the turn model's answers: seconds of pause when it was asked → probability
     asked: dict[float, float] = field(default_factory=dict)
-
-
-def words_of(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", text.lower())
 
 
 def reference_turns(row: dict[str, str]) -> list[list[str]]:

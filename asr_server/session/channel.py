@@ -173,6 +173,10 @@ class _Utterance:
         if self.speculation is not None:
             self.speculation[1].cancel()
             self.speculation = None
+        self.drop_first_answer()
+
+    def drop_first_answer(self) -> None:
+        """No eager result waits for this pause's first answer any more."""
         if self.first_answer is not None:
             self.first_answer.cancel()
             self.first_answer = None
@@ -572,8 +576,9 @@ class ChannelRecognizer:
         final_end = min(self._utt.audio.end_sample, end_sample + self._trailing_pad)
         speculated = self._utt.speculation[0] if self._utt.speculation else None
         if speculated is not None and end_sample <= speculated < final_end:
-            # decoded early in the pause (SEMANTIC), before the whole trailing pad was
-            # heard: it has all the speech, and the few ms of silence more add no words
+            # decoded early in the pause (SEMANTIC, or a client that finalizes), before the
+            # whole trailing pad was heard: it has all the speech, and the few ms of
+            # silence more add no words
             final_end = speculated
         await self._finalize(final_end)
 
@@ -626,9 +631,7 @@ class ChannelRecognizer:
 
     async def _decode_final(self, utt: _Utterance) -> None:
         utt.finalizing = True
-        if utt.first_answer is not None:  # an eager result waiting for it is moot now
-            utt.first_answer.cancel()
-            utt.first_answer = None
+        utt.drop_first_answer()  # the final is on its way: an eager result is moot now
         if len(utt.audio) == 0:
             utt.drop_speculation()
             return
