@@ -266,12 +266,44 @@ async def test_until_the_first_words_partials_are_asked_more_often() -> None:
     events = await h.run(h.lockstep(chunks(pcm16(audio), 640)))  # 20 ms chunks
     first = results(events, final=False)[0]
     shown_at = h.progress[events.index(first)].audio_processed_s
-    # asked every 0.2 s of audio until it has words: shown within 0.2 s of the 0.85 s
-    # it needs (asked every 0.5 s, at 1.2 s of speech)
-    assert 0.5 + 0.85 <= shown_at <= 0.5 + 0.85 + 0.25, shown_at
+    # asked again as soon as an empty answer is back and 50 ms more audio came (here at
+    # every third 20 ms chunk): shown within 60 ms of the 0.85 s it needs (asked every
+    # 0.5 s, at 1.2 s of speech)
+    assert 0.5 + 0.85 <= shown_at <= 0.5 + 0.85 + 0.065, shown_at
     partial_asks = [c[0].audio.size / SR for c in engine.calls if c[0].kind is DecodeKind.PARTIAL]
     later = [b - a for a, b in zip(partial_asks, partial_asks[1:], strict=False) if a > 1.2]
     assert later and min(later) >= 0.45  # then the usual cadence
+
+
+async def test_first_partial_asks_go_one_at_a_time() -> None:
+    """Asks before the first words wait for the previous answer: a slow engine (or a busy
+    one) gets fewer of them, never a pile of urgent decodes of the same stream."""
+    running, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow_partials(requests) -> None:  # type: ignore[no-untyped-def]
+        if requests[0].kind is DecodeKind.PARTIAL:
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.15)
+            with lock:
+                running[0] -= 1
+
+    engine = HearsNothingAtFirst(workers=2, on_call=slow_partials)
+    h = Harness(engine)
+
+    async def paced() -> AsyncIterator[object]:
+        async for chunk in chunks(pcm16(np.concatenate([tone(2.0), silence(1.0)])), 640):
+            yield chunk
+            await asyncio.sleep(0.01)  # audio at twice real time
+
+    events = await h.run(paced())
+    assert most[0] == 1
+    asks = [c[0].audio.size / SR for c in engine.calls if c[0].kind is DecodeKind.PARTIAL]
+    # each 0.15 s answer covers 0.3 s of audio at this pace: about 3 asks before 0.85 s
+    assert 2 <= len([a for a in asks if a < 0.85]) <= 5, asks
+    assert results(events, final=False) and len(results(events, final=True)) == 1
 
 
 class StopsAfterThePrefix(FakeEngine):
@@ -407,17 +439,21 @@ async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
     slowed: list[int] = []
     overtaken = threading.Event()
 
-    def slow_first_partial(requests) -> None:  # type: ignore[no-untyped-def]
+    partials = [0]
+
+    def slow_second_partial(requests) -> None:  # type: ignore[no-untyped-def]
+        # the second: until the first has words, asks wait for each other
         if requests[0].kind is not DecodeKind.PARTIAL:
             return
-        if not slowed:
+        partials[0] += 1
+        if partials[0] == 2:
             slowed.append(requests[0].audio.size)
             overtaken.wait(5)  # in the engine's thread, until the next partial runs
             time.sleep(0.05)  # and its result is out
-        else:
+        elif partials[0] > 2:
             overtaken.set()
 
-    h = Harness(FakeEngine(workers=2, on_call=slow_first_partial))
+    h = Harness(FakeEngine(workers=2, on_call=slow_second_partial))
 
     async def paced() -> AsyncIterator[object]:
         async for chunk in chunks(pcm16(np.concatenate([tone(2.5), silence(1.0)])), 8000):
