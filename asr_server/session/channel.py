@@ -43,6 +43,7 @@ from asr_server.session.types import (
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
+from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
 from asr_server.vad.turn import TurnDetection
 
 logger = logging.getLogger(__name__)
@@ -66,6 +67,12 @@ FIRST_PARTIAL_STEP_S = 0.05
 #: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
 MIN_COMMIT_AUDIO_S = 1.5
 
+
+#: SEMANTIC: the turn model hears the previous utterance too when this one began within
+#: the longest pause a turn holds (it was cut where the model judged the turn over, and
+#: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
+#: a whole turn. At most this much of the pause between them is put back, as silence.
+TURN_CONTEXT_PAUSE_S = 1.0
 
 CLOSING_PUNCTUATION = ".,;:!?…"
 #: a carried final with fewer words than this share of the latest partial's lost some
@@ -233,6 +240,9 @@ class ChannelRecognizer:
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
         if turn is not None:
             self._speculate_after = self._early_speculation
+        #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
+        self._turn_before: tuple[np.ndarray, int] | None = None
+        self._turn_window = TURN_WINDOW_S * SAMPLE_RATE
         self._inbox: AudioInbox | None = None
         caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
@@ -538,8 +548,9 @@ class ChannelRecognizer:
         the utterance when it reaches this answer in its inbox, if the pause still lasts."""
         assert self._turn is not None and self._inbox is not None
         answer = utt.first_answer if first else None
+        heard = self._turn_audio(utt)
         try:
-            verdict = await asyncio.to_thread(self._turn.model.predict, utt.audio.snapshot())
+            verdict = await asyncio.to_thread(self._turn.model.predict, heard)
         except BaseException:
             if answer is not None:
                 answer.cancel()  # no eager result; the error surfaces as before
@@ -553,6 +564,20 @@ class ChannelRecognizer:
                     [TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)]
                 )
             )
+
+    def _turn_audio(self, utt: _Utterance) -> np.ndarray:
+        """What the turn model hears: the utterance, after the previous one if the speaker
+        went on within the longest pause a turn holds (the model reads the last 8 s)."""
+        audio = utt.audio.snapshot()
+        before = self._turn_before
+        if before is None:
+            return audio
+        previous, previous_end = before
+        gap = utt.audio.start_sample - previous_end
+        if not 0 <= gap <= self.config.max_silence_ms * SAMPLE_RATE // 1000:
+            return audio
+        pause = np.zeros(min(gap, int(TURN_CONTEXT_PAUSE_S * SAMPLE_RATE)), np.float32)
+        return np.concatenate([previous, pause, audio])[-self._turn_window :]
 
     async def _turn_complete(self, ev: TurnComplete) -> None:
         utt = self._utt
@@ -698,6 +723,11 @@ class ChannelRecognizer:
         )
         self.metrics.results.labels("final").inc()
         self._remember(hyp.text)
+        if self._turn is not None:
+            self._turn_before = (
+                utt.audio.snapshot()[-self._turn_window :].copy(),
+                utt.audio.end_sample,
+            )
         if 0 < len(utt.audio) <= self._carry_max:
             self._carry = _Carry(utt.audio.snapshot(), utt.audio.end_sample, hyp.text, hyp.language)
         else:  # (a longer one would need word timing to carry only its end)

@@ -362,6 +362,33 @@ def semantic(model: ScriptedTurnModel) -> TurnDetection:
     return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(("gap_s", "hears_previous"), [(0.7, True), (2.5, False)])
+async def test_the_turn_model_hears_a_turn_the_speaker_went_on_with(
+    gap_s: float, hears_previous: bool
+) -> None:
+    """Cut where the model judged the turn over, a speaker who goes on within the longest
+    pause a turn holds (2 s here) is still in that turn: the model hears what came
+    before too, with the pause between (at most 1 s), as it would had the cut not been."""
+    model = ScriptedTurnModel(0.99)
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(gap_s), tone(1.0), silence(1.0)])
+    h = Harness(turn=semantic(model))
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 480)), semantic=True, max_silence_ms=2000, interim=False
+    )
+    assert len(results(events, final=True)) == 2
+    first_utterance = 0.3 + 2.0 + 0.15  # pre-roll, speech, the pause at the first probe
+    second_alone = 0.3 + 1.0 + 0.15
+    assert model.heard[0] == pytest.approx(first_utterance, abs=0.05)
+    if hears_previous:
+        # the previous utterance ends where its final did (the turn ended at its probe);
+        # the next one begins with its pre-roll: the pause between is put back as silence
+        between = gap_s - 0.15 - 0.3
+        expected = first_utterance + between + second_alone
+    else:
+        expected = second_alone
+    assert model.heard[1] == pytest.approx(expected, abs=0.06)
+
+
 @pytest.mark.parametrize(
     ("probability", "ends_after_s"),
     [
