@@ -59,7 +59,8 @@ class Metrics:
         self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
         self.carry_fallbacks = Counter(
             "asr_carry_fallbacks_total",
-            "Finals decoded after the previous one that lost words and were decoded alone.",
+            "Finals decoded after the previous one that were decoded alone instead: they lost "
+            "words, or read the utterance unlike its partials and the decode alone agreed more.",
             registry=r,
         )
         self.speech_events = Counter(

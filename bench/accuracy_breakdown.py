@@ -152,13 +152,21 @@ class Simulator:
             if carried_text:
                 kept = text[len(carried_text) :] if text.startswith(carried_text) else ""
                 text = kept.lstrip(CLOSING_PUNCTUATION + " ").strip()
-                heard = len(utt.agreement.committed) + len(utt.agreement.tail)
                 carry = _Carry(carried, 0, last[2] if last else "", "en")
                 hyp = Hypothesis(text, "en", rejected=not text)
-                if carry.went_wrong(hyp, heard):  # as the server does
+                partial_words = utt.agreement.committed + utt.agreement.tail
+                # as the server does (ChannelRecognizer._decode)
+                wrong = carry.went_wrong(hyp, len(partial_words))
+                if wrong or carry.doubtful(hyp, partial_words):
                     committed = utt.agreement.committed_text
-                    text = self.decode(a, DecodeKind.FINAL, committed, prompt)
-                    self.fallbacks += 1
+                    alone = self.decode(a, DecodeKind.FINAL, committed, prompt)
+                    alone_hyp = Hypothesis(alone, "en", rejected=not alone)
+                    if wrong or (
+                        alone
+                        and carry.agreement(alone_hyp, partial_words) == (len(partial_words), 0)
+                    ):
+                        text = alone
+                        self.fallbacks += 1
             if text:
                 finals.append(text)
             last = (a, utt.start + a.size, text)

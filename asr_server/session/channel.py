@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 
 import numpy as np
 
@@ -79,6 +80,9 @@ CLOSING_PUNCTUATION = ".,;:!?…"
 #: (with more than 1.25 times as many and 2, it read something twice): it is decoded
 #: again without the carry
 CARRY_MIN_KEPT = 0.6
+#: a carried final with this many words the latest partial does not have (see
+#: _Carry.doubtful) is decoded alone too; the one closer to the partial is kept
+CARRY_DOUBT_WORDS = 3
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,30 @@ class _Carry:
         return len(words) >= 3 and any(
             before[i : i + 3] == words[:3] for i in range(len(before) - 2)
         )
+
+    @staticmethod
+    def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:
+        """(words of ``hyp`` the partial words ``heard`` also have, in order; words of
+        ``hyp`` up to its last such word that they do not have)."""
+        words = [normalize_word(w) for w in hyp.text.split()]
+        matcher = SequenceMatcher(None, [normalize_word(w) for w in heard], words, autojunk=False)
+        blocks = [b for b in matcher.get_matching_blocks() if b.size]
+        matched = sum(b.size for b in blocks)
+        span = blocks[-1].b + blocks[-1].size if blocks else len(words)
+        return matched, span - matched
+
+    def doubtful(self, carried: Hypothesis, heard: list[str]) -> bool:
+        """The carried final reads this utterance unlike the partials, which heard it
+        alone: CARRY_DOUBT_WORDS or more of its words, before the last one they share, are
+        not theirs. Carrying mends a word or two at a cut ("S not" -> "ask not"), now and
+        then a name ("In which way in time at patterns" -> "Twainheim and Panert", LJ
+        Speech); in another speaker's context Whisper can instead hear other words
+        ("ladies and gentlemen" -> "they didn't get to me", the Picovoice clip on a phone
+        line). The final decoded alone decides: it replaces the carried one only if it
+        reads every word the partials did, and nothing else before the last of them.
+        (The latest partial covers less audio than the final: new words at its end are
+        not held against it.)"""
+        return bool(heard) and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
 
     def strip(self, hyp: Hypothesis) -> Hypothesis:
         """``hyp`` without the carried words (and their timing)."""
@@ -472,16 +500,26 @@ class ChannelRecognizer:
         if hyp is None or carry is None:
             return hyp
         carried = carry.strip(hyp)
-        if not carry.went_wrong(carried, heard=len(utt.last_partial_text.split())):
+        heard = utt.last_partial_text.split()
+        wrong = carry.went_wrong(carried, heard=len(heard))
+        if not wrong and not carry.doubtful(carried, heard):
             return carried
         # then this utterance is decoded again, alone
-        self.metrics.carry_fallbacks.inc()
-        alone = dataclasses.replace(
-            request,
-            audio=request.audio[carry.audio.size :],
-            prefix=request.prefix[len(carry.forced) :].strip(),
+        alone = await self.scheduler.decode(
+            dataclasses.replace(
+                request,
+                audio=request.audio[carry.audio.size :],
+                prefix=request.prefix[len(carry.forced) :].strip(),
+            )
         )
-        return await self.scheduler.decode(alone)
+        if not wrong and (
+            alone is None or alone.rejected or carry.agreement(alone, heard) != (len(heard), 0)
+        ):
+            # doubtful, but alone it reads differently from the partials too: the carried
+            # context may be what mends it (a name the partials misheard)
+            return carried
+        self.metrics.carry_fallbacks.inc()
+        return alone
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -450,6 +451,68 @@ def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> Non
     assert carry.went_wrong(Hypothesis("you", "en"), heard=4)  # lost words
     assert not carry.went_wrong(Hypothesis("Thank you.", "en"), heard=2)
     assert not carry.went_wrong(Hypothesis("Thank you, all.", "en"), heard=0)
+
+
+def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
+    from asr_server.session.channel import _Carry
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "and it's like", "en")
+    heard = "Ladies and gentlemen, please fasten your seat belts.".split()
+    other = Hypothesis("they didn't get to me. Please fasten your seat belts. They didn't", "en")
+    assert carry.agreement(other, heard) == (5, 5)  # the words after "belts" are not held
+    assert carry.doubtful(other, heard)
+    # a word or two mended at the cut is what carrying is for
+    assert not carry.doubtful(Hypothesis("ask not what your country", "en"), "S not".split())
+    assert not carry.doubtful(Hypothesis("ladies and gentlemen, please", "en"), heard)
+    assert not carry.doubtful(other, [])  # no partial to compare with
+
+
+class HearsOtherWordsWhenCarried(FakeEngine):
+    """Whisper in another speaker's context: the carried final begins with words nobody
+    said, then goes on as the utterance alone does."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        if not req.prefix:
+            return hyp
+        new = hyp.text.split()[len(req.prefix.split()) :]
+        words = [*req.prefix.split(), "x0", "x1", "x2", *new[2:]]
+        return Hypothesis(" ".join(words), hyp.language)
+
+
+class AloneReadsItOtherwiseToo(HearsOtherWordsWhenCarried):
+    """The final decoded alone differs from the partials as well (a misheard name)."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        if req.kind is DecodeKind.FINAL and not req.prefix and hyp.text.count(" ") > 4:
+            return dataclasses.replace(hyp, text="z0 " + hyp.text.split(" ", 1)[1])
+        return hyp
+
+
+@pytest.mark.parametrize(
+    ("engine_type", "partials", "alone_wins"),
+    [
+        (HearsOtherWordsWhenCarried, True, True),  # alone it reads what the partials did
+        (AloneReadsItOtherwiseToo, True, False),  # alone it differs too: carried stands
+        (HearsOtherWordsWhenCarried, False, False),  # no partial to judge by: no 2nd decode
+    ],
+)
+async def test_a_carried_final_unlike_its_partials_gives_way_to_the_decode_alone(
+    engine_type: type[FakeEngine], partials: bool, alone_wins: bool
+) -> None:
+    engine = engine_type(capabilities=EngineCapabilities(context_carry=True))
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(engine, carry_max_s=10.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=partials)
+    finals = [r.text for r in results(events, final=True)]
+    finals_asked = [r for c in engine.calls for r in c if r.kind is DecodeKind.FINAL]
+    assert len(finals_asked) == (3 if partials else 2)
+    if alone_wins:  # the partials heard w0..w7, as the decode alone did
+        assert finals[1] == " ".join(f"w{i}" for i in range(8))
+    else:
+        assert finals[1].split()[:3] == ["x0", "x1", "x2"]
+    assert h.metrics.carry_fallbacks._value.get() == int(alone_wins)
 
 
 async def test_without_eager_finals_a_pause_sends_nothing_early() -> None:
