@@ -60,7 +60,7 @@ class Metrics:
         self.carry_fallbacks = Counter(
             "asr_carry_fallbacks_total",
             "Finals decoded after the previous one that were decoded alone instead: they lost "
-            "words, or read the utterance unlike its partials and the decode alone agreed more.",
+            "words, or read the utterance unlike its partials, which the decode alone matched.",
             registry=r,
         )
         self.speech_events = Counter(

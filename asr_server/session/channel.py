@@ -80,8 +80,8 @@ CLOSING_PUNCTUATION = ".,;:!?…"
 #: (with more than 1.25 times as many and 2, it read something twice): it is decoded
 #: again without the carry
 CARRY_MIN_KEPT = 0.6
-#: a carried final with this many words the latest partial does not have (see
-#: _Carry.doubtful) is decoded alone too; the one closer to the partial is kept
+#: a carried final with this many words the latest partial does not have is decoded
+#: alone too (see _Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
 
 
