@@ -453,6 +453,10 @@ class ChannelRecognizer:
             self._request_partial(utt)
 
     def _partial_due(self, utt: _Utterance) -> bool:
+        if utt.speculation is not None:
+            # the final is being decoded early in this pause: a partial now would be
+            # thrown away unless speech resumed, and it would slow that decode down
+            return False
         if utt.partials_sent:
             return utt.samples_since_partial >= self._partial_interval
         return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_partial_step

@@ -363,6 +363,20 @@ def semantic(model: ScriptedTurnModel) -> TurnDetection:
     return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5)  # type: ignore[arg-type]
 
 
+async def test_no_partial_is_asked_while_the_final_is_decoded_early() -> None:
+    """In a SEMANTIC pause the final's decode starts at 60 ms; partials, asked until
+    150 ms into a pause, would only compete with it (their result is dropped)."""
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(2.5)])
+    h = Harness(turn=semantic(ScriptedTurnModel(0.99)), partial_interval_ms=100)
+    await h.run(h.lockstep(chunks(pcm16(audio), 320)), semantic=True)
+    partial_ends = [
+        0.2 + c[0].audio.size / SR for c in h.engine.calls if c[0].kind is DecodeKind.PARTIAL
+    ]  # (the utterance's audio starts with 0.3 s of pre-roll: at 0.2 s)
+    assert partial_ends and max(partial_ends) <= 2.5 + 0.07, partial_ends
+    finals = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
+    assert len(finals) == 1
+
+
 @pytest.mark.parametrize(("gap_s", "hears_previous"), [(0.7, True), (2.5, False)])
 async def test_the_turn_model_hears_a_turn_the_speaker_went_on_with(
     gap_s: float, hears_previous: bool
