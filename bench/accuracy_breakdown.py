@@ -161,10 +161,7 @@ class Simulator:
                     committed = utt.agreement.committed_text
                     alone = self.decode(a, DecodeKind.FINAL, committed, prompt)
                     alone_hyp = Hypothesis(alone, "en", rejected=not alone)
-                    if wrong or (
-                        alone
-                        and carry.agreement(alone_hyp, partial_words) == (len(partial_words), 0)
-                    ):
+                    if wrong or carry.alone_is_right(alone_hyp, partial_words):
                         text = alone
                         self.fallbacks += 1
             if text:

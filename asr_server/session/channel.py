@@ -146,6 +146,13 @@ class _Carry:
         not held against it.)"""
         return bool(heard) and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
 
+    def alone_is_right(self, alone: Hypothesis | None, heard: list[str]) -> bool:
+        """After ``doubtful``: the final decoded alone reads exactly what the partials
+        ``heard`` (see there); otherwise the carried one stands."""
+        if alone is None or alone.rejected:
+            return False
+        return self.agreement(alone, heard) == (len(heard), 0)
+
     def strip(self, hyp: Hypothesis) -> Hypothesis:
         """``hyp`` without the carried words (and their timing)."""
         forced = self.forced
@@ -516,9 +523,7 @@ class ChannelRecognizer:
                 prefix=request.prefix[len(carry.forced) :].strip(),
             )
         )
-        if not wrong and (
-            alone is None or alone.rejected or carry.agreement(alone, heard) != (len(heard), 0)
-        ):
+        if not wrong and not carry.alone_is_right(alone, heard):
             # doubtful, but alone it reads differently from the partials too: the carried
             # context may be what mends it (a name the partials misheard)
             return carried
@@ -765,13 +770,11 @@ class ChannelRecognizer:
         )
         self.metrics.results.labels("final").inc()
         self._remember(hyp.text)
+        audio = utt.audio.snapshot()
         if self._turn is not None:
-            self._turn_before = (
-                utt.audio.snapshot()[-self._turn_window :].copy(),
-                utt.audio.end_sample,
-            )
+            self._turn_before = (audio[-self._turn_window :].copy(), utt.audio.end_sample)
         if 0 < len(utt.audio) <= self._carry_max:
-            self._carry = _Carry(utt.audio.snapshot(), utt.audio.end_sample, hyp.text, hyp.language)
+            self._carry = _Carry(audio, utt.audio.end_sample, hyp.text, hyp.language)
         else:  # (a longer one would need word timing to carry only its end)
             self._carry = None
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
