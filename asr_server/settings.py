@@ -46,7 +46,9 @@ class EngineSettings(BaseModel):
     max_batch_size: int = Field(
         0, ge=0, le=64, description="Requests batched into one call; 0 = 8 on CUDA, 4 on CPU."
     )
-    batch_wait_ms: int = Field(5, ge=0, le=200, description="How long to wait for a batch.")
+    batch_wait_ms: int = Field(
+        5, ge=0, le=200, description="How long a worker waits for a batch while others run."
+    )
     partial_workers: int = Field(
         0,
         ge=0,

@@ -7,8 +7,9 @@
   queued older one, whose caller receives ``None``, and keeps its queue position
   so a busy stream cannot push others back. Under load each stream therefore gets
   a partial once per round of the queue: partials back off, finals keep flowing.
-* Up to ``max_batch_size`` requests of the same kind go to one engine call; a
-  worker waits at most ``batch_wait_s`` for a batch to fill.
+* Up to ``max_batch_size`` requests of the same kind go to one engine call; while
+  other calls are running, a worker waits at most ``batch_wait_s`` for a batch to
+  fill (an idle engine starts at once).
 * Engine calls run in a thread pool (CTranslate2 releases the GIL), never on the
   event loop. A caller that goes away while its job is queued removes it.
 """
@@ -176,8 +177,11 @@ class EngineScheduler:
                 continue
             partial = batch[0].request.kind is DecodeKind.PARTIAL
             self._partial_calls += partial  # before any await: counted as soon as taken
-            if len(batch) < self.max_batch_size and self.batch_wait_s > 0:
-                await asyncio.sleep(self.batch_wait_s)  # let other streams' requests join
+            if len(batch) < self.max_batch_size and self.batch_wait_s > 0 and self.running:
+                # the engine is busy with other calls: more requests are on their way, and
+                # one call for several costs less than one each. An idle engine starts at
+                # once: a lone stream's final would only wait for nobody.
+                await asyncio.sleep(self.batch_wait_s)
                 batch += self._pop(batch[0].request.kind, self.max_batch_size - len(batch))
             self.metrics.engine_queue_depth.set(self.queued)
             kind = batch[0].request.kind.name.lower()

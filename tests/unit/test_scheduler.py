@@ -166,6 +166,43 @@ async def test_batches_requests_from_different_streams(gate: threading.Event) ->
         await sched.close()
 
 
+async def test_an_idle_engine_starts_a_lone_request_without_waiting_for_a_batch() -> None:
+    """A lone stream's final must not wait for other streams that are not there (the
+    wait is set absurdly long here: waiting at all would time the test out)."""
+    engine = FakeEngine(max_batch_size=4)
+    sched = EngineScheduler(engine, Metrics(), workers=2, batch_wait_s=30.0)
+    await sched.start()
+    try:
+        hyp = await asyncio.wait_for(sched.decode(req(DecodeKind.FINAL)), timeout=5)
+        assert hyp is not None
+        assert [len(c) for c in engine.calls] == [1]
+    finally:
+        await sched.close()
+
+
+async def test_while_the_engine_is_busy_a_worker_waits_for_a_batch(
+    gate: threading.Event,
+) -> None:
+    """One worker inside the engine: the other waits up to batch_wait_s before its call,
+    and a request that arrives meanwhile rides along in the same call."""
+    engine = FakeEngine(gate=gate, max_batch_size=4)
+    sched = EngineScheduler(engine, Metrics(), workers=2, batch_wait_s=0.5)
+    await sched.start()
+    try:
+        busy = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="busy")))
+        await started(engine, 1)
+        a = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="a")))
+        await asyncio.sleep(0.05)  # the second worker took "a" and waits for company
+        b = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="b")))
+        await started(engine, 2)
+        gate.set()
+        await asyncio.gather(busy, a, b)
+        assert [[r.prompt for r in c] for c in engine.calls] == [["busy"], ["a", "b"]]
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_engine_failure_reaches_the_caller_and_the_worker_survives() -> None:
     engine = FakeEngine(fail_with=RuntimeError("boom"))
     sched = EngineScheduler(engine, Metrics())
