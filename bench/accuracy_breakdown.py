@@ -15,7 +15,8 @@ choice at a time against offline faster-whisper on the same model, files and nor
 * ``carried_window30``: the same with finals' shortest encoder window at 30 s.
 
 VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
-choice. Offline hypotheses are cached (``--offline-cache``) across runs.
+choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), run only by
+name. Offline hypotheses are cached (``--offline-cache``) across runs.
 
 Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
 """
@@ -212,17 +213,39 @@ def by_source(rows: list[tuple[str, str, str]]) -> dict[str, float]:
     return {s: round(wer(r, h), 4) for s, (r, h) in sorted(groups.items())}
 
 
-#: the variants a plain run compares, one choice changed at a time (name → options,
-#: finals' shortest encoder window in s)
-VARIANTS: dict[str, tuple[Options, float]] = {
+@dataclass(frozen=True)
+class Variant:
+    options: Options
+    final_window_s: float = 10.0  # finals' shortest encoder window
+    partial_window_s: float = 10.0
+    final_beam: int = 5
+
+
+#: the variants a plain run compares, one choice changed at a time
+VARIANTS: dict[str, Variant] = {
     # what the server did before: commit what two greedy partials agree on
-    "committed": (Options(commit=True, carry_s=0.0), 10.0),
+    "committed": Variant(Options(commit=True, carry_s=0.0)),
     # each utterance's final decoded alone, nothing committed
-    "segmented": (Options(commit=False, carry_s=0.0), 10.0),
+    "segmented": Variant(Options(commit=False, carry_s=0.0)),
     # the server's default now: nothing committed, the previous final carried
-    "carried": (Options(commit=False, carry_s=10.0), 10.0),
+    "carried": Variant(Options(commit=False, carry_s=10.0)),
     # ... with the 30 s window Whisper was trained on (the GPU default)
-    "carried_window30": (Options(commit=False, carry_s=10.0), 30.0),
+    "carried_window30": Variant(Options(commit=False, carry_s=10.0), final_window_s=30.0),
+}
+
+#: cheaper finals (``--variant`` only): what they cost in accuracy against ``carried``.
+#: Measured 2026-12-01 and not taken: each one loses words somewhere (README, Accuracy).
+CHEAPER: dict[str, Variant] = {
+    # shorter encoder windows, finals and partials alike
+    "carried_window6": Variant(
+        Options(commit=False, carry_s=10.0), final_window_s=6.0, partial_window_s=6.0
+    ),
+    "carried_window8": Variant(
+        Options(commit=False, carry_s=10.0), final_window_s=8.0, partial_window_s=8.0
+    ),
+    # narrower beams for finals
+    "carried_greedy": Variant(Options(commit=False, carry_s=10.0), final_beam=1),
+    "carried_beam2": Variant(Options(commit=False, carry_s=10.0), final_beam=2),
 }
 
 
@@ -231,16 +254,16 @@ def run_variant(
 ) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from asr_server.engine.whisper import WhisperEngine
 
-    opts, final_window = VARIANTS[name]
+    variant = VARIANTS.get(name) or CHEAPER[name]
     engine = WhisperEngine(
         model,
         workers=1,
         cpu_threads=2,
-        min_window_s=10.0,
-        final_min_window_s=final_window,
-        final_beam_size=5,
+        min_window_s=variant.partial_window_s,
+        final_min_window_s=variant.final_window_s,
+        final_beam_size=variant.final_beam,
     )
-    sim = Simulator(engine, opts)
+    sim = Simulator(engine, variant.options)
     offline_model = None
     rows, off_rows, shown = [], [], []
     t0 = time.monotonic()
@@ -284,7 +307,10 @@ def main() -> None:
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--telephone", action="store_true", help="as 8 kHz mu-law phone lines")
     p.add_argument(
-        "--variant", action="append", choices=sorted(VARIANTS), help="only these (repeatable)"
+        "--variant",
+        action="append",
+        choices=sorted({*VARIANTS, *CHEAPER}),
+        help="only these (repeatable); CHEAPER's run only when named",
     )
     p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
     p.add_argument("--json", type=Path)

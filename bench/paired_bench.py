@@ -1,0 +1,107 @@
+"""Paired latency comparison: the same recordings, streamed to several servers in turn.
+
+Latency figures on a shared machine drift by tens of percent within an hour (the same final
+decode took 95 ms in one run and 200 ms in a later one), so two configurations measured in
+separate runs are not comparable. This starts one server per configuration (each with its
+own environment: any ``ASR_*`` setting) and streams every recording to each of them in
+turn, one stream at a time, rotating which goes first; all of them therefore see the same
+machine state. Figures are those of ``streaming_bench.py`` with ``--finalize-at-vad-stop``
+(pipecat's time to final segment) in SEMANTIC mode, per configuration.
+
+Usage: python bench/paired_bench.py "" "ASR_TURN__SPECULATE_MS=90" [--json out.json]
+(each argument: comma-separated NAME=VALUE pairs; "" is the defaults)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import streaming_bench as sb  # noqa: E402
+
+
+def environment(spec: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in spec.split(",") if pair)
+
+
+async def run(a: argparse.Namespace) -> dict[str, object]:
+    configs = [environment(spec) for spec in a.configs]
+    items = [i for i in sb.load_items(a.limit, a.ids) if len(sb.references(i)) == 1]
+    client_ends = {i.id: sb.client_vad_speech_ends(i) for i in items}
+    servers = []
+    base = dict(os.environ)
+    try:
+        for env in configs:
+            os.environ.update(env)
+            servers.append(await sb.start_server(a.model, []))
+            os.environ.clear()
+            os.environ.update(base)
+        outcomes: list[list[sb.Outcome]] = [[] for _ in configs]
+        for k, item in enumerate(items):
+            order = [(k + j) % len(configs) for j in range(len(configs))]
+            for i in order:
+                _, port, _ = servers[i]
+                outcomes[i].append(
+                    await sb.stream_one(
+                        port,
+                        item,
+                        1.0,
+                        a.chunk_ms,
+                        False,
+                        a.endpointing,
+                        False,
+                        {},
+                        "",
+                        client_ends[item.id],
+                    )
+                )
+            print(f"  {item.id}", file=sys.stderr)
+        figures = []
+        for env, outs, (_, _, metrics_port) in zip(configs, outcomes, servers, strict=True):
+            ttfs = [x for o in outs for x in o.ttfs]
+            refs = [r for o in outs for r in sb.references(o.item).values()]
+            hyps = [o.hypothesis.get(ch, "") for o in outs for ch in sb.references(o.item)]
+            figures.append(
+                {
+                    "environment": env,
+                    "ttfs_median_s": round(statistics.median(ttfs), 3),
+                    "ttfs_p95_s": round(sb.pct(ttfs, 95), 3),
+                    "ttfs_p99_s": round(sb.pct(ttfs, 99), 3),
+                    "speech_ends": len(ttfs),
+                    "ttfp_median_s": round(statistics.median([x for o in outs for x in o.ttfp]), 3),
+                    "streaming_wer": round(sb.wer(refs, hyps), 4),
+                    "engine": sb.engine_times(metrics_port),
+                }
+            )
+        return {"endpointing": a.endpointing, "chunk_ms": a.chunk_ms, "configs": figures}
+    finally:
+        for proc, _, _ in servers:
+            proc.terminate()
+            await proc.wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("configs", nargs="+", help='NAME=VALUE,... per server ("" = defaults)')
+    p.add_argument("--ids", help="only recordings whose id matches this regular expression")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--model", default="tiny.en")
+    p.add_argument("--endpointing", choices=("silence", "semantic"), default="semantic")
+    p.add_argument("--chunk-ms", type=int, default=20)
+    p.add_argument("--json", type=Path)
+    a = p.parse_args()
+    figures = asyncio.run(run(a))
+    print(json.dumps(figures, indent=2))
+    if a.json:
+        a.json.write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
