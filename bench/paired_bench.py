@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -36,13 +35,9 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
     items = [i for i in sb.load_items(a.limit, a.ids) if len(sb.references(i)) == 1]
     client_ends = {i.id: sb.client_vad_speech_ends(i) for i in items}
     servers = []
-    base = dict(os.environ)
     try:
         for env in configs:
-            os.environ.update(env)
-            servers.append(await sb.start_server(a.model, []))
-            os.environ.clear()
-            os.environ.update(base)
+            servers.append(await sb.start_server(a.model, [], env))
         outcomes: list[list[sb.Outcome]] = [[] for _ in configs]
         for k, item in enumerate(items):
             order = [(k + j) % len(configs) for j in range(len(configs))]
@@ -65,17 +60,13 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
             print(f"  {item.id}", file=sys.stderr)
         figures = []
         for env, outs, (_, _, metrics_port) in zip(configs, outcomes, servers, strict=True):
-            ttfs = [x for o in outs for x in o.ttfs]
-            refs = [r for o in outs for r in sb.references(o.item).values()]
-            hyps = [o.hypothesis.get(ch, "") for o in outs for ch in sb.references(o.item)]
+            refs, hyps, _ = sb.scored(outs)
+            ttfp = [x for o in outs for x in o.ttfp]
             figures.append(
                 {
                     "environment": env,
-                    "ttfs_median_s": round(statistics.median(ttfs), 3),
-                    "ttfs_p95_s": round(sb.pct(ttfs, 95), 3),
-                    "ttfs_p99_s": round(sb.pct(ttfs, 99), 3),
-                    "speech_ends": len(ttfs),
-                    "ttfp_median_s": round(statistics.median([x for o in outs for x in o.ttfp]), 3),
+                    "ttfs_finalize_at_vad_stop": sb.ttfs_figures(outs),
+                    "ttfp_median_s": round(statistics.median(ttfp), 3) if ttfp else None,
                     "streaming_wer": round(sb.wer(refs, hyps), 4),
                     "engine": sb.engine_times(metrics_port),
                 }

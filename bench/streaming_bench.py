@@ -329,8 +329,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess.Process, int, int]:
-    """The server, its gRPC port and its metrics port."""
+async def start_server(
+    model: str, extra: list[str], env: dict[str, str] | None = None
+) -> tuple[asyncio.subprocess.Process, int, int]:
+    """The server, its gRPC port and its metrics port; ``env``: settings (``ASR_*``) on
+    top of this process's environment."""
     port, metrics_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -344,6 +347,7 @@ async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess
         model,
         *extra,
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None
@@ -361,6 +365,28 @@ async def start_server(model: str, extra: list[str]) -> tuple[asyncio.subprocess
 
     proc._drain = asyncio.create_task(drain())  # type: ignore[attr-defined]
     return proc, port, metrics_port
+
+
+def scored(outcomes: list[Outcome]) -> tuple[list[str], list[str], list[str]]:
+    """References, hypotheses and sources, one of each per scored channel."""
+    refs, hyps, sources = [], [], []
+    for o in outcomes:
+        for ch, ref in references(o.item).items():
+            refs.append(ref)
+            hyps.append(o.hypothesis.get(ch, ""))
+            sources.append(o.item.source)
+    return refs, hyps, sources
+
+
+def ttfs_figures(outcomes: list[Outcome]) -> dict[str, object]:
+    """Time to final segment (--finalize-at-vad-stop): median, p95, p99."""
+    ttfs = [x for o in outcomes for x in o.ttfs]
+    return {
+        "speech_ends": len(ttfs),
+        "median_s": round(statistics.median(ttfs), 3) if ttfs else None,
+        "p95_s": round(pct(ttfs, 95), 3),
+        "p99_s": round(pct(ttfs, 99), 3),
+    }
 
 
 def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
@@ -478,12 +504,7 @@ async def main() -> None:
     proc.terminate()
     await proc.wait()
 
-    refs, hyps, sources = [], [], []
-    for o in outcomes:
-        for ch, ref in references(o.item).items():
-            refs.append(ref)
-            hyps.append(o.hypothesis.get(ch, ""))
-            sources.append(o.item.source)
+    refs, hyps, sources = scored(outcomes)
     audio_s = sum(o.item.duration_s for o in outcomes)
     ttfp = [x for o in outcomes for x in o.ttfp]
     fl = [x for o in outcomes for x in o.final_latency]
@@ -511,13 +532,7 @@ async def main() -> None:
         "language": a.language or None,
     }
     if a.finalize_at_vad_stop:
-        ttfs = [x for o in outcomes for x in o.ttfs]
-        figures["ttfs_finalize_at_vad_stop"] = {
-            "speech_ends": len(ttfs),
-            "median_s": round(statistics.median(ttfs), 3) if ttfs else None,
-            "p95_s": round(pct(ttfs, 95), 3),
-            "p99_s": round(pct(ttfs, 99), 3),
-        }
+        figures["ttfs_finalize_at_vad_stop"] = ttfs_figures(outcomes)
     if a.word_latency:
         wl = [x for o in outcomes for x in o.word_latency]
         figures["word_emission"] = {
