@@ -1,6 +1,6 @@
 """Voice activity detection and endpointing (no asyncio, no grpc: arrays in, events out)."""
 
-from asr_server.vad.base import VoiceDetector
+from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.endpointer import (
     Endpointer,
     EndpointerConfig,
@@ -17,6 +17,7 @@ __all__ = [
     "EndpointerConfig",
     "SpeechAudio",
     "SpeechEnded",
+    "SpeechCheck",
     "SpeechStarted",
     "VoiceDetector",
     "make_voice_detector",

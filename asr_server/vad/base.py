@@ -21,3 +21,10 @@ class VoiceDetector(Protocol):
     def speech_probability(self, frame: np.ndarray) -> float: ...
 
     def reset(self) -> None: ...
+
+
+class SpeechCheck(Protocol):
+    """A second opinion on a stretch of 16 kHz audio: is anyone speaking in it?
+    ``lead_in`` is the audio just before, for context (not judged). Blocking."""
+
+    def __call__(self, audio: np.ndarray, lead_in: np.ndarray) -> bool: ...

@@ -12,7 +12,7 @@ from asr_server.vad.endpointer import (
     SpeechEnded,
     SpeechStarted,
 )
-from asr_server.vad.silero import SileroVoiceDetector
+from asr_server.vad.silero import SileroVoiceDetector, silero_hears_speech
 from asr_server.vad.webrtc import WebRtcVoiceDetector
 from tests.helpers import corpus, read_pcm16
 
@@ -140,3 +140,15 @@ def test_real_detectors_find_the_speech_in_a_recording(detector) -> None:  # typ
     # speech sits between 1.0 s and 3.1 s of this padded signal
     assert 0.8 <= starts[0] <= 1.6
     assert 2.4 <= ends[0] <= 3.2
+
+
+def test_silero_second_opinion_hears_speech_but_not_noise_or_silence() -> None:
+    pcm, _ = read_pcm16(corpus()["libri_1089-134691-0000"].path)  # speech from 0.55 s
+    speech = (pcm[:, 0] / 32768.0).astype(np.float32)
+    quiet = np.zeros(4000, np.float32)
+    noise = (np.random.default_rng(1).standard_normal(1600) * 0.1).astype(np.float32)
+    assert silero_hears_speech(speech[9600:16000], lead_in=quiet)  # 0.6–1.0 s
+    assert not silero_hears_speech(np.concatenate([quiet, noise, quiet]), lead_in=quiet)
+    assert not silero_hears_speech(quiet, lead_in=quiet)
+    # the lead-in is heard but not judged: speech that ends just before is not "in" it
+    assert not silero_hears_speech(quiet, lead_in=speech[8000:12000])
