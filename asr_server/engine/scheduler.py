@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -38,6 +38,7 @@ class EngineError(RuntimeError):
 class _Job:
     request: DecodeRequest
     future: asyncio.Future[Hypothesis | None]
+    on_start: Callable[[], None] | None = None
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -110,13 +111,16 @@ class EngineScheduler:
         *,
         coalesce_key: Hashable | None = None,
         urgent: bool = False,
+        on_start: Callable[[], None] | None = None,
     ) -> Hypothesis | None:
         """Queue ``request`` and wait for its hypothesis.
 
         Returns ``None`` when a newer partial with the same ``coalesce_key`` replaced it.
         ``urgent`` partials (an utterance's first) run before the other partials.
+        ``on_start`` is called (on the event loop) when the engine call begins: from then
+        on, going away no longer saves the engine any work.
         """
-        job = _Job(request, asyncio.get_running_loop().create_future())
+        job = _Job(request, asyncio.get_running_loop().create_future(), on_start)
         if request.kind is DecodeKind.FINAL:
             self._finals.append(job)
         else:
@@ -188,6 +192,8 @@ class EngineScheduler:
             started = time.perf_counter()
             for job in batch:
                 self.metrics.engine_queue_wait.labels(kind).observe(started - job.enqueued)
+                if job.on_start is not None:
+                    job.on_start()
             self.running += len(batch)
             self.metrics.engine_busy_workers.inc()
             try:

@@ -145,6 +145,29 @@ async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) ->
         await sched.close()
 
 
+async def test_a_caller_hears_when_the_engine_begins_its_job(gate: threading.Event) -> None:
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    began: list[str] = []
+    try:
+        blocker = asyncio.create_task(
+            sched.decode(req(DecodeKind.FINAL), on_start=lambda: began.append("blocker"))
+        )
+        await started(engine, 1)
+        queued = asyncio.create_task(
+            sched.decode(req(DecodeKind.FINAL), on_start=lambda: began.append("queued"))
+        )
+        await asyncio.sleep(0.05)
+        assert began == ["blocker"]  # the second waits for the only worker
+        gate.set()
+        await asyncio.gather(blocker, queued)
+        assert began == ["blocker", "queued"]
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_batches_requests_from_different_streams(gate: threading.Event) -> None:
     engine = FakeEngine(gate=gate, max_batch_size=4)
     sched = EngineScheduler(engine, Metrics())
