@@ -33,7 +33,8 @@ from asr_server.transport.decoding import add_recognizer_to_server
 from asr_server.transport.interceptors import Authenticator, AuthInterceptor
 from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
-from asr_server.vad.base import VoiceDetector
+from asr_server.vad.base import SpeechCheck, VoiceDetector
+from asr_server.vad.silero import load_silero, silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
 
 logger = logging.getLogger(__name__)
@@ -220,8 +221,9 @@ async def start_server(
         servicer.model_name = engine.name
         servicer.languages = engine.capabilities.languages
         turn, turn_unavailable = await asyncio.to_thread(_load_turn_detection, settings)
+        speech_check = await asyncio.to_thread(_load_speech_check)
         servicer.services = SessionServices(
-            settings, scheduler, metrics, vad_factory, turn, turn_unavailable
+            settings, scheduler, metrics, vad_factory, turn, turn_unavailable, speech_check
         )
         metrics.model_loaded.set(1)
         for name in ("", SERVICE_NAME):
@@ -242,6 +244,18 @@ def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]
         return None, str(exc)
     logger.info("SEMANTIC endpointing is on (%s)", turn.model.path)
     return turn, ""
+
+
+def _load_speech_check() -> SpeechCheck | None:
+    """Silero as a second opinion on short sounds in pauses (see the channel's set-aside
+    finals), loaded now so that no stream waits for it; without it those finals are
+    decoded again, as before."""
+    try:
+        load_silero()
+    except Exception as exc:  # (onnxruntime comes with faster-whisper; a broken install)
+        logger.warning("Silero is unavailable, short sounds in pauses count as speech: %s", exc)
+        return None
+    return silero_hears_speech
 
 
 async def _start_health_server(

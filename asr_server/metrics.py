@@ -57,6 +57,12 @@ class Metrics:
             registry=r,
         )
         self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
+        self.early_finals_kept = Counter(
+            "asr_early_finals_kept_total",
+            "Finals decoded early in a pause that a short sound then broke, used after all "
+            "at the end of the turn because Silero heard no speech in that sound.",
+            registry=r,
+        )
         self.carry_fallbacks = Counter(
             "asr_carry_fallbacks_total",
             "Finals decoded after the previous one that were decoded alone instead: they lost "

@@ -43,6 +43,7 @@ from asr_server.session.types import (
     StreamConfig,
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
+from asr_server.vad.base import SpeechCheck
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
 from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
 from asr_server.vad.turn import TurnDetection
@@ -56,6 +57,13 @@ TIMING_LEAD_S = 4.0
 #: trailing silence after which the final is decoded speculatively, before the endpoint
 #: confirms it; if speech resumes the result is dropped. Hides decode time from latency.
 SPECULATE_AFTER_S = 0.2
+#: an early final whose pause a short sound broke is kept this long past its end, in
+#: case that sound was no speech (see _Utterance.set_aside); a longer one is speech
+SET_ASIDE_MAX_S = 1.0
+#: audio before a set-aside final's end that the second opinion hears first, unjudged:
+#: Silero judges a frame by what it heard before, and with only a quarter second of the
+#: word before it, it took a word's fading end (0.7–0.9 in context) for silence
+SECOND_OPINION_LEAD_IN_S = 1.0
 #: no partials once this much trailing silence is heard: silence adds no words
 PARTIAL_SILENCE_CUTOFF_S = 0.15
 #: until an utterance's first partial has words, the next ask goes out as soon as the
@@ -185,6 +193,21 @@ class TurnComplete:
 
 
 @dataclass
+class _EarlyFinal:
+    """A final decoded ahead of the endpoint, of the audio up to ``end``."""
+
+    speech_end: int  # the end of the last voiced frame before it
+    end: int
+    prefix: str  # the committed text it was decoded after
+    task: asyncio.Task[Hypothesis | None] = field(init=False)
+    started: bool = False  # the engine is decoding it: it costs nothing more to keep
+    set_aside: bool = False  # see _Utterance.set_aside
+
+    def mark_started(self) -> None:
+        self.started = True
+
+
+@dataclass
 class _Utterance:
     utterance_id: int
     audio: UtteranceAudio
@@ -200,8 +223,12 @@ class _Utterance:
     partial_language: str = ""
     #: where the endpointer heard speech end (for the latency metric); None = end of audio
     speech_end: int | None = None
-    #: (end sample, decode task) of a final decoded ahead of the endpoint
-    speculation: tuple[int, asyncio.Task[Hypothesis | None]] | None = None
+    #: the final decoded ahead of the endpoint in the current pause
+    speculation: _EarlyFinal | None = None
+    #: an early final whose pause ended when the voice detector heard a sound: if that
+    #: was a breath or a click (the second opinion hears no speech after this final's
+    #: end), a finalize soon after can take it instead of decoding everything again
+    set_aside: _EarlyFinal | None = None
     #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
     #: is asked at each probe of a pause, and its answer counts only while that pause lasts
     pause: int = 0
@@ -215,10 +242,38 @@ class _Utterance:
     first_answer: asyncio.Future[float] | None = None
 
     def drop_speculation(self) -> None:
-        if self.speculation is not None:
-            self.speculation[1].cancel()
-            self.speculation = None
+        """Every early final is moot (and cancelled, if its decode has not started)."""
+        for early in (self.speculation, self.set_aside):
+            if early is not None:
+                early.task.cancel()
+        self.speculation = self.set_aside = None
         self.drop_first_answer()
+
+    def set_speculation_aside(self) -> None:
+        """Speech seems to resume: the early final is no longer the final, unless what
+        was heard turns out to be no speech. It is kept only if the engine already began
+        it (a queued one is dropped, as it would have been), and replaces an older one."""
+        early, self.speculation = self.speculation, None
+        if early is not None and early.started:
+            if self.set_aside is not None:
+                self.set_aside.task.cancel()
+            early.set_aside = True
+            self.set_aside = early
+        elif early is not None:
+            early.task.cancel()
+        self.drop_first_answer()
+
+    def take_early_final(self, end: int) -> asyncio.Task[Hypothesis | None] | None:
+        """The early final of exactly the audio up to ``end``, if there is one; the
+        others are dropped."""
+        taken = None
+        for early in (self.speculation, self.set_aside):
+            if early is not None and early.end == end and taken is None:
+                taken = early.task
+            elif early is not None:
+                early.task.cancel()
+        self.speculation = self.set_aside = None
+        return taken
 
     def drop_first_answer(self) -> None:
         """No eager result waits for this pause's first answer any more."""
@@ -248,6 +303,7 @@ class ChannelRecognizer:
         start: ChannelStart | None = None,
         turn: TurnDetection | None = None,
         early_speculation_s: float = SPECULATE_AFTER_S,
+        speech_check: SpeechCheck | None = None,
     ) -> None:
         self.channel = channel
         self.config = config
@@ -275,6 +331,13 @@ class ChannelRecognizer:
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
         if turn is not None:
             self._speculate_after = self._early_speculation
+        # Where the turn can end early in a pause, a breath or a click that the voice
+        # detector takes for speech just after the early final began would otherwise cost
+        # a whole decode at the end of the turn: such a final is set aside, and used if a
+        # second opinion (Silero, the VAD voice agents use) hears no speech after its end.
+        self._speech_check = speech_check
+        self._sets_aside = speech_check is not None and turn is not None
+        self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
         #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
         self._turn_before: tuple[np.ndarray, int] | None = None
         self._turn_window = TURN_WINDOW_S * SAMPLE_RATE
@@ -383,6 +446,7 @@ class ChannelRecognizer:
                 # VAD's stop, 200 ms or so into a pause): from now on the final's decode
                 # starts early in each pause, so that it is ready when the finalize comes
                 self._speculate_after = min(self._speculate_after, self._early_speculation)
+                self._sets_aside = self._speech_check is not None
                 await self._handle(self.endpointer.force_end())
             self._settle()
 
@@ -424,9 +488,17 @@ class ChannelRecognizer:
             utt.drop_speculation()
             await self._split()
             return
+        aside = utt.set_aside
+        if aside is not None and utt.audio.end_sample - aside.end > self._set_aside_max:
+            aside.task.cancel()  # too long for a breath: speech did resume
+            utt.set_aside = None
         silence = ev.trailing_silence
         if silence == 0:
-            utt.drop_speculation()  # speech resumed: the early final is moot
+            # speech resumed: the early final is moot (unless that was no speech)
+            if self._sets_aside:
+                utt.set_speculation_aside()
+            else:
+                utt.drop_speculation()
             if utt.eager_sent:
                 utt.eager_sent = False
                 await self._emit(
@@ -505,9 +577,16 @@ class ChannelRecognizer:
         return request, carry
 
     async def _decode(
-        self, utt: _Utterance, request: DecodeRequest, carry: _Carry | None
+        self,
+        utt: _Utterance,
+        request: DecodeRequest,
+        carry: _Carry | None,
+        early: _EarlyFinal | None = None,
     ) -> Hypothesis | None:
-        hyp = await self.scheduler.decode(request)
+        """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
+        if it was set aside before it was done (it would need another engine call, which
+        the finalize makes itself if it comes to that)."""
+        hyp = await self.scheduler.decode(request, on_start=early.mark_started if early else None)
         if hyp is None or carry is None:
             return hyp
         carried = carry.strip(hyp)
@@ -515,6 +594,8 @@ class ChannelRecognizer:
         wrong = carry.went_wrong(carried, heard=len(heard))
         if not wrong and not carry.doubtful(carried, heard):
             return carried
+        if early is not None and early.set_aside:
+            return None
         # then this utterance is decoded again, alone
         alone = await self.scheduler.decode(
             dataclasses.replace(
@@ -532,10 +613,11 @@ class ChannelRecognizer:
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
-        task = asyncio.create_task(
-            self._decode(utt, *self._final_request(utt, end)), name="speculative-final"
+        early = _EarlyFinal(last_voiced_end, end, utt.agreement.committed_text)
+        early.task = task = asyncio.create_task(
+            self._decode(utt, *self._final_request(utt, end), early), name="speculative-final"
         )
-        utt.speculation = (end, task)
+        utt.speculation = early
         if self.config.eager_finals:
             if self._turn is not None:
                 utt.first_answer = asyncio.get_running_loop().create_future()
@@ -563,7 +645,7 @@ class ChannelRecognizer:
             task.cancelled()
             or task.exception() is not None
             or utt.speculation is None
-            or utt.speculation[1] is not task
+            or utt.speculation.task is not task
             or utt.finalizing
         ):
             return
@@ -579,7 +661,7 @@ class ChannelRecognizer:
                 stable_text=committed,
                 unstable_text=hyp.text[len(committed) :].strip(),
                 start_s=utt.audio.start_sample / SAMPLE_RATE,
-                end_s=utt.speculation[0] / SAMPLE_RATE,
+                end_s=utt.speculation.end / SAMPLE_RATE,
                 utterance_id=utt.utterance_id,
                 channel=self.channel,
                 language=hyp.language,
@@ -634,30 +716,58 @@ class ChannelRecognizer:
         await self._end(ev.speech_end)
 
     async def _end(self, end_sample: int) -> None:
-        if self._utt is None:
+        utt = self._utt
+        if utt is None:
             return
+        final_end = min(utt.audio.end_sample, end_sample + self._trailing_pad)
+        kept = utt.set_aside if await self._no_speech_after_set_aside(utt, final_end) else None
+        if kept is not None:  # what was heard since was no speech: speech ended before it
+            end_sample, final_end = kept.speech_end, kept.end
+            self.metrics.early_finals_kept.inc()
         await self._emit(
-            SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, self._utt.utterance_id)
+            SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
         )
         self.metrics.speech_events.labels("ended").inc()
         if self._turn is not None:  # SEMANTIC: every utterance that ends ends a turn
             await self._emit(
                 EndOfTurn(
-                    end_sample / SAMPLE_RATE,
-                    self.channel,
-                    self._utt.utterance_id,
-                    self._utt.turn_probability,
+                    end_sample / SAMPLE_RATE, self.channel, utt.utterance_id, utt.turn_probability
                 )
             )
-        self._utt.speech_end = end_sample
-        final_end = min(self._utt.audio.end_sample, end_sample + self._trailing_pad)
-        speculated = self._utt.speculation[0] if self._utt.speculation else None
-        if speculated is not None and end_sample <= speculated < final_end:
+        utt.speech_end = end_sample
+        speculated = utt.speculation.end if utt.speculation else None
+        if kept is None and speculated is not None and end_sample <= speculated < final_end:
             # decoded early in the pause (SEMANTIC, or a client that finalizes), before the
             # whole trailing pad was heard: it has all the speech, and the few ms of
             # silence more add no words
             final_end = speculated
         await self._finalize(final_end)
+
+    async def _no_speech_after_set_aside(self, utt: _Utterance, final_end: int) -> bool:
+        """Whether the final set aside at a sound in the pause can be the final: the sound
+        was no speech (the second opinion hears none between its end and ``final_end``),
+        and no words were committed since it was decoded."""
+        aside = utt.set_aside
+        if (
+            aside is None
+            or self._speech_check is None
+            or aside.prefix != utt.agreement.committed_text
+            or not utt.audio.start_sample < aside.end < final_end
+        ):
+            return False
+        audio = utt.audio.snapshot(final_end)
+        cut = aside.end - utt.audio.start_sample
+        lead_in = audio[max(0, cut - int(SECOND_OPINION_LEAD_IN_S * SAMPLE_RATE)) : cut]
+        speech = await asyncio.to_thread(self._speech_check, audio[cut:], lead_in)
+        logger.debug(
+            "early final to %.3f s (speech to %.3f s) set aside; the turn ended at %.3f s: "
+            "Silero hears %s after it",
+            aside.end / SAMPLE_RATE,
+            aside.speech_end / SAMPLE_RATE,
+            final_end / SAMPLE_RATE,
+            "speech" if speech else "no speech",
+        )
+        return not speech
 
     async def _split(self) -> None:
         """The utterance reached the limit: finalize up to a safe cut, carry the rest over."""
@@ -712,11 +822,11 @@ class ChannelRecognizer:
         if len(utt.audio) == 0:
             utt.drop_speculation()
             return
-        if utt.speculation is not None and utt.speculation[0] == utt.audio.end_sample:
-            hyp = await utt.speculation[1]  # decoded while the endpoint was being confirmed
-            utt.speculation = None
-        else:
-            utt.drop_speculation()
+        early = utt.take_early_final(utt.audio.end_sample)
+        # decoded while the endpoint was being confirmed (None: set aside before it was
+        # done, and it needs another decode)
+        hyp = await early if early is not None else None
+        if hyp is None:
             hyp = await self._decode(utt, *self._final_request(utt))
         if hyp is not None:
             hyp = await self._in_stream_language(utt, hyp)

@@ -31,7 +31,7 @@ from asr_server.session.types import (
     StreamDone,
 )
 from asr_server.settings import Settings
-from asr_server.vad.base import VoiceDetector
+from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.endpointer import Endpointer, EndpointerConfig
 from asr_server.vad.factory import make_voice_detector
 from asr_server.vad.turn import TurnDetection
@@ -56,6 +56,9 @@ class SessionServices:
     #: the semantic end-of-turn model; None: SEMANTIC streams are refused, with this reason
     turn: TurnDetection | None = None
     turn_unavailable: str = "semantic end of turn is not set up on this server"
+    #: a second opinion on whether a short sound in a pause was speech (Silero, in the
+    #: server); None: an early final that such a sound broke is always decoded again
+    speech_check: SpeechCheck | None = None
 
 
 class _Closed:
@@ -174,6 +177,7 @@ class StreamSession:
             start=self.config.resume.channel(channel) if self.config.resume else None,
             turn=self.services.turn if self.config.semantic else None,
             early_speculation_s=s.turn.speculate_ms / 1000,
+            speech_check=self.services.speech_check,
         )
 
     def _spawn_partial(self, tg: asyncio.TaskGroup, coro: Coroutine[None, None, None]) -> None:

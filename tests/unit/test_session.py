@@ -28,11 +28,15 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
+from asr_server.session.channel import _EarlyFinal, _Utterance
 from asr_server.session.types import EndOfTurn
+from asr_server.session.utterance import UtteranceAudio
 from asr_server.settings import Settings
+from asr_server.vad.base import SpeechCheck
 from asr_server.vad.energy import EnergyVoiceDetector
+from asr_server.vad.silero import silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnVerdict
-from tests.helpers import entered, eventually, silence, tone
+from tests.helpers import corpus, entered, eventually, read_pcm16, silence, tone
 
 SR = 16_000
 
@@ -64,10 +68,12 @@ class Harness:
         self,
         engine: FakeEngine | None = None,
         turn: TurnDetection | None = None,
+        speech_check: SpeechCheck | None = None,
         **streaming: object,
     ) -> None:
         self.engine = engine or FakeEngine()
         self.turn = turn
+        self.speech_check = speech_check
         self.metrics = Metrics()
         s = Settings()
         self.settings = s.model_copy(update={"streaming": s.streaming.model_copy(update=streaming)})
@@ -113,7 +119,12 @@ class Harness:
             **config,  # type: ignore[arg-type]
         )
         services = SessionServices(
-            self.settings, scheduler, self.metrics, EnergyVoiceDetector, turn=self.turn
+            self.settings,
+            scheduler,
+            self.metrics,
+            EnergyVoiceDetector,
+            turn=self.turn,
+            speech_check=self.speech_check,
         )
         session = StreamSession(config, services, "test")
         self.session, self.scheduler = session, scheduler
@@ -651,6 +662,89 @@ async def test_after_a_client_finalize_finals_are_decoded_early_in_each_pause() 
     assert second.end_s == pytest.approx(5.3 + 0.06, abs=0.035)  # the early one
     finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert len(finals) == 2  # each finalize got the decode already under way
+
+
+def final_decodes(h: Harness) -> int:
+    return sum(r.kind is DecodeKind.FINAL for call in h.engine.calls for r in call)
+
+
+async def a_turn_ended_by_the_client(h: Harness, pause: list[np.ndarray]) -> list[object]:
+    """A first turn (after it the channel decodes finals 60 ms into each pause), then a
+    turn of 2 s whose pause holds ``pause``, finalized by the client at its end."""
+    first = [pcm16(tone(2.0)), pcm16(silence(0.3)), Finalize(), pcm16(silence(0.5))]
+    second = [pcm16(tone(2.0)), pcm16(np.concatenate(pause)), Finalize(), pcm16(silence(0.5))]
+
+    async def source() -> AsyncIterator[object]:
+        for item in [pcm16(silence(0.5)), *first, *second]:  # turns at 0.5 and 3.3 s
+            if isinstance(item, bytes):
+                async for c in h.lockstep(chunks(item, 480)):
+                    yield c
+            else:
+                yield item
+
+    return await h.run(source(), interim=False)
+
+
+def breath(seconds: float = 0.06, rms: float = 0.05) -> np.ndarray:
+    """Loud enough for the energy detector, and no speech to Silero (white noise)."""
+    return (np.random.default_rng(7).standard_normal(int(seconds * SR)) * rms).astype(np.float32)
+
+
+@pytest.mark.parametrize("second_opinion", [True, False])
+async def test_a_breath_in_the_pause_does_not_cost_the_final_a_decode(
+    second_opinion: bool,
+) -> None:
+    # the voice agent's case: its VAD hears 0.25 s of pause and finalizes; the server's
+    # detector took a breath 0.1 s into the pause for speech, after the final's early
+    # decode (60 ms in) had begun, and only 50 ms before the finalize
+    h = Harness(speech_check=silero_hears_speech if second_opinion else None)
+    events = await a_turn_ended_by_the_client(h, [silence(0.1), breath(), silence(0.05)])
+    _, second = results(events, final=True)
+    _, ended = [e.offset_s for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    if second_opinion:  # Silero hears no speech in the breath: the early final stands
+        assert ended == pytest.approx(5.3, abs=0.035)  # and speech ended before the breath
+        assert second.end_s == pytest.approx(5.3 + 0.06, abs=0.035)
+        assert final_decodes(h) == 2
+        assert h.metrics.early_finals_kept._value.get() == 1
+    else:  # without it, the breath counts as speech: the final is decoded again with it
+        assert ended == pytest.approx(5.3 + 0.16, abs=0.035)  # the breath's end
+        assert second.end_s > 5.3 + 0.16
+        assert final_decodes(h) == 3
+        assert h.metrics.early_finals_kept._value.get() == 0
+    assert second.text == "w0 w1 w2 w3 w4 w5 w6 w7"
+
+
+async def test_only_an_early_final_the_engine_began_is_set_aside() -> None:
+    # setting aside costs nothing for a decode under way (it cannot be stopped); a
+    # queued one is dropped as before, or pauses inside sentences would cost decodes
+    utt = _Utterance(0, UtteranceAudio(0), speech_arrived=0.0)
+    queued, running = _EarlyFinal(0, 960, ""), _EarlyFinal(0, 960, "")
+    for early in (queued, running):
+        early.task = asyncio.create_task(asyncio.sleep(10))
+    running.mark_started()
+    utt.speculation = queued
+    utt.set_speculation_aside()
+    utt.speculation = running
+    utt.set_speculation_aside()
+    await asyncio.sleep(0)
+    assert queued.task.cancelled() and not running.task.cancelled()
+    assert utt.speculation is None and utt.set_aside is running
+    utt.drop_speculation()
+    await asyncio.sleep(0)
+    assert running.task.cancelled() and utt.set_aside is None
+
+
+async def test_speech_in_the_pause_is_decoded_with_the_turn() -> None:
+    # the same, but the sound in the pause is a spoken word: Silero hears it, and the
+    # final set aside when it began (which lacks it) is not used
+    pcm, _ = read_pcm16(corpus()["libri_1089-134691-0000"].path)  # "he could wait…"
+    word = (pcm[int(0.6 * SR) : int(1.0 * SR), 0] / 32768).astype(np.float32)
+    h = Harness(speech_check=silero_hears_speech)
+    events = await a_turn_ended_by_the_client(h, [silence(0.1), word, silence(0.05)])
+    _, second = results(events, final=True)
+    assert second.end_s >= 5.3 + 0.1 + 0.4 - 0.035
+    assert len(second.text.split()) > 8  # the fake engine heard the word too
+    assert h.metrics.early_finals_kept._value.get() == 0
 
 
 async def test_audio_ending_inside_speech_is_finalized() -> None:
