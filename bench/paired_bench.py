@@ -9,7 +9,9 @@ machine state. Figures are those of ``streaming_bench.py`` with ``--finalize-at-
 (pipecat's time to final segment) in SEMANTIC mode, per configuration.
 
 Usage: python bench/paired_bench.py "" "ASR_TURN__SPECULATE_MS=90" [--json out.json]
-(each argument: comma-separated NAME=VALUE pairs; "" is the defaults)
+(each argument: comma-separated NAME=VALUE pairs; "" is the defaults; CODE=DIR runs that
+configuration's server from another checkout, e.g. a ``git worktree`` of the commit
+before a change: "CODE=/tmp/before" "")
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
     servers = []
     try:
         for env in configs:
-            servers.append(await sb.start_server(a.model, [], env))
+            code = Path(env["CODE"]) if "CODE" in env else sb.ROOT
+            settings = {k: v for k, v in env.items() if k != "CODE"}
+            servers.append(await sb.start_server(a.model, [], settings, code))
         outcomes: list[list[sb.Outcome]] = [[] for _ in configs]
         for k, item in enumerate(items):
             order = [(k + j) % len(configs) for j in range(len(configs))]
@@ -69,6 +73,14 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
                     "ttfp_median_s": round(statistics.median(ttfp), 3) if ttfp else None,
                     "streaming_wer": round(sb.wer(refs, hyps), 4),
                     "engine": sb.engine_times(metrics_port),
+                    "early_finals_kept": sb.counter(metrics_port, "asr_early_finals_kept"),
+                    # per recording, to find what made two configurations differ
+                    "recordings": {
+                        o.item.id: {"ttfs_s": [round(x, 3) for x in o.ttfs], "text": o.hypothesis}
+                        for o in outs
+                    }
+                    if a.details
+                    else None,
                 }
             )
         return {"endpointing": a.endpointing, "chunk_ms": a.chunk_ms, "configs": figures}
@@ -87,6 +99,7 @@ def main() -> None:
     p.add_argument("--endpointing", choices=("silence", "semantic"), default="semantic")
     p.add_argument("--chunk-ms", type=int, default=20)
     p.add_argument("--json", type=Path)
+    p.add_argument("--details", action="store_true", help="per recording: TTFS and texts")
     a = p.parse_args()
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))

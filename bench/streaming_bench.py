@@ -330,10 +330,11 @@ def free_port() -> int:
 
 
 async def start_server(
-    model: str, extra: list[str], env: dict[str, str] | None = None
+    model: str, extra: list[str], env: dict[str, str] | None = None, code: Path = ROOT
 ) -> tuple[asyncio.subprocess.Process, int, int]:
     """The server, its gRPC port and its metrics port; ``env``: settings (``ASR_*``) on
-    top of this process's environment."""
+    top of this process's environment; ``code``: a checkout to run it from (another
+    commit's ``git worktree``, to compare code in the same machine state)."""
     port, metrics_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -346,7 +347,7 @@ async def start_server(
         "--model",
         model,
         *extra,
-        cwd=ROOT,
+        cwd=code,
         env={**os.environ, **(env or {})},
         stderr=asyncio.subprocess.PIPE,
     )
@@ -412,6 +413,20 @@ def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
             out.setdefault(kind, {})[what] = round(v["sum"] / v["count"], 4)
             out[kind]["calls"] = int(v["count"])
     return out
+
+
+def counter(metrics_port: int, name: str) -> float | None:
+    """A counter's value from the server's metrics (``name`` without ``_total``); None if
+    that server has no such counter (older code)."""
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return sum(s.value for s in family.samples if s.name.endswith("_total"))
+    return None
 
 
 def peak_rss_mb(pid: int) -> float:
