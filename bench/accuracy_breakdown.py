@@ -81,6 +81,8 @@ class Options:
     #: final, its final text forced as the prefix (0 = off), across pauses below carry_gap_s
     carry_s: float = 0.0
     carry_gap_s: float = 2.0
+    #: carry only into utterances up to this long (0 = any): a long one has its own context
+    carry_into_s: float = 0.0
     context_chars: int = 0
 
 
@@ -137,6 +139,7 @@ class Simulator:
                 utt.start - prev_end > o.carry_gap_s * SR
                 or not prev_text
                 or prev_audio.size > o.carry_s * SR
+                or (o.carry_into_s and utt.n > o.carry_into_s * SR)
             ):
                 return np.zeros(0, np.float32), "", prompt
             return prev_audio, prev_text, prompt
@@ -246,6 +249,14 @@ CHEAPER: dict[str, Variant] = {
     # narrower beams for finals
     "carried_greedy": Variant(Options(commit=False, carry_s=10.0), final_beam=1),
     "carried_beam2": Variant(Options(commit=False, carry_s=10.0), final_beam=2),
+    # less carried (measured 2026-12-02, not taken: README, Accuracy): a carried final's
+    # text is forced token by token, about 2 ms a token on this CPU, so a 10 s one adds
+    # some 50 ms to the next final
+    "carried_max5": Variant(Options(commit=False, carry_s=5.0)),
+    "carried_max3": Variant(Options(commit=False, carry_s=3.0)),
+    # carried into short utterances only (the phrase after a pause), long ones alone
+    "carried_into3": Variant(Options(commit=False, carry_s=10.0, carry_into_s=3.0)),
+    "carried_into5": Variant(Options(commit=False, carry_s=10.0, carry_into_s=5.0)),
 }
 
 
