@@ -55,7 +55,8 @@ TRAILING_PAD_S = 0.2
 #: how close to the utterance limit partials start asking for word timing (for a clean split)
 TIMING_LEAD_S = 4.0
 #: trailing silence after which the final is decoded speculatively, before the endpoint
-#: confirms it; if speech resumes the result is dropped. Hides decode time from latency.
+#: confirms it; if speech resumes the result is dropped (or set aside, below). Hides
+#: decode time from latency.
 SPECULATE_AFTER_S = 0.2
 #: an early final whose pause a short sound broke is kept this long past its end, in
 #: case that sound was no speech (see _Utterance.set_aside); a longer one is speech
