@@ -117,8 +117,8 @@ class EngineScheduler:
 
         Returns ``None`` when a newer partial with the same ``coalesce_key`` replaced it.
         ``urgent`` partials (an utterance's first) run before the other partials.
-        ``on_start`` is called (on the event loop) when the engine call begins: from then
-        on, going away no longer saves the engine any work.
+        ``on_start`` is called (on the event loop, by the worker: it must not raise) when
+        the engine call begins: from then on, going away no longer saves the engine work.
         """
         job = _Job(request, asyncio.get_running_loop().create_future(), on_start)
         if request.kind is DecodeKind.FINAL:
