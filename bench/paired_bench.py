@@ -83,7 +83,12 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
                     else None,
                 }
             )
-        return {"endpointing": a.endpointing, "chunk_ms": a.chunk_ms, "configs": figures}
+        return {
+            "endpointing": a.endpointing,
+            "chunk_ms": a.chunk_ms,
+            "hiss_per_s": a.hiss,
+            "configs": figures,
+        }
     finally:
         for proc, _, _ in servers:
             proc.terminate()
@@ -100,7 +105,11 @@ def main() -> None:
     p.add_argument("--chunk-ms", type=int, default=20)
     p.add_argument("--json", type=Path)
     p.add_argument("--details", action="store_true", help="per recording: TTFS and texts")
+    p.add_argument(
+        "--hiss", type=float, default=0.0, help="hisses per second added (streaming_bench)"
+    )
     a = p.parse_args()
+    sb.HISS_PER_S = a.hiss
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))
     if a.json:

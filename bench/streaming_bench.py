@@ -33,6 +33,7 @@ import socket
 import statistics
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,10 +114,23 @@ def references(item: Item) -> dict[int, str]:
     return refs
 
 
+#: hisses per second of audio added to every recording (paired_bench --hiss; 0 = none):
+#: 60 ms of white noise at -34 dBFS, at random moments (seeded per recording), a rough
+#: stand-in for the breaths and clicks of a real microphone; webrtc takes each for voice
+HISS_PER_S = 0.0
+HISS_S, HISS_RMS = 0.06, 0.02
+
+
 def load_pcm(item: Item) -> tuple[np.ndarray, int]:
     data, sr = sf.read(str(item.path), dtype="float32", always_2d=True)
     if len(references(item)) == 1 and data.shape[1] > 1:
         data = data.mean(axis=1, keepdims=True)  # one talker on several channels
+    if HISS_PER_S:
+        rng = np.random.default_rng(zlib.crc32(item.id.encode()))
+        n = int(HISS_S * sr)
+        for _ in range(rng.poisson(HISS_PER_S * data.shape[0] / sr)):
+            at = int(rng.integers(0, max(1, data.shape[0] - n)))
+            data[at : at + n] += rng.standard_normal((n, data.shape[1])) * HISS_RMS
     return (np.clip(data, -1, 1) * 32767).astype(np.int16), sr
 
 
