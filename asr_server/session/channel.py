@@ -325,19 +325,17 @@ class ChannelRecognizer:
             (int(ms * SAMPLE_RATE / 1000), threshold)
             for ms, threshold in (turn.probes() if turn else [])
         ]
-        # the final is decoded ahead of the endpoint once a pause is this long; sooner
-        # (early_speculation_s) where the turn can end early in a pause: in SEMANTIC
-        # streams, at the turn model's first ask, and in streams whose client finalizes
-        self._speculate_after = int(SPECULATE_AFTER_S * SAMPLE_RATE)
+        # see _speculate_after
+        self._late_speculation = int(SPECULATE_AFTER_S * SAMPLE_RATE)
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
-        if turn is not None:
-            self._speculate_after = self._early_speculation
+        #: the client has sent a finalize: it ends its turns itself (a voice agent, at its
+        #: own VAD's stop, 200 ms or so into a pause)
+        self._client_finalizes = False
         # Where the turn can end early in a pause, a breath or a click that the voice
         # detector takes for speech just after the early final began would otherwise cost
         # a whole decode at the end of the turn: such a final is set aside, and used if a
         # second opinion (Silero, the VAD voice agents use) hears no speech after its end.
         self._speech_check = speech_check
-        self._sets_aside = speech_check is not None and turn is not None
         self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
         #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
         self._turn_before: tuple[np.ndarray, int] | None = None
@@ -370,6 +368,22 @@ class ChannelRecognizer:
         self._idle_bound = 0
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
+
+    @property
+    def _speculate_after(self) -> int:
+        """The pause after which the final is decoded ahead of the endpoint; sooner where
+        the turn can end early in a pause: in SEMANTIC streams, at the turn model's first
+        ask, and in streams whose client finalizes, so that it is ready at the finalize."""
+        if self._turn is not None:
+            return self._early_speculation
+        if self._client_finalizes:
+            return min(self._late_speculation, self._early_speculation)
+        return self._late_speculation
+
+    @property
+    def _sets_aside(self) -> bool:
+        """Whether an early final that a sound broke is set aside (see __init__)."""
+        return self._speech_check is not None and (self._turn is not None or self._client_finalizes)
 
     @property
     def settled_sample(self) -> int:
@@ -443,11 +457,8 @@ class ChannelRecognizer:
                 self._idle_bound = self.position  # nothing more can come
                 return
             else:  # Finalize
-                # a client that finalizes ends its turns itself (a voice agent, at its own
-                # VAD's stop, 200 ms or so into a pause): from now on the final's decode
-                # starts early in each pause, so that it is ready when the finalize comes
-                self._speculate_after = min(self._speculate_after, self._early_speculation)
-                self._sets_aside = self._speech_check is not None
+                # from now on the final's decode starts early in each pause
+                self._client_finalizes = True
                 await self._handle(self.endpointer.force_end())
             self._settle()
 
