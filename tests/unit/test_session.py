@@ -618,52 +618,6 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
 
 
-async def test_finalize_in_a_pause_gets_the_final_decoded_early_in_it() -> None:
-    # what a voice agent does: its own VAD hears 0.3 s of pause and it finalizes
-    audio = pcm16(np.concatenate([silence(0.5), tone(2.0), silence(0.3)]))
-    rest = pcm16(silence(1.0))
-
-    async def source() -> AsyncIterator[object]:
-        async for c in h.lockstep(chunks(audio, 480)):
-            yield c
-        yield Finalize()
-        async for c in chunks(rest, 480):
-            yield c
-
-    h = Harness()
-    events = await h.run(source(), interim=False)
-    (ended,) = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
-    (final,) = results(events, final=True)
-    assert ended.offset_s == pytest.approx(2.5, abs=0.05)  # where speech ended, not 2.8
-    assert final.end_s == pytest.approx(2.5 + 0.2, abs=0.05)  # with the usual pad
-    # one final decode: the one started 0.2 s into the pause
-    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
-    assert len(finals) == 1
-
-
-async def test_after_a_client_finalize_finals_are_decoded_early_in_each_pause() -> None:
-    # a voice agent finalizes 0.3 s into each pause (its own VAD); the server's decode
-    # starts 0.2 s into a pause, until the first finalize shows the client ends turns
-    # itself: then 60 ms in (turn.speculate_ms), so it is ready sooner
-    turn = [pcm16(tone(2.0)), pcm16(silence(0.3)), Finalize(), pcm16(silence(0.5))]
-
-    async def source() -> AsyncIterator[object]:
-        for item in [pcm16(silence(0.5)), *turn, *turn]:  # turns at 0.5 and 3.3 s
-            if isinstance(item, bytes):
-                async for c in h.lockstep(chunks(item, 480)):
-                    yield c
-            else:
-                yield item
-
-    h = Harness()
-    events = await h.run(source(), interim=False)
-    first, second = results(events, final=True)
-    assert first.end_s == pytest.approx(2.5 + 0.2, abs=0.035)  # the 0.2 s decode
-    assert second.end_s == pytest.approx(5.3 + 0.06, abs=0.035)  # the early one
-    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
-    assert len(finals) == 2  # each finalize got the decode already under way
-
-
 def final_decodes(h: Harness) -> int:
     return sum(r.kind is DecodeKind.FINAL for call in h.engine.calls for r in call)
 
@@ -683,6 +637,39 @@ async def a_turn_ended_by_the_client(h: Harness, pause: list[np.ndarray]) -> lis
                 yield item
 
     return await h.run(source(), interim=False)
+
+
+async def test_finalize_in_a_pause_gets_the_final_decoded_early_in_it() -> None:
+    # what a voice agent does: its own VAD hears 0.3 s of pause and it finalizes
+    audio = pcm16(np.concatenate([silence(0.5), tone(2.0), silence(0.3)]))
+    rest = pcm16(silence(1.0))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(audio, 480)):
+            yield c
+        yield Finalize()
+        async for c in chunks(rest, 480):
+            yield c
+
+    h = Harness()
+    events = await h.run(source(), interim=False)
+    (ended,) = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    (final,) = results(events, final=True)
+    assert ended.offset_s == pytest.approx(2.5, abs=0.05)  # where speech ended, not 2.8
+    assert final.end_s == pytest.approx(2.5 + 0.2, abs=0.05)  # with the usual pad
+    assert final_decodes(h) == 1  # the one started 0.2 s into the pause
+
+
+async def test_after_a_client_finalize_finals_are_decoded_early_in_each_pause() -> None:
+    # a voice agent finalizes 0.3 s into each pause (its own VAD); the server's decode
+    # starts 0.2 s into a pause, until the first finalize shows the client ends turns
+    # itself: then 60 ms in (turn.speculate_ms), so it is ready sooner
+    h = Harness()
+    events = await a_turn_ended_by_the_client(h, [silence(0.3)])
+    first, second = results(events, final=True)
+    assert first.end_s == pytest.approx(2.5 + 0.2, abs=0.035)  # the 0.2 s decode
+    assert second.end_s == pytest.approx(5.3 + 0.06, abs=0.035)  # the early one
+    assert final_decodes(h) == 2  # each finalize got the decode already under way
 
 
 def breath(seconds: float = 0.06, rms: float = 0.05) -> np.ndarray:
