@@ -404,16 +404,21 @@ def ttfs_figures(outcomes: list[Outcome]) -> dict[str, object]:
     }
 
 
-def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
-    """Mean engine call time and queue wait per decode kind, from the server's metrics:
-    where the time to a final goes."""
+def metric_families(metrics_port: int) -> list:  # type: ignore[type-arg]
+    """The server's metrics, parsed."""
     from urllib.request import urlopen
 
     from prometheus_client.parser import text_string_to_metric_families
 
     text = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+    return list(text_string_to_metric_families(text))
+
+
+def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
+    """Mean engine call time and queue wait per decode kind, from the server's metrics:
+    where the time to a final goes."""
     sums: dict[tuple[str, str], dict[str, float]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in metric_families(metrics_port):
         if family.name not in ("asr_engine_inference_seconds", "asr_engine_queue_wait_seconds"):
             continue
         for sample in family.samples:
@@ -432,12 +437,7 @@ def engine_times(metrics_port: int) -> dict[str, dict[str, float]]:
 def counter(metrics_port: int, name: str) -> float | None:
     """A counter's value from the server's metrics (``name`` without ``_total``); None if
     that server has no such counter (older code)."""
-    from urllib.request import urlopen
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    for family in text_string_to_metric_families(text):
+    for family in metric_families(metrics_port):
         if family.name == name:
             return sum(s.value for s in family.samples if s.name.endswith("_total"))
     return None
