@@ -63,6 +63,13 @@ class Metrics:
             "at the end of the turn because Silero heard no speech in that sound.",
             registry=r,
         )
+        self.finals_without_speech = Counter(
+            "asr_finals_without_speech_total",
+            "Utterances that got no final because Whisper, decoding them after the previous "
+            "final, heard no new words, and Silero heard no speech in them (a noise the voice "
+            "detector took for speech; decoded alone, Whisper now and then made words up).",
+            registry=r,
+        )
         self.carry_fallbacks = Counter(
             "asr_carry_fallbacks_total",
             "Finals decoded after the previous one that were decoded alone instead: they lost "

@@ -59,6 +59,7 @@ from asr_server.vad.endpointer import (  # noqa: E402
     SpeechEnded,
     SpeechStarted,
 )
+from asr_server.vad.silero import silero_hears_speech  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
 
 SR = 16_000
@@ -84,6 +85,9 @@ class Options:
     #: carry only into utterances up to this long (0 = any): a long one has its own context
     carry_into_s: float = 0.0
     context_chars: int = 0
+    #: a carried final without new words is not decoded alone when Silero hears no speech
+    #: in its utterance (as the server does)
+    speech_check: bool = True
 
 
 @dataclass
@@ -105,6 +109,7 @@ class Simulator:
         self.o = opts
         self.partials = 0
         self.fallbacks = 0  # carried finals that lost words, decoded again alone
+        self.no_speech = 0  # carried finals without words not decoded alone: no speech
 
     def decode(self, audio: np.ndarray, kind: DecodeKind, prefix: str, prompt: str) -> str:
         if kind is DecodeKind.PARTIAL:
@@ -161,7 +166,13 @@ class Simulator:
                 partial_words = utt.agreement.committed + utt.agreement.tail
                 # as the server does (ChannelRecognizer._decode)
                 wrong = carry.went_wrong(hyp, len(partial_words))
-                if wrong or carry.doubtful(hyp, partial_words):
+                if (
+                    hyp.rejected
+                    and o.speech_check
+                    and not silero_hears_speech(a, np.zeros(0, np.float32))
+                ):
+                    self.no_speech += 1  # no new words, and no speech to Silero: none
+                elif wrong or carry.doubtful(hyp, partial_words):
                     committed = utt.agreement.committed_text
                     alone = self.decode(a, DecodeKind.FINAL, committed, prompt)
                     alone_hyp = Hypothesis(alone, "en", rejected=not alone)
@@ -232,6 +243,9 @@ VARIANTS: dict[str, Variant] = {
     "segmented": Variant(Options(commit=False, carry_s=0.0)),
     # the server's default now: nothing committed, the previous final carried
     "carried": Variant(Options(commit=False, carry_s=10.0)),
+    # ... as the server did before 2026-12-02: a carried final without new words was
+    # always decoded alone, even when Silero heard no speech in it
+    "carried_unchecked": Variant(Options(commit=False, carry_s=10.0, speech_check=False)),
     # ... with the 30 s window Whisper was trained on (the GPU default)
     "carried_window30": Variant(Options(commit=False, carry_s=10.0), final_window_s=30.0),
 }
@@ -304,6 +318,7 @@ def run_variant(
     return {
         "wall_s": round(time.monotonic() - t0, 1),
         "carry_fallbacks": sim.fallbacks,
+        "finals_without_speech": sim.no_speech,
         "wer": round(wer([r for _, r, _ in rows], [h for _, _, h in rows]), 4),
         "offline_wer": round(wer([r for _, r, _ in off_rows], [h for _, _, h in off_rows]), 4),
         "wer_by_source": by_source(rows),

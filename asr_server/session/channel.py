@@ -602,6 +602,14 @@ class ChannelRecognizer:
         if hyp is None or carry is None:
             return hyp
         carried = carry.strip(hyp)
+        if carried.rejected and await self._no_speech_in(request.audio[carry.audio.size :]):
+            # Whisper, having heard the previous final, heard nothing new, and Silero hears
+            # no speech: a noise the voice detector took for speech. (Decoded alone, as a
+            # carried final without words otherwise is, Whisper now and then makes words
+            # up for it, which its no-speech rule lets through: "Thank you." for the
+            # applause after a speech.)
+            self.metrics.finals_without_speech.inc()
+            return carried
         heard = utt.last_partial_text.split()
         wrong = carry.went_wrong(carried, heard=len(heard))
         if not wrong and not carry.doubtful(carried, heard):
@@ -622,6 +630,13 @@ class ChannelRecognizer:
             return carried
         self.metrics.carry_fallbacks.inc()
         return alone
+
+    async def _no_speech_in(self, audio: np.ndarray) -> bool:
+        """Silero hears no speech anywhere in ``audio`` (about 0.2 ms a 32 ms frame; it
+        stops at the first speech frame). False without Silero."""
+        if self._speech_check is None:
+            return False
+        return not await asyncio.to_thread(self._speech_check, audio, audio[:0])
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioFormat, Encoding
-from asr_server.engine.base import DecodeKind, EngineCapabilities, Hypothesis
+from asr_server.engine.base import DecodeKind, DecodeRequest, EngineCapabilities, Hypothesis
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
 from asr_server.errors import AsrError, Status
@@ -732,6 +732,46 @@ async def test_speech_in_the_pause_is_decoded_with_the_turn() -> None:
     assert second.end_s >= 5.3 + 0.1 + 0.4 - 0.035
     assert len(second.text.split()) > 8  # the fake engine heard the word too
     assert h.metrics.early_finals_kept._value.get() == 0
+
+
+class MakesUpWordsForNoise(FakeEngine):
+    """The fake engine, hearing words in tones only, with Whisper's habit on a noise: after
+    a forced prefix (the previous final, carried) it hears nothing new there, and alone
+    it makes up "Thank you."."""
+
+    def __init__(self) -> None:
+        super().__init__(capabilities=EngineCapabilities(context_carry=True))
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        blocks = req.audio[: req.audio.size // 160 * 160].reshape(-1, 160)
+        crossings = np.mean(np.diff(np.sign(blocks), axis=1) != 0, axis=1)
+        tones = req.audio.copy()
+        tones[: blocks.size][np.repeat(crossings > 0.3, 160)] = 0  # white noise: many
+        hyp = super()._hear(dataclasses.replace(req, audio=tones))
+        if hyp.rejected and not req.prefix and np.abs(req.audio).max() > 1e-3:
+            return Hypothesis("Thank you.", req.language or "en")
+        return hyp
+
+
+@pytest.mark.parametrize("second_opinion", [True, False])
+async def test_a_noise_after_a_final_gets_no_words(second_opinion: bool) -> None:
+    # a noise the voice detector takes for speech, 1 s after an utterance
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), breath(0.6), silence(1.0)])
+    h = Harness(
+        MakesUpWordsForNoise(), speech_check=silero_hears_speech if second_opinion else None
+    )
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False)
+    finals = [f.text for f in results(events, final=True)]
+    # its utterance begins and ends, as the voice detector heard it, either way
+    assert [e.started for e in events if isinstance(e, SpeechBoundary)] == [True, False] * 2
+    if second_opinion:  # decoded after the first final, it had no new words: none
+        assert finals == ["w0 w1 w2 w3"]
+        assert h.metrics.finals_without_speech._value.get() == 1
+        assert final_decodes(h) == 2
+    else:  # then decoded alone, as before, and made up
+        assert finals == ["w0 w1 w2 w3", "Thank you."]
+        assert h.metrics.finals_without_speech._value.get() == 0
+        assert final_decodes(h) == 3
 
 
 async def test_audio_ending_inside_speech_is_finalized() -> None:

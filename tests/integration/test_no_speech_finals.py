@@ -1,0 +1,44 @@
+"""Whisper's words on a sound that is no speech never become a final (the real server
+and model on a recording)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asr_client import AsrClient, audio_config
+from asr_client.scoring import wer
+from tests.helpers import corpus, read_pcm16, sample
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+
+
+async def test_applause_after_the_last_word_gives_no_final(make_server) -> None:  # type: ignore[no-untyped-def]
+    # JFK's speech ends at about 10.5 s and the recording's last half second is the
+    # crowd. A voice agent finalizes at its VAD's stop; the crowd is then an utterance of
+    # its own, decoded after the previous final, and Whisper, having heard the speech,
+    # went on with "Thank you." (its no-speech rule cannot judge a carried final, whose
+    # audio begins with speech). Silero hears no speech in it: no final.
+    server = await make_server()
+    rec = corpus()["jfk"]
+    pcm, sr = read_pcm16(rec.path)
+    audio = pcm.mean(axis=1).astype(np.int16)
+    cut = int(10.65 * sr)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(sample_rate_hz=sr)) as stream:
+            await stream.finalize()  # a client that ends its turns itself
+            await stream.send_audio(audio[:cut].tobytes())
+            await stream.finalize()
+            await stream.send_audio(audio[cut:].tobytes())
+            await stream.end()
+            events = [e async for e in stream]
+    finals = [e.result.text for e in events if e.HasField("result") and e.result.is_final]
+    ended = [
+        e
+        for e in events
+        if e.HasField("speech_event") and e.speech_event.type == e.speech_event.SPEECH_ENDED
+    ]
+    assert "thank" not in " ".join(finals).lower()
+    assert wer([rec.transcript], [" ".join(finals)]) <= 0.1  # the speech's words all came
+    assert sample(server, "asr_finals_without_speech_total") == 1
+    assert len(ended) == len(finals) + 1  # the crowd's utterance ended, without words
