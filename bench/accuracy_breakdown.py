@@ -15,7 +15,8 @@ choice at a time against offline faster-whisper on the same model, files and nor
 * ``carried_window30``: the same with finals' shortest encoder window at 30 s.
 
 VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
-choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), run only by
+choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), and EARLY what
+a final decoded early in a pause hears (SEMANTIC streams, voice agents); both run only by
 name. Offline hypotheses are cached (``--offline-cache``) across runs.
 
 Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
@@ -85,6 +86,11 @@ class Options:
     #: carry only into utterances up to this long (0 = any): a long one has its own context
     carry_into_s: float = 0.0
     context_chars: int = 0
+    #: the final's audio ends this long after the last voiced frame (the server's pad is
+    #: 0.2 s; a final decoded early in a pause has only what had arrived, 60-90 ms)
+    #: (trailing_pad_s above); with ``fill_pause``, that pause is lengthened to 0.2 s by
+    #: mirroring it (room tone instead of the padding's silence)
+    fill_pause: bool = False
     #: a carried final without new words is not decoded alone when Silero hears no speech
     #: in its utterance (as the server does)
     speech_check: bool = True
@@ -114,6 +120,10 @@ class Simulator:
     def decode(self, audio: np.ndarray, kind: DecodeKind, prefix: str, prompt: str) -> str:
         if kind is DecodeKind.PARTIAL:
             self.partials += 1
+        elif self.o.fill_pause:
+            pause = audio[-int(self.o.trailing_pad_s * SR) :]
+            mirrored = np.tile(np.concatenate([pause[::-1], pause]), 8)
+            audio = np.concatenate([audio, mirrored[: int(0.2 * SR) - pause.size]])
         hyp = self.engine.transcribe(
             [DecodeRequest(audio, kind, language="en", prefix=prefix, prompt=prompt)]
         )[0]
@@ -233,6 +243,10 @@ class Variant:
     final_window_s: float = 10.0  # finals' shortest encoder window
     partial_window_s: float = 10.0
     final_beam: int = 5
+    #: "zeros": the engine's log-mel padded with 0 up to the window (as faster-whisper
+    #: does); "silence": the audio padded with digital silence before the log-mel (as
+    #: openai-whisper does), so the padding reads as the quietest sound in the clip
+    mel_padding: str = "zeros"
 
 
 #: the variants a plain run compares, one choice changed at a time
@@ -274,13 +288,54 @@ CHEAPER: dict[str, Variant] = {
 }
 
 
+#: what a final decoded early in a pause hears, against ``carried`` (measured 2026-12-02,
+#: README, Accuracy): 60 ms of pause instead of the 200 ms pad costs words, and neither
+#: filling the pause nor padding with silence wins that back on both lines
+EARLY: dict[str, Variant] = {
+    "carried_pad60": Variant(Options(commit=False, carry_s=10.0, trailing_pad_s=0.06)),
+    "carried_pad60_filled": Variant(
+        Options(commit=False, carry_s=10.0, trailing_pad_s=0.06, fill_pause=True)
+    ),
+    "carried_silence_padded": Variant(Options(commit=False, carry_s=10.0), mel_padding="silence"),
+    "carried_pad60_silence_padded": Variant(
+        Options(commit=False, carry_s=10.0, trailing_pad_s=0.06), mel_padding="silence"
+    ),
+}
+
+
+def silence_padded(engine_class):  # type: ignore[no-untyped-def]
+    """``engine_class`` with its requests' audio padded with digital silence up to the
+    encoder window before the log-mel, instead of the log-mel padded with 0."""
+    from asr_server.engine.whisper import MAX_FRAMES
+
+    class SilencePadded(engine_class):  # type: ignore[misc,valid-type]
+        def _features(self, requests):  # type: ignore[no-untyped-def]
+            fe = self._model.feature_extractor
+            hop = fe.hop_length
+            shortest = max(self._min_frames[r.kind] for r in requests)
+            window = min(MAX_FRAMES, max(shortest, max(r.audio.size // hop for r in requests)))
+            frames = [min(r.audio.size // hop, MAX_FRAMES) for r in requests]
+            batch = np.stack(
+                [
+                    fe(r.audio, padding=max(hop, (window + 1) * hop - r.audio.size))[:, :window]
+                    for r in requests
+                ]
+            )
+            return np.ascontiguousarray(batch, dtype=np.float32), frames
+
+    return SilencePadded
+
+
 def run_variant(
     name: str, items: list[Item], a: argparse.Namespace, model, cache: dict[str, str]
 ) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from asr_server.engine.whisper import WhisperEngine
 
-    variant = VARIANTS.get(name) or CHEAPER[name]
-    engine = WhisperEngine(
+    variant = VARIANTS.get(name) or CHEAPER.get(name) or EARLY[name]
+    engine_class = (
+        WhisperEngine if variant.mel_padding == "zeros" else silence_padded(WhisperEngine)
+    )
+    engine = engine_class(
         model,
         workers=1,
         cpu_threads=2,
@@ -335,8 +390,8 @@ def main() -> None:
     p.add_argument(
         "--variant",
         action="append",
-        choices=sorted({*VARIANTS, *CHEAPER}),
-        help="only these (repeatable); CHEAPER's run only when named",
+        choices=sorted({*VARIANTS, *CHEAPER, *EARLY}),
+        help="only these (repeatable); CHEAPER's and EARLY's run only when named",
     )
     p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
     p.add_argument("--json", type=Path)
