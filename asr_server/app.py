@@ -247,13 +247,14 @@ def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]
 
 
 def _load_speech_check() -> SpeechCheck | None:
-    """Silero as a second opinion on short sounds in pauses (see the channel's set-aside
-    finals), loaded now so that no stream waits for it; without it those finals are
-    decoded again, as before."""
+    """Silero as a second opinion (see the channel): on short sounds in pauses (set-aside
+    finals), and on an utterance whose carried final has no new words (a noise, which
+    then gets no final). Loaded now so that no stream waits for it; without it those
+    finals are decoded again, as before."""
     try:
         load_silero()
     except Exception as exc:  # (onnxruntime comes with faster-whisper; a broken install)
-        logger.warning("Silero is unavailable, short sounds in pauses count as speech: %s", exc)
+        logger.warning("Silero is unavailable, every sound counts as speech: %s", exc)
         return None
     return silero_hears_speech
 

@@ -335,6 +335,7 @@ class ChannelRecognizer:
         # detector takes for speech just after the early final began would otherwise cost
         # a whole decode at the end of the turn: such a final is set aside, and used if a
         # second opinion (Silero, the VAD voice agents use) hears no speech after its end.
+        # It is asked too about an utterance whose carried final has no new words.
         self._speech_check = speech_check
         self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
         #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
