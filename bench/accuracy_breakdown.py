@@ -52,7 +52,11 @@ from asr_server.engine.base import (  # noqa: E402
     Hypothesis,  # noqa: E402
 )
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
-from asr_server.session.channel import CLOSING_PUNCTUATION, _Carry  # noqa: E402
+from asr_server.session.channel import (  # noqa: E402
+    CLOSING_PUNCTUATION,
+    TRAILING_PAD_S,
+    _Carry,
+)
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
     EndpointerConfig,
@@ -86,10 +90,9 @@ class Options:
     #: carry only into utterances up to this long (0 = any): a long one has its own context
     carry_into_s: float = 0.0
     context_chars: int = 0
-    #: the final's audio ends this long after the last voiced frame (the server's pad is
-    #: 0.2 s; a final decoded early in a pause has only what had arrived, 60-90 ms)
-    #: (trailing_pad_s above); with ``fill_pause``, that pause is lengthened to 0.2 s by
-    #: mirroring it (room tone instead of the padding's silence)
+    #: the final's pause (``trailing_pad_s``: the server's pad is 0.2 s; a final decoded
+    #: early in a pause has only what had arrived, 60-90 ms) lengthened to the server's
+    #: pad by mirroring it (room tone instead of the window's padding)
     fill_pause: bool = False
     #: a carried final without new words is not decoded alone when Silero hears no speech
     #: in its utterance (as the server does)
@@ -123,7 +126,7 @@ class Simulator:
         elif self.o.fill_pause:
             pause = audio[-int(self.o.trailing_pad_s * SR) :]
             mirrored = np.tile(np.concatenate([pause[::-1], pause]), 8)
-            audio = np.concatenate([audio, mirrored[: int(0.2 * SR) - pause.size]])
+            audio = np.concatenate([audio, mirrored[: int(TRAILING_PAD_S * SR) - pause.size]])
         hyp = self.engine.transcribe(
             [DecodeRequest(audio, kind, language="en", prefix=prefix, prompt=prompt)]
         )[0]

@@ -632,12 +632,14 @@ class ChannelRecognizer:
         self.metrics.carry_fallbacks.inc()
         return alone
 
-    async def _no_speech_in(self, audio: np.ndarray) -> bool:
-        """Silero hears no speech anywhere in ``audio`` (about 0.2 ms a 32 ms frame; it
-        stops at the first speech frame). False without Silero."""
+    async def _no_speech_in(self, audio: np.ndarray, lead_in: np.ndarray | None = None) -> bool:
+        """Silero hears no speech anywhere in ``audio``, having first heard ``lead_in``
+        (about 0.2 ms a 32 ms frame; it stops at the first speech frame). False without
+        Silero."""
         if self._speech_check is None:
             return False
-        return not await asyncio.to_thread(self._speech_check, audio, audio[:0])
+        lead_in = audio[:0] if lead_in is None else lead_in
+        return not await asyncio.to_thread(self._speech_check, audio, lead_in)
 
     def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
@@ -766,8 +768,9 @@ class ChannelRecognizer:
         speculated = utt.speculation.end if utt.speculation else None
         if kept is None and speculated is not None and end_sample <= speculated < final_end:
             # decoded early in the pause (SEMANTIC, or a client that finalizes), before the
-            # whole trailing pad was heard: it has all the speech, and the few ms of
-            # silence more add no words
+            # whole trailing pad was heard: it has all the speech. (The shorter pause
+            # costs a few words in a thousand, for a final about 140 ms sooner:
+            # bench/accuracy_breakdown.py, its EARLY variants.)
             final_end = speculated
         await self._finalize(final_end)
 
@@ -786,16 +789,16 @@ class ChannelRecognizer:
         audio = utt.audio.snapshot(final_end)
         cut = aside.end - utt.audio.start_sample
         lead_in = audio[max(0, cut - int(SECOND_OPINION_LEAD_IN_S * SAMPLE_RATE)) : cut]
-        speech = await asyncio.to_thread(self._speech_check, audio[cut:], lead_in)
+        no_speech = await self._no_speech_in(audio[cut:], lead_in)
         logger.debug(
             "early final to %.3f s (speech to %.3f s) set aside; the turn ended at %.3f s: "
             "Silero hears %s after it",
             aside.end / SAMPLE_RATE,
             aside.speech_end / SAMPLE_RATE,
             final_end / SAMPLE_RATE,
-            "speech" if speech else "no speech",
+            "no speech" if no_speech else "speech",
         )
-        return not speech
+        return no_speech
 
     async def _split(self) -> None:
         """The utterance reached the limit: finalize up to a safe cut, carry the rest over."""
