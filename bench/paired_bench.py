@@ -41,7 +41,8 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
         for env in configs:
             code = Path(env["CODE"]) if "CODE" in env else sb.ROOT
             settings = {k: v for k, v in env.items() if k != "CODE"}
-            servers.append(await sb.start_server(a.model, [], settings, code))
+            log = a.server_logs / f"server{len(servers)}.log" if a.server_logs else None
+            servers.append(await sb.start_server(a.model, [], settings, code, log))
         outcomes: list[list[sb.Outcome]] = [[] for _ in configs]
         for k, item in enumerate(items):
             order = [(k + j) % len(configs) for j in range(len(configs))]
@@ -106,9 +107,17 @@ def main() -> None:
     p.add_argument("--json", type=Path)
     p.add_argument("--details", action="store_true", help="per recording: TTFS and texts")
     p.add_argument(
+        "--server-logs",
+        type=Path,
+        help="a folder for each server's log (server0.log, ...; with ASR_LOG_LEVEL=DEBUG "
+        "in a configuration, each final decode and its cost)",
+    )
+    p.add_argument(
         "--hiss", type=float, default=0.0, help="hisses per second added (streaming_bench)"
     )
     a = p.parse_args()
+    if a.server_logs:
+        a.server_logs.mkdir(parents=True, exist_ok=True)
     sb.HISS_PER_S = a.hiss
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))

@@ -344,11 +344,16 @@ def free_port() -> int:
 
 
 async def start_server(
-    model: str, extra: list[str], env: dict[str, str] | None = None, code: Path = ROOT
+    model: str,
+    extra: list[str],
+    env: dict[str, str] | None = None,
+    code: Path = ROOT,
+    log_path: Path | None = None,
 ) -> tuple[asyncio.subprocess.Process, int, int]:
     """The server, its gRPC port and its metrics port; ``env``: settings (``ASR_*``) on
     top of this process's environment; ``code``: a checkout to run it from (another
-    commit's ``git worktree``, to compare code in the same machine state)."""
+    commit's ``git worktree``, to compare code in the same machine state); ``log_path``:
+    where its log goes (``ASR_LOG_LEVEL=DEBUG`` in ``env`` logs every final decode)."""
     port, metrics_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -375,8 +380,14 @@ async def start_server(
 
     async def drain() -> None:
         assert proc.stderr is not None
-        while await proc.stderr.readline():
-            pass
+        log = log_path.open("ab") if log_path else None
+        try:
+            while line := await proc.stderr.readline():
+                if log:
+                    log.write(line)
+        finally:
+            if log:
+                log.close()
 
     proc._drain = asyncio.create_task(drain())  # type: ignore[attr-defined]
     return proc, port, metrics_port
