@@ -51,6 +51,7 @@ from asr_server.engine.base import (  # noqa: E402
     DecodeRequest,
     Hypothesis,  # noqa: E402
 )
+from asr_server.engine.text import spoken_words  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.channel import (  # noqa: E402
     CLOSING_PUNCTUATION,
@@ -176,7 +177,7 @@ class Simulator:
                 text = kept.lstrip(CLOSING_PUNCTUATION + " ").strip()
                 carry = _Carry(carried, 0, last[2] if last else "", "en")
                 hyp = Hypothesis(text, "en", rejected=not text)
-                partial_words = utt.agreement.committed + utt.agreement.tail
+                partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 # as the server does (ChannelRecognizer._decode)
                 wrong = carry.went_wrong(hyp, len(partial_words))
                 if (

@@ -39,6 +39,19 @@ def normalize_word(word: str) -> str:
     return _NON_WORD.sub("", word.lower())
 
 
+#: what joins words that are said apart: "fat-mutton" is "fat mutton" in another decode
+_JOINERS = re.compile(r"[-\u2010-\u2015/]+")
+
+
+def spoken_words(text: str) -> list[str]:
+    """The words of ``text`` for comparing two readings of the same audio: normalized
+    (``normalize_word``), and apart where a hyphen, dash or slash joins them: Whisper
+    writes the same speech as "fat-mutton" in one decode and "fat mutton" in another.
+    (Numerals stay as written: "90210" and "9 0 2 1 0" differ, and a reader can tell.)"""
+    words = (normalize_word(w) for w in _JOINERS.sub(" ", text).split())
+    return [w for w in words if w]
+
+
 def trim_trailing_repeats(words: list[str], protected: int = 0) -> list[str]:
     """Drop trailing back-to-back copies of a phrase, never touching the first ``protected``."""
     words = list(words)

@@ -28,7 +28,7 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import normalize_word
+from asr_server.engine.text import spoken_words
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
@@ -85,13 +85,43 @@ MIN_COMMIT_AUDIO_S = 1.5
 TURN_CONTEXT_PAUSE_S = 1.0
 
 CLOSING_PUNCTUATION = ".,;:!?…"
-#: a carried final with fewer words than this share of the latest partial's lost some
-#: (with more than 1.25 times as many and 2, it read something twice): it is decoded
-#: again without the carry
+#: a carried final with fewer words than this share of the latest partial's (rounded)
+#: lost some (with more than 1.25 times as many and 2, for the same length of audio, it
+#: read something twice): it is decoded again without the carry
 CARRY_MIN_KEPT = 0.6
+#: words this long that begin alike are one word read two ways ("consider" and
+#: "considered"), where shorter ones are often different words ("in", "into")
+SAME_STEM_LETTERS = 4
 #: a carried final with this many words the latest partial does not have is decoded
 #: alone too (see _Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
+
+
+def read_alike(heard: list[str], words: list[str]) -> list[int]:
+    """Indices of ``words`` that read what ``heard`` does another way, in order: the same
+    letters split otherwise ("may be" / "maybe"), or a word that begins with another of
+    at least SAME_STEM_LETTERS letters ("considered" / "consider")."""
+    if "".join(heard) == "".join(words):
+        return list(range(len(words)))
+    alike: list[int] = []
+    i = j = 0
+    while i < len(heard) and j < len(words):
+        if j + 1 < len(words) and words[j] + words[j + 1] == heard[i]:
+            alike += [j, j + 1]  # two words heard as one
+            i, j = i + 1, j + 2
+            continue
+        if i + 1 < len(heard) and heard[i] + heard[i + 1] == words[j]:
+            alike.append(j)  # one word heard as two
+            i, j = i + 2, j + 1
+            continue
+        for k in range(i, len(heard)):
+            short, long = sorted((heard[k], words[j]), key=len)
+            if len(short) >= SAME_STEM_LETTERS and long.startswith(short):
+                alike.append(j)
+                i = k + 1
+                break
+        j += 1
+    return alike
 
 
 @dataclass(frozen=True)
@@ -116,30 +146,41 @@ class _Carry:
         leave." it dropped "my native country" that continued it)."""
         return self.text.rstrip(CLOSING_PUNCTUATION)
 
-    def went_wrong(self, carried: Hypothesis, heard: int) -> bool:
+    def went_wrong(self, carried: Hypothesis, heard: int, heard_share: float = 1.0) -> bool:
         """Whisper now and then ends right after a forced prefix, skips what follows it,
         or reads the carried passage again before the new one. ``carried``: the stripped
-        hypothesis; ``heard``: the words of the utterance's latest partial (0: none)."""
+        hypothesis; ``heard``: the number of ``spoken_words`` of the utterance's latest
+        partial (0: none), which heard ``heard_share`` of its audio (a partial of the
+        first half has about half the words)."""
         if carried.rejected:
             return True
-        words = [normalize_word(w) for w in carried.text.split()]
-        if heard and not heard * CARRY_MIN_KEPT <= len(words) <= heard * 1.25 + 2:
+        words = spoken_words(carried.text)
+        most = heard / max(heard_share, 0.1) * 1.25 + 2
+        if heard and not round(heard * CARRY_MIN_KEPT) <= len(words) <= most:
             return True
         # it begins with three words of the carried passage: reading it again
-        before = [normalize_word(w) for w in self.text.split()]
+        before = spoken_words(self.text)
         return len(words) >= 3 and any(
             before[i : i + 3] == words[:3] for i in range(len(before) - 2)
         )
 
     @staticmethod
     def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:
-        """(words of ``hyp`` the partial words ``heard`` also have, in order; words of
-        ``hyp`` up to its last such word that they do not have)."""
-        words = [normalize_word(w) for w in hyp.text.split()]
-        matcher = SequenceMatcher(None, [normalize_word(w) for w in heard], words, autojunk=False)
-        blocks = [b for b in matcher.get_matching_blocks() if b.size]
-        matched = sum(b.size for b in blocks)
-        span = blocks[-1].b + blocks[-1].size if blocks else len(words)
+        """(words of ``hyp`` the partial's ``spoken_words`` ``heard`` also have, in order;
+        words of ``hyp`` up to its last such word that they do not have). A word read
+        two ways is had: as one word or two ("maybe", "may be"), or with another ending
+        ("consider", "considered"; see ``read_alike``)."""
+        words = spoken_words(hyp.text)
+        had = [False] * len(words)
+        matcher = SequenceMatcher(None, heard, words, autojunk=False)
+        for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+            if tag == "equal":
+                had[b1:b2] = [True] * (b2 - b1)
+            elif tag == "replace":
+                for j in read_alike(heard[a1:a2], words[b1:b2]):
+                    had[b1 + j] = True
+        matched = sum(had)
+        span = max((j + 1 for j, h in enumerate(had) if h), default=len(words))
         return matched, span - matched
 
     def doubtful(self, carried: Hypothesis, heard: list[str]) -> bool:
@@ -599,7 +640,12 @@ class ChannelRecognizer:
         """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
         if it was set aside before it was done (it would need another engine call, which
         the finalize makes itself if it comes to that)."""
-        hyp = await self.scheduler.decode(request, on_start=early.mark_started if early else None)
+        hyp = await self._timed_decode(
+            request,
+            "early final" if early else "final",
+            carry,
+            on_start=early.mark_started if early else None,
+        )
         if hyp is None or carry is None:
             return hyp
         carried = carry.strip(hyp)
@@ -611,26 +657,61 @@ class ChannelRecognizer:
             # applause after a speech.)
             self.metrics.finals_without_speech.inc()
             return carried
-        heard = utt.last_partial_text.split()
-        wrong = carry.went_wrong(carried, heard=len(heard))
+        heard = spoken_words(utt.last_partial_text)
+        own_audio = request.audio.size - carry.audio.size
+        wrong = carry.went_wrong(carried, len(heard), min(1.0, utt.partial_samples / own_audio))
         if not wrong and not carry.doubtful(carried, heard):
             return carried
         if early is not None and early.set_aside:
             return None
         # then this utterance is decoded again, alone
-        alone = await self.scheduler.decode(
+        alone = await self._timed_decode(
             dataclasses.replace(
                 request,
                 audio=request.audio[carry.audio.size :],
                 prefix=request.prefix[len(carry.forced) :].strip(),
-            )
+            ),
+            "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
+            None,
         )
-        if not wrong and not carry.alone_is_right(alone, heard):
+        keep_carried = not wrong and not carry.alone_is_right(alone, heard)
+        logger.debug(
+            "carried final %r, latest partial %r (of %.2f s of %.2f s), alone %r: kept %s",
+            carried.text,
+            utt.last_partial_text,
+            utt.partial_samples / SAMPLE_RATE,
+            (request.audio.size - carry.audio.size) / SAMPLE_RATE,
+            alone.text if alone else None,
+            "carried" if keep_carried else "alone",
+        )
+        if keep_carried:
             # doubtful, but alone it reads differently from the partials too: the carried
             # context may be what mends it (a name the partials misheard)
             return carried
         self.metrics.carry_fallbacks.inc()
         return alone
+
+    async def _timed_decode(
+        self,
+        request: DecodeRequest,
+        what: str,
+        carry: _Carry | None,
+        on_start: Callable[[], None] | None = None,
+    ) -> Hypothesis | None:
+        """``scheduler.decode``, logged at DEBUG with what it cost (queue wait included):
+        where a slow final's time went."""
+        started = now()
+        hyp = await self.scheduler.decode(request, on_start=on_start)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s decode: %.2f s of audio (%.2f s and %d words carried), %.0f ms",
+                what,
+                request.audio.size / SAMPLE_RATE,
+                carry.duration_s if carry else 0.0,
+                len(carry.text.split()) if carry else 0,
+                (now() - started) * 1000,
+            )
+        return hyp
 
     async def _no_speech_in(self, audio: np.ndarray, lead_in: np.ndarray | None = None) -> bool:
         """Silero hears no speech anywhere in ``audio``, having first heard ``lead_in``
@@ -919,7 +1000,16 @@ class ChannelRecognizer:
         else:  # (a longer one would need word timing to carry only its end)
             self._carry = None
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
-        self.metrics.final_latency.observe(max(0.0, now() - self._arrival(speech_end)))
+        latency = max(0.0, now() - self._arrival(speech_end))
+        self.metrics.final_latency.observe(latency)
+        logger.debug(
+            "final of utterance %d (%.2f-%.2f s), %.0f ms after its speech ended: %s",
+            utt.utterance_id,
+            offset,
+            utt.audio.end_sample / SAMPLE_RATE,
+            latency * 1000,
+            hyp.text,
+        )
 
     # -- partials -------------------------------------------------------------------------
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from asr_server.engine.base import WordTiming
 from asr_server.engine.text import (
     compression_ratio,
     merge_punctuation,
+    spoken_words,
     trim_restarted_passage,
     trim_trailing_repeats,
 )
@@ -121,3 +124,17 @@ def test_hypotheses_marked_uncommittable_only_set_the_comparison() -> None:
     assert la.committed == []
     la.update(["ask", "not", "what", "your"])
     assert la.committed == ["ask", "not", "what"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Go forward, 10 meters.", ["go", "forward", "10", "meters"]),
+        ("9-0-2-1-0", ["9", "0", "2", "1", "0"]),
+        ("It's one o'clock — twenty past", ["it's", "one", "o'clock", "twenty", "past"]),
+        ("fat-mutton pieces, and/or", ["fat", "mutton", "pieces", "and", "or"]),
+        ("", []),
+    ],
+)
+def test_spoken_words_splits_what_hyphens_join(text: str, words: list[str]) -> None:
+    assert spoken_words(text) == words

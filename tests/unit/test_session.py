@@ -15,6 +15,7 @@ from asr_server.audio.decode import AudioFormat, Encoding
 from asr_server.engine.base import DecodeKind, DecodeRequest, EngineCapabilities, Hypothesis
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
+from asr_server.engine.text import spoken_words
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.session import (
@@ -482,14 +483,61 @@ def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() 
     from asr_server.session.channel import _Carry
 
     carry = _Carry(np.zeros(SR, np.float32), SR, "and it's like", "en")
-    heard = "Ladies and gentlemen, please fasten your seat belts.".split()
+    heard = spoken_words("Ladies and gentlemen, please fasten your seat belts.")
     other = Hypothesis("they didn't get to me. Please fasten your seat belts. They didn't", "en")
     assert carry.agreement(other, heard) == (5, 5)  # the words after "belts" are not held
     assert carry.doubtful(other, heard)
     # a word or two mended at the cut is what carrying is for
-    assert not carry.doubtful(Hypothesis("ask not what your country", "en"), "S not".split())
+    assert not carry.doubtful(Hypothesis("ask not what your country", "en"), ["s", "not"])
     assert not carry.doubtful(Hypothesis("ladies and gentlemen, please", "en"), heard)
     assert not carry.doubtful(other, [])  # no partial to compare with
+
+
+def test_words_hyphenated_in_one_decode_are_not_other_words() -> None:
+    """LibriSpeech: the partial wrote "fat-mutton", the carried final "fat mutton"; with a
+    misheard first word that made three words "the partials do not have" and a second
+    decode alone, 263 ms, for the same text."""
+    from asr_server.session.channel import _Carry
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "He hoped there would be stew for dinner.", "en")
+    heard = spoken_words("Ternips and carrots and bruised potatoes and fat-mutton pieces")
+    carried = Hypothesis("turnips and carrots and bruised potatoes and fat mutton pieces", "en")
+    assert carry.agreement(carried, heard) == (9, 1)
+    assert not carry.doubtful(carried, heard)
+
+
+def test_a_word_read_another_way_is_not_held_against_a_carried_final() -> None:
+    """From the voice-agent runs, where each of these cost a second decode alone (about
+    150 ms after the first) that read the same words: LJ Speech's "may be considered" in
+    a partial's "maybe consider", a name written as one word or two."""
+    from asr_server.session.channel import _Carry, read_alike
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "printing then for our purpose.", "en")
+    heard = spoken_words("maybe consider as the art of making...")
+    carried = Hypothesis("may be considered as the art of making books.", "en")
+    assert carry.agreement(carried, heard) == (8, 0)
+    assert not carry.doubtful(carried, heard)
+    assert read_alike(["swain", "high"], ["swainheim"]) == [0]
+    assert read_alike(["maybe", "consider"], ["may", "be", "considered"]) == [0, 1, 2]
+    # short words that begin alike are other words
+    assert read_alike(["in", "the"], ["into", "them"]) == []
+    # and other words are still other words
+    other = Hypothesis("they didn't get to me. Please fasten your seat belts.", "en")
+    heard = spoken_words("Ladies and gentlemen, please fasten your seat belts.")
+    assert carry.doubtful(other, heard)
+
+
+def test_the_word_count_check_allows_for_what_the_partial_did_not_hear() -> None:
+    """A carried final is not "reading something twice" for having more words than a
+    partial of part of its audio, nor "short of words" for one word fewer than two."""
+    from asr_server.session.channel import _Carry
+
+    carry = _Carry(np.zeros(SR, np.float32), SR, "exquisite itals are as", "en")
+    carried = Hypothesis("national as a jingo poem.", "en")  # the partial: "National Elegingo"
+    assert carry.went_wrong(carried, heard=2)  # as if the partial had heard it all
+    assert not carry.went_wrong(carried, heard=2, heard_share=1.74 / 2.19)
+    assert not carry.went_wrong(Hypothesis("Swainheim,", "en"), heard=2)  # "Swain high"
+    assert carry.went_wrong(Hypothesis("you", "en"), heard=4)  # lost words
 
 
 class HearsOtherWordsWhenCarried(FakeEngine):
