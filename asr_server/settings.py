@@ -224,6 +224,8 @@ class Settings(BaseSettings):
         64 << 20, description="Largest gRPC message (a whole file for Recognize)."
     )
     drain_timeout_s: float = Field(30.0, ge=0)
+    #: DEBUG logs each final decode and carry decision with the text: transcripts go to
+    #: the log, which a deployment may guard less than the transcripts themselves
     log_level: str = "INFO"
 
     # -- exposure: TLS, authentication, limits (docs/security.md) --------------------------

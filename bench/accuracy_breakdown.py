@@ -106,6 +106,7 @@ class Utt:
     audio: list[np.ndarray] = field(default_factory=list)
     n: int = 0
     since_partial: int = 0
+    partial_n: int = 0  # samples the latest partial heard
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
 
     def snapshot(self, end: int | None = None) -> np.ndarray:
@@ -179,7 +180,8 @@ class Simulator:
                 hyp = Hypothesis(text, "en", rejected=not text)
                 partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 # as the server does (ChannelRecognizer._decode)
-                wrong = carry.went_wrong(hyp, len(partial_words))
+                heard_share = min(1.0, utt.partial_n / max(a.size, 1))
+                wrong = carry.went_wrong(hyp, len(partial_words), heard_share)
                 if (
                     hyp.rejected
                     and o.speech_check
@@ -203,6 +205,7 @@ class Simulator:
             a = utt.snapshot()
             _, _, prompt = context()  # (the server carries into finals only)
             text = self.decode(a, DecodeKind.PARTIAL, utt.agreement.committed_text, prompt)
+            utt.partial_n = a.size
             commit = o.commit and a.size >= o.min_commit_s * SR
             utt.agreement.update(text.split(), None, commit=commit)
 

@@ -658,7 +658,7 @@ class ChannelRecognizer:
             self.metrics.finals_without_speech.inc()
             return carried
         heard = spoken_words(utt.last_partial_text)
-        own_audio = request.audio.size - carry.audio.size
+        own_audio = max(1, request.audio.size - carry.audio.size)
         wrong = carry.went_wrong(carried, len(heard), min(1.0, utt.partial_samples / own_audio))
         if not wrong and not carry.doubtful(carried, heard):
             return carried
@@ -680,7 +680,7 @@ class ChannelRecognizer:
             carried.text,
             utt.last_partial_text,
             utt.partial_samples / SAMPLE_RATE,
-            (request.audio.size - carry.audio.size) / SAMPLE_RATE,
+            own_audio / SAMPLE_RATE,
             alone.text if alone else None,
             "carried" if keep_carried else "alone",
         )
