@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -139,8 +140,11 @@ class WhisperEngine:
             return []
         if len(requests) > self.max_batch_size:
             raise ValueError(f"batch of {len(requests)} exceeds {self.max_batch_size}")
+        started = time.perf_counter()
         features, frames = self._features(requests)
+        featured = time.perf_counter()
         encoded = self._ct2.encode(self._storage.from_array(features), to_cpu=False)
+        encoded_at = time.perf_counter()
         languages, scores = self._languages(requests, encoded)
         tokenizers = [self._tokenizer(lang) for lang in languages]
         prompts, prefixes = zip(
@@ -148,6 +152,7 @@ class WhisperEngine:
             strict=True,
         )
         results = self._generate(requests, encoded, list(prompts), frames, repetition_retry=False)
+        generated = time.perf_counter()
         tokens = [list(r.sequences_ids[0]) for r in results]
         hyps: list[Hypothesis | None] = [None] * len(requests)
         retry = []
@@ -176,6 +181,21 @@ class WhisperEngine:
             hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames)
+        if logger.isEnabledFor(logging.DEBUG):
+            # where an engine call's time goes (a final is 2-3x slower in a busy server
+            # than in an idle one): mel features, encoder, generation, then the rest
+            logger.debug(
+                "%d %s: %.1f s window; features %.0f ms, encoder %.0f ms, generate %.0f "
+                "ms (%d tokens), retries and words %.0f ms",
+                len(requests),
+                "+".join(sorted({r.kind.name.lower() for r in requests})),
+                features.shape[-1] / FRAMES_PER_SECOND,
+                (featured - started) * 1000,
+                (encoded_at - featured) * 1000,
+                (generated - encoded_at) * 1000,
+                max(len(t) for t in tokens),
+                (time.perf_counter() - generated) * 1000,
+            )
         return [h for h in hyps if h is not None]
 
     # -- steps ----------------------------------------------------------------------------
