@@ -248,7 +248,7 @@ def by_source(rows: list[tuple[str, str, str]]) -> dict[str, float]:
 class Variant:
     options: Options
     final_window_s: float = 10.0  # finals' shortest encoder window
-    partial_window_s: float = 10.0
+    partial_window_s: float = 5.0  # the server's default (EngineSettings.min_window_s)
     final_beam: int = 5
     #: "zeros": the engine's log-mel padded with 0 up to the window (as faster-whisper
     #: does); "silence": the audio padded with digital silence before the log-mel (as

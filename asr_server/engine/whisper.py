@@ -48,6 +48,10 @@ logger = logging.getLogger(__name__)
 FRAMES_PER_SECOND = 100  # Whisper's mel hop is 10 ms
 MAX_FRAMES = 3000  # the encoder's 30 s limit
 MAX_TEXT_TOKENS = 448
+#: finals' shortest window on a CPU: 6 and 8 s lose words, 30 s triples the decode
+#: (bench/accuracy_breakdown.py, its CHEAPER variants). Partials, whose text is
+#: replaced by the final's, have 5 s (settings.EngineSettings.min_window_s).
+CPU_FINAL_MIN_WINDOW_S = 10.0
 NO_SPEECH_THRESHOLD = 0.6
 LOGPROB_THRESHOLD = -1.0
 COMPRESSION_RATIO_THRESHOLD = 2.4
@@ -70,7 +74,7 @@ class WhisperEngine:
         cpu_threads: int = 0,
         workers: int = 1,
         max_batch_size: int = 0,
-        min_window_s: float = 10.0,
+        min_window_s: float = 5.0,
         final_min_window_s: float | None = None,
         final_beam_size: int = 1,
     ) -> None:
@@ -120,7 +124,7 @@ class WhisperEngine:
         # of one at a time); a batch only forms when requests are queued, i.e. under load.
         self.max_batch_size = max_batch_size or (8 if device == "cuda" else 4)
         if final_min_window_s is None:  # (measured on 2 cores: 30 s is 270 ms, not 72 ms)
-            final_min_window_s = 30.0 if device == "cuda" else min_window_s
+            final_min_window_s = 30.0 if device == "cuda" else CPU_FINAL_MIN_WINDOW_S
         self._min_frames = {
             DecodeKind.PARTIAL: int(min_window_s * FRAMES_PER_SECOND),
             DecodeKind.FINAL: int(final_min_window_s * FRAMES_PER_SECOND),
