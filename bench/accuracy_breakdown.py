@@ -52,12 +52,14 @@ from asr_server.engine.base import (  # noqa: E402
     Hypothesis,  # noqa: E402
 )
 from asr_server.engine.text import spoken_words  # noqa: E402
+from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.channel import (  # noqa: E402
     CLOSING_PUNCTUATION,
     TRAILING_PAD_S,
     _Carry,
 )
+from asr_server.settings import EngineSettings  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
     EndpointerConfig,
@@ -247,8 +249,9 @@ def by_source(rows: list[tuple[str, str, str]]) -> dict[str, float]:
 @dataclass(frozen=True)
 class Variant:
     options: Options
-    final_window_s: float = 10.0  # finals' shortest encoder window
-    partial_window_s: float = 5.0  # the server's default (EngineSettings.min_window_s)
+    #: finals' and partials' shortest encoder windows: the server's defaults on a CPU
+    final_window_s: float = CPU_FINAL_MIN_WINDOW_S
+    partial_window_s: float = EngineSettings.model_fields["min_window_s"].default
     final_beam: int = 5
     #: "zeros": the engine's log-mel padded with 0 up to the window (as faster-whisper
     #: does); "silence": the audio padded with digital silence before the log-mel (as
