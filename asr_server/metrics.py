@@ -76,6 +76,12 @@ class Metrics:
             "words, or read the utterance unlike its partials, which the decode alone matched.",
             registry=r,
         )
+        self.carry_skipped_under_load = Counter(
+            "asr_carry_skipped_under_load_total",
+            "Final decodes made without the previous final's audio and text because other "
+            "finals were queued: under load, carried context backs off.",
+            registry=r,
+        )
         self.speech_events = Counter(
             "asr_speech_events_total",
             "Speech events sent: started, ended, resumed (after an eager result).",

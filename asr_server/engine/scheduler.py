@@ -99,6 +99,12 @@ class EngineScheduler:
         return len(self._finals) + len(self._urgent) + len(self._partials)
 
     @property
+    def finals_waiting(self) -> bool:
+        """Whether a final is queued that no worker has taken yet: the engine is behind
+        on finals, the requests callers wait for."""
+        return any(not job.future.done() for job in self._finals)
+
+    @property
     def idle(self) -> bool:
         return self.running == 0 and not any(
             not j.future.done()

@@ -615,7 +615,14 @@ class ChannelRecognizer:
             or carry.audio.size + audio.size > self._max_request
         ):
             carry = None
-        else:
+        elif self.scheduler.finals_waiting:
+            # the engine is behind on finals: carried, this one would cost about twice as
+            # much (twice the audio, the text forced a token at a time, now and then a
+            # second decode) and every final queued behind it would wait for that.
+            # Context backs off under load as partials do (docs/call-center.md).
+            self.metrics.carry_skipped_under_load.inc()
+            carry = None
+        if carry is not None:
             audio = np.concatenate([carry.audio, audio])
             prefix = f"{carry.forced} {prefix}".strip()
         request = DecodeRequest(

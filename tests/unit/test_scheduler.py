@@ -145,6 +145,38 @@ async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) ->
         await sched.close()
 
 
+async def test_finals_waiting_counts_only_finals_no_worker_has_taken(
+    gate: threading.Event,
+) -> None:
+    """What the channel asks before it carries the previous final into the next: only a
+    queued final means the engine is behind on finals (one running does not, nor a
+    partial, nor a final whose caller went away)."""
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        assert not sched.finals_waiting
+        running = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="running")))
+        await started(engine, 1)
+        assert not sched.finals_waiting
+        partial = asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL), coalesce_key="s1"))
+        await asyncio.sleep(0)
+        assert not sched.finals_waiting
+        queued = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="queued")))
+        await asyncio.sleep(0)
+        assert sched.finals_waiting
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        assert not sched.finals_waiting
+        gate.set()
+        await asyncio.gather(running, partial)
+        assert not sched.finals_waiting
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_a_caller_hears_when_the_engine_begins_its_job(gate: threading.Event) -> None:
     engine = FakeEngine(gate=gate)
     sched = EngineScheduler(engine, Metrics())

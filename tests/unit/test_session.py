@@ -338,6 +338,28 @@ async def test_a_carried_final_that_lost_its_words_is_decoded_alone() -> None:
     assert h.metrics.carry_fallbacks._value.get() == 1
 
 
+async def test_no_final_is_carried_while_the_engine_is_behind_on_finals(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under load (finals queued, as when many calls end utterances at once) each final
+    is decoded alone: carried, it would cost about twice as much and every queued final
+    would wait for it. Context backs off as partials do."""
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    monkeypatch.setattr(EngineScheduler, "finals_waiting", property(lambda self: True))
+    h = Harness(carrying_engine(), carry_max_s=10.0, carry_gap_s=2.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False)
+    finals_asked = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
+    assert len(finals_asked) == 2
+    assert all(r.prefix == "" for r in finals_asked)
+    assert finals_asked[1].audio.size < 2.6 * SR  # its own audio only
+    # the fake hears eight words in two seconds of tone, numbered from the start
+    assert [r.text for r in results(events, final=True)] == [
+        "w0 w1 w2 w3",
+        " ".join(f"w{i}" for i in range(8)),
+    ]
+    assert h.metrics.carry_skipped_under_load._value.get() == 1  # the second utterance's final
+
+
 async def test_an_engine_that_cannot_carry_context_decodes_each_utterance_alone() -> None:
     audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
     h = Harness(carry_max_s=10.0)  # the default fake declares context_carry=False
