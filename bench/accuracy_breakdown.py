@@ -54,11 +54,8 @@ from asr_server.engine.base import (  # noqa: E402
 from asr_server.engine.text import spoken_words  # noqa: E402
 from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
-from asr_server.session.channel import (  # noqa: E402
-    CLOSING_PUNCTUATION,
-    TRAILING_PAD_S,
-    _Carry,
-)
+from asr_server.session.carry import CLOSING_PUNCTUATION, Carry  # noqa: E402
+from asr_server.session.channel import TRAILING_PAD_S  # noqa: E402
 from asr_server.settings import EngineSettings  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
@@ -171,14 +168,14 @@ class Simulator:
             assert utt is not None
             a = utt.snapshot(end)
             carried, carried_text, prompt = context()
-            # as the server does (session/channel.py _Carry): without closing punctuation
+            # as the server does (session/carry.py Carry): without closing punctuation
             carried_text = carried_text.rstrip(CLOSING_PUNCTUATION)
             prefix = " ".join(p for p in (carried_text, utt.agreement.committed_text) if p)
             text = self.decode(np.concatenate([carried, a]), DecodeKind.FINAL, prefix, prompt)
             if carried_text:
                 kept = text[len(carried_text) :] if text.startswith(carried_text) else ""
                 text = kept.lstrip(CLOSING_PUNCTUATION + " ").strip()
-                carry = _Carry(carried, 0, last[2] if last else "", "en")
+                carry = Carry(carried, 0, last[2] if last else "", "en")
                 hyp = Hypothesis(text, "en", rejected=not text)
                 partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 # as the server does (ChannelRecognizer._decode)

@@ -1,12 +1,17 @@
-"""Recognition of one audio channel: VAD → utterance audio → engine → agreement → events.
+"""Recognition of one audio channel: VAD → utterance audio → engine → events.
 
 The processor pulls 16 kHz audio from the channel's bounded inbox and runs the
 endpointer. While someone speaks it asks the scheduler for a partial every
 ``partial_interval`` of new speech (without waiting for it: a newer request
-replaces a queued one) and commits the words two consecutive partials agree on.
-When the endpointer hears the end of speech — or the client asks to finalize,
-or the audio ends — the processor *waits* for the final: if the engine is
-behind, the inbox fills and the reader stops reading, which is the backpressure.
+replaces a queued one); with ``commit_partials`` it commits the words two
+consecutive partials agree on. In a pause the final is decoded early, ahead of the
+endpoint (and, in SEMANTIC streams, the turn model is asked whether the turn is
+over). When the endpointer hears the end of speech — or the turn model, or the
+client, ends it, or the audio ends — the processor *waits* for the final: if the
+engine is behind, the inbox fills and the reader stops reading, which is the
+backpressure. Each final is decoded after the previous one when that helps
+(session/carry.py); what is known about the utterance being heard lives in
+session/utterance_state.py.
 
 An utterance longer than ``max_utterance`` is split where no word is cut: after
 the last committed word when their timing is known, else at the quietest point
@@ -21,8 +26,6 @@ import dataclasses
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
-from difflib import SequenceMatcher
 
 import numpy as np
 
@@ -31,6 +34,7 @@ from asr_server.engine.scheduler import EngineScheduler
 from asr_server.engine.text import spoken_words
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
+from asr_server.session.carry import Carry
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
 from asr_server.session.language import LanguageTracker
 from asr_server.session.types import (
@@ -43,6 +47,7 @@ from asr_server.session.types import (
     StreamConfig,
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
+from asr_server.session.utterance_state import EarlyFinal, TurnComplete, UtteranceState
 from asr_server.vad.base import SpeechCheck
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
 from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
@@ -59,7 +64,7 @@ TIMING_LEAD_S = 4.0
 #: decode time from latency.
 SPECULATE_AFTER_S = 0.2
 #: an early final whose pause a short sound broke is kept this long past its end, in
-#: case that sound was no speech (see _Utterance.set_aside); a longer one is speech
+#: case that sound was no speech (see UtteranceState.set_aside); a longer one is speech
 SET_ASIDE_MAX_S = 1.0
 #: audio before a set-aside final's end that the second opinion hears first, unjudged:
 #: Silero judges a frame by what it heard before, and with only a quarter second of the
@@ -83,245 +88,6 @@ MIN_COMMIT_AUDIO_S = 1.5
 #: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
 #: a whole turn. At most this much of the pause between them is put back, as silence.
 TURN_CONTEXT_PAUSE_S = 1.0
-
-CLOSING_PUNCTUATION = ".,;:!?…"
-#: a carried final with fewer words than this share of the latest partial's (rounded)
-#: lost some (with more than 1.25 times as many and 2, for the same length of audio, it
-#: read something twice): it is decoded again without the carry
-CARRY_MIN_KEPT = 0.6
-#: words this long that begin alike are one word read two ways ("consider" and
-#: "considered"), where shorter ones are often different words ("in", "into")
-SAME_STEM_LETTERS = 4
-#: a carried final with this many words the latest partial does not have is decoded
-#: alone too (see _Carry.doubtful for which one is kept)
-CARRY_DOUBT_WORDS = 3
-
-
-def read_alike(heard: list[str], words: list[str]) -> list[int]:
-    """Indices of ``words`` that read what ``heard`` does another way, in order: the same
-    letters split otherwise ("may be" / "maybe"), or a word that begins with another of
-    at least SAME_STEM_LETTERS letters ("considered" / "consider")."""
-    if "".join(heard) == "".join(words):
-        return list(range(len(words)))
-    alike: list[int] = []
-    i = j = 0
-    while i < len(heard) and j < len(words):
-        if j + 1 < len(words) and words[j] + words[j + 1] == heard[i]:
-            alike += [j, j + 1]  # two words heard as one
-            i, j = i + 1, j + 2
-            continue
-        if i + 1 < len(heard) and heard[i] + heard[i + 1] == words[j]:
-            alike.append(j)  # one word heard as two
-            i, j = i + 2, j + 1
-            continue
-        for k in range(i, len(heard)):
-            short, long = sorted((heard[k], words[j]), key=len)
-            if len(short) >= SAME_STEM_LETTERS and long.startswith(short):
-                alike.append(j)
-                i = k + 1
-                break
-        j += 1
-    return alike
-
-
-@dataclass(frozen=True)
-class _Carry:
-    """The previous final's audio and text. The next final is decoded after them (the
-    text forced as a prefix): a phrase cut at a pause is heard with what came before it,
-    as offline decoding hears it, instead of alone ("ask not" after JFK's pause)."""
-
-    audio: np.ndarray
-    end_sample: int
-    text: str
-    language: str
-
-    @property
-    def duration_s(self) -> float:
-        return self.audio.size / SAMPLE_RATE
-
-    @property
-    def forced(self) -> str:
-        """The text forced ahead of the next utterance: without its closing punctuation,
-        which would tell the model a sentence ended where it may go on (after "…led me to
-        leave." it dropped "my native country" that continued it)."""
-        return self.text.rstrip(CLOSING_PUNCTUATION)
-
-    def went_wrong(self, carried: Hypothesis, heard: int, heard_share: float = 1.0) -> bool:
-        """Whisper now and then ends right after a forced prefix, skips what follows it,
-        or reads the carried passage again before the new one. ``carried``: the stripped
-        hypothesis; ``heard``: the number of ``spoken_words`` of the utterance's latest
-        partial (0: none), which heard ``heard_share`` of its audio (a partial of the
-        first half has about half the words)."""
-        if carried.rejected:
-            return True
-        words = spoken_words(carried.text)
-        most = heard / max(heard_share, 0.1) * 1.25 + 2
-        if heard and not round(heard * CARRY_MIN_KEPT) <= len(words) <= most:
-            return True
-        # it begins with three words of the carried passage: reading it again
-        before = spoken_words(self.text)
-        return len(words) >= 3 and any(
-            before[i : i + 3] == words[:3] for i in range(len(before) - 2)
-        )
-
-    @staticmethod
-    def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:
-        """(words of ``hyp`` the partial's ``spoken_words`` ``heard`` also have, in order;
-        words of ``hyp`` up to its last such word that they do not have). A word read
-        two ways is had: as one word or two ("maybe", "may be"), or with another ending
-        ("consider", "considered"; see ``read_alike``)."""
-        words = spoken_words(hyp.text)
-        had = [False] * len(words)
-        matcher = SequenceMatcher(None, heard, words, autojunk=False)
-        for tag, a1, a2, b1, b2 in matcher.get_opcodes():
-            if tag == "equal":
-                had[b1:b2] = [True] * (b2 - b1)
-            elif tag == "replace":
-                for j in read_alike(heard[a1:a2], words[b1:b2]):
-                    had[b1 + j] = True
-        matched = sum(had)
-        span = max((j + 1 for j, h in enumerate(had) if h), default=len(words))
-        return matched, span - matched
-
-    def doubtful(self, carried: Hypothesis, heard: list[str]) -> bool:
-        """The carried final reads this utterance unlike the partials, which heard it
-        alone: CARRY_DOUBT_WORDS or more of its words, before the last one they share, are
-        not theirs. Carrying mends a word or two at a cut ("S not" -> "ask not"), now and
-        then a name ("In which way in time at patterns" -> "Twainheim and Panert", LJ
-        Speech); in another speaker's context Whisper can instead hear other words
-        ("ladies and gentlemen" -> "they didn't get to me", the Picovoice clip on a phone
-        line). The final decoded alone decides: it replaces the carried one only if it
-        reads every word the partials did, and nothing else before the last of them.
-        (The latest partial covers less audio than the final: new words at its end are
-        not held against it.)"""
-        return bool(heard) and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
-
-    def alone_is_right(self, alone: Hypothesis | None, heard: list[str]) -> bool:
-        """After ``doubtful``: the final decoded alone reads exactly what the partials
-        ``heard`` (see there); otherwise the carried one stands."""
-        if alone is None or alone.rejected:
-            return False
-        return self.agreement(alone, heard) == (len(heard), 0)
-
-    def strip(self, hyp: Hypothesis) -> Hypothesis:
-        """``hyp`` without the carried words (and their timing)."""
-        forced = self.forced
-        if not hyp.text.startswith(forced):  # the engine did not keep the prefix verbatim
-            return dataclasses.replace(hyp, text="", words=[], rejected=True)
-        # the punctuation the model put where the carried text ends belongs to it
-        text = hyp.text[len(forced) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
-        if hyp.rejected or not text:
-            return dataclasses.replace(hyp, text="", words=[], rejected=True)
-        n = len(self.text.split())
-        shift = self.duration_s
-        words = [
-            WordTiming(
-                w.word, max(0.0, w.start_s - shift), max(0.0, w.end_s - shift), w.probability
-            )
-            for w in hyp.words[n:]
-        ]
-        return dataclasses.replace(hyp, text=text, words=words)
-
-
-@dataclass(frozen=True)
-class TurnComplete:
-    """The turn model's yes for a pause, queued behind the audio the channel has not yet
-    handled (speech may have resumed in it)."""
-
-    utterance_id: int
-    pause: int
-    speech_end: int  # the sample where the pause began
-    probability: float
-
-
-@dataclass
-class _EarlyFinal:
-    """A final decoded ahead of the endpoint, of the audio up to ``end``."""
-
-    speech_end: int  # the end of the last voiced frame before it
-    end: int
-    prefix: str  # the committed text it was decoded after
-    task: asyncio.Task[Hypothesis | None] = field(init=False)
-    started: bool = False  # the engine is decoding it: it costs nothing more to keep
-    set_aside: bool = False  # see _Utterance.set_aside
-
-    def mark_started(self) -> None:
-        self.started = True
-
-
-@dataclass
-class _Utterance:
-    utterance_id: int
-    audio: UtteranceAudio
-    speech_arrived: float  # wall time when the audio where speech starts arrived
-    agreement: LocalAgreement = field(default_factory=LocalAgreement)
-    samples_since_partial: int = 0
-    partials_sent: int = 0
-    first_ask_in_flight: bool = False  # until a partial is sent, one ask at a time
-    last_partial_text: str = ""
-    #: audio covered by the newest partial decoded; an older one finishing later is stale
-    partial_samples: int = 0
-    finalizing: bool = False
-    partial_language: str = ""
-    #: where the endpointer heard speech end (for the latency metric); None = end of audio
-    speech_end: int | None = None
-    #: the final decoded ahead of the endpoint in the current pause
-    speculation: _EarlyFinal | None = None
-    #: an early final whose pause ended when the voice detector heard a sound: if that
-    #: was a breath or a click (the second opinion hears no speech after this final's
-    #: end), a finalize soon after can take it instead of decoding everything again
-    set_aside: _EarlyFinal | None = None
-    #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
-    #: is asked at each probe of a pause, and its answer counts only while that pause lasts
-    pause: int = 0
-    in_pause: bool = False
-    probes_asked: int = 0  # in this pause
-    turn_probability: float = 0.0  # the model's latest answer
-    #: an eager result of the current speculation was sent (withdrawn if speech resumes)
-    eager_sent: bool = False
-    #: SEMANTIC with eager finals: the turn model's first answer in the speculation's
-    #: pause; the eager result waits for it and goes out only if the turn may be over
-    first_answer: asyncio.Future[float] | None = None
-
-    def drop_speculation(self) -> None:
-        """Every early final is moot (and cancelled, if its decode has not started)."""
-        for early in (self.speculation, self.set_aside):
-            if early is not None:
-                early.task.cancel()
-        self.speculation = self.set_aside = None
-        self.drop_first_answer()
-
-    def set_speculation_aside(self) -> None:
-        """Speech seems to resume: the early final is no longer the final, unless what
-        was heard turns out to be no speech. It is kept only if the engine already began
-        it (a queued one is dropped, as it would have been), and replaces an older one."""
-        early, self.speculation = self.speculation, None
-        if early is not None and early.started:
-            if self.set_aside is not None:
-                self.set_aside.task.cancel()
-            early.set_aside = True
-            self.set_aside = early
-        elif early is not None:
-            early.task.cancel()
-        self.drop_first_answer()
-
-    def take_early_final(self, end: int) -> asyncio.Task[Hypothesis | None] | None:
-        """The early final of exactly the audio up to ``end``, if there is one; the
-        others are dropped."""
-        taken = None
-        for early in (self.speculation, self.set_aside):
-            if early is not None and early.end == end and taken is None:
-                taken = early.task
-            elif early is not None:
-                early.task.cancel()
-        self.speculation = self.set_aside = None
-        return taken
-
-    def drop_first_answer(self) -> None:
-        """No eager result waits for this pause's first answer any more."""
-        if self.first_answer is not None:
-            self.first_answer.cancel()
-            self.first_answer = None
 
 
 class ChannelRecognizer:
@@ -393,7 +159,7 @@ class ChannelRecognizer:
         self._detects_language = caps.language_detection
         self._carry_gap = int(carry_gap_s * SAMPLE_RATE)
         self._max_request = int(caps.max_audio_s * SAMPLE_RATE)
-        self._carry: _Carry | None = None
+        self._carry: Carry | None = None
         start = start or ChannelStart()
         # the end of this channel's previous finals (a resumed stream brings the last one)
         self._context = ""
@@ -403,7 +169,7 @@ class ChannelRecognizer:
         self._next_id = start.next_utterance_id  # ids continue across a resume
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
-        self._utt: _Utterance | None = None
+        self._utt: UtteranceState | None = None
         # see settled_sample: the start of an utterance whose final is being decoded, and
         # the endpointer's bound as of the last events this channel finished handling
         self._finalizing_from: int | None = None
@@ -585,7 +351,7 @@ class ChannelRecognizer:
             utt.samples_since_partial = 0
             self._request_partial(utt)
 
-    def _partial_due(self, utt: _Utterance) -> bool:
+    def _partial_due(self, utt: UtteranceState) -> bool:
         if utt.speculation is not None:
             # the final is being decoded early in this pause: a partial now would be
             # thrown away unless speech resumed, and it would slow that decode down
@@ -595,8 +361,8 @@ class ChannelRecognizer:
         return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_partial_step
 
     def _final_request(
-        self, utt: _Utterance, end_sample: int | None = None, language: str | None = None
-    ) -> tuple[DecodeRequest, _Carry | None]:
+        self, utt: UtteranceState, end_sample: int | None = None, language: str | None = None
+    ) -> tuple[DecodeRequest, Carry | None]:
         """The final's decode, and what it carries from the previous final; ``language``:
         again in that language, without the partials' committed text (it was decoded in
         another one)."""
@@ -639,10 +405,10 @@ class ChannelRecognizer:
 
     async def _decode(
         self,
-        utt: _Utterance,
+        utt: UtteranceState,
         request: DecodeRequest,
-        carry: _Carry | None,
-        early: _EarlyFinal | None = None,
+        carry: Carry | None,
+        early: EarlyFinal | None = None,
     ) -> Hypothesis | None:
         """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
         if it was set aside before it was done (it would need another engine call, which
@@ -702,7 +468,7 @@ class ChannelRecognizer:
         self,
         request: DecodeRequest,
         what: str,
-        carry: _Carry | None,
+        carry: Carry | None,
         on_start: Callable[[], None] | None = None,
     ) -> Hypothesis | None:
         """``scheduler.decode``, logged at DEBUG with what it cost (queue wait included):
@@ -729,9 +495,9 @@ class ChannelRecognizer:
         lead_in = audio[:0] if lead_in is None else lead_in
         return not await asyncio.to_thread(self._speech_check, audio, lead_in)
 
-    def _speculate(self, utt: _Utterance, last_voiced_end: int) -> None:
+    def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
-        early = _EarlyFinal(last_voiced_end, end, utt.agreement.committed_text)
+        early = EarlyFinal(last_voiced_end, end, utt.agreement.committed_text)
         early.task = task = asyncio.create_task(
             self._decode(utt, *self._final_request(utt, end), early), name="speculative-final"
         )
@@ -743,7 +509,7 @@ class ChannelRecognizer:
 
     async def _send_eager(
         self,
-        utt: _Utterance,
+        utt: UtteranceState,
         task: asyncio.Task[Hypothesis | None],
         first_answer: asyncio.Future[float] | None,
     ) -> None:
@@ -789,7 +555,7 @@ class ChannelRecognizer:
         self.metrics.results.labels("eager").inc()
 
     async def _ask_turn_model(
-        self, utt: _Utterance, pause: int, speech_end: int, threshold: float, first: bool
+        self, utt: UtteranceState, pause: int, speech_end: int, threshold: float, first: bool
     ) -> None:
         """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
         the utterance when it reaches this answer in its inbox, if the pause still lasts."""
@@ -812,7 +578,7 @@ class ChannelRecognizer:
                 )
             )
 
-    def _turn_audio(self, utt: _Utterance) -> np.ndarray:
+    def _turn_audio(self, utt: UtteranceState) -> np.ndarray:
         """What the turn model hears: the utterance, after the previous one if the speaker
         went on within the longest pause a turn holds (the model reads the last 8 s)."""
         audio = utt.audio.snapshot()
@@ -862,7 +628,7 @@ class ChannelRecognizer:
             final_end = speculated
         await self._finalize(final_end)
 
-    async def _no_speech_after_set_aside(self, utt: _Utterance, final_end: int) -> bool:
+    async def _no_speech_after_set_aside(self, utt: UtteranceState, final_end: int) -> bool:
         """Whether the final set aside at a sound in the pause can be the final: the sound
         was no speech (the second opinion hears none between its end and ``final_end``),
         and no words were committed since it was decoded."""
@@ -912,8 +678,8 @@ class ChannelRecognizer:
             await self._decode_final(utt)
         self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
 
-    def _new_utterance(self, audio: UtteranceAudio, speech_arrived: float) -> _Utterance:
-        utt = _Utterance(
+    def _new_utterance(self, audio: UtteranceAudio, speech_arrived: float) -> UtteranceState:
+        utt = UtteranceState(
             self._next_id,
             audio,
             speech_arrived=speech_arrived,
@@ -935,7 +701,7 @@ class ChannelRecognizer:
         finally:
             self._finalizing_from = None
 
-    async def _decode_final(self, utt: _Utterance) -> None:
+    async def _decode_final(self, utt: UtteranceState) -> None:
         utt.finalizing = True
         utt.drop_first_answer()  # the final is on its way: an eager result is moot now
         if len(utt.audio) == 0:
@@ -952,7 +718,7 @@ class ChannelRecognizer:
         if hyp is not None:
             await self._emit_final(utt, hyp)
 
-    async def _in_stream_language(self, utt: _Utterance, hyp: Hypothesis) -> Hypothesis | None:
+    async def _in_stream_language(self, utt: UtteranceState, hyp: Hypothesis) -> Hypothesis | None:
         """The final in the language the stream keeps: detection on this final updates
         it (language.py); a final decoded in another language is decoded again."""
         scores = hyp.language_scores
@@ -966,7 +732,7 @@ class ChannelRecognizer:
             return hyp
         return dataclasses.replace(hyp, language_scores=scores)
 
-    async def _emit_final(self, utt: _Utterance, hyp: Hypothesis) -> None:
+    async def _emit_final(self, utt: UtteranceState, hyp: Hypothesis) -> None:
         utt.finalizing = True
         if hyp.rejected or not hyp.text:
             return
@@ -1003,7 +769,7 @@ class ChannelRecognizer:
         if self._turn is not None:
             self._turn_before = (audio[-self._turn_window :].copy(), utt.audio.end_sample)
         if 0 < len(utt.audio) <= self._carry_max:
-            self._carry = _Carry(audio, utt.audio.end_sample, hyp.text, hyp.language)
+            self._carry = Carry(audio, utt.audio.end_sample, hyp.text, hyp.language)
         else:  # (a longer one would need word timing to carry only its end)
             self._carry = None
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
@@ -1020,7 +786,7 @@ class ChannelRecognizer:
 
     # -- partials -------------------------------------------------------------------------
 
-    def _request_partial(self, utt: _Utterance) -> None:
+    def _request_partial(self, utt: UtteranceState) -> None:
         near_limit = len(utt.audio) >= self._max_utterance - int(TIMING_LEAD_S * SAMPLE_RATE)
         request = DecodeRequest(
             utt.audio.snapshot(),
@@ -1035,7 +801,7 @@ class ChannelRecognizer:
         utt.first_ask_in_flight = first
         self._spawn(self._partial(utt, request, first))
 
-    async def _partial(self, utt: _Utterance, request: DecodeRequest, first: bool) -> None:
+    async def _partial(self, utt: UtteranceState, request: DecodeRequest, first: bool) -> None:
         try:
             hyp = await self.scheduler.decode(request, coalesce_key=self._key, urgent=first)
         finally:

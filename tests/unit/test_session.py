@@ -29,9 +29,9 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
-from asr_server.session.channel import _EarlyFinal, _Utterance
 from asr_server.session.types import EndOfTurn
 from asr_server.session.utterance import UtteranceAudio
+from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
 from asr_server.vad.base import SpeechCheck
 from asr_server.vad.energy import EnergyVoiceDetector
@@ -478,9 +478,9 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
 
 
 def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
-    from asr_server.session.channel import _Carry
+    from asr_server.session.carry import Carry
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "which led me to leave.", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "which led me to leave.", "en")
     assert carry.forced == "which led me to leave"
     hyp = Hypothesis("which led me to leave, my native country.", "en")
     assert carry.strip(hyp).text == "my native country."
@@ -489,9 +489,9 @@ def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
 
 
 def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> None:
-    from asr_server.session.channel import _Carry
+    from asr_server.session.carry import Carry
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "Please fasten your seat belts.", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "Please fasten your seat belts.", "en")
     again = Hypothesis("please fasten your seat belts. Thank you.", "en")
     assert carry.went_wrong(again, heard=0)  # read again, then the new words
     assert carry.went_wrong(Hypothesis("your seat belts thank you", "en"), heard=0)
@@ -502,9 +502,9 @@ def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> Non
 
 
 def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
-    from asr_server.session.channel import _Carry
+    from asr_server.session.carry import Carry
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "and it's like", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "and it's like", "en")
     heard = spoken_words("Ladies and gentlemen, please fasten your seat belts.")
     other = Hypothesis("they didn't get to me. Please fasten your seat belts. They didn't", "en")
     assert carry.agreement(other, heard) == (5, 5)  # the words after "belts" are not held
@@ -519,9 +519,9 @@ def test_words_hyphenated_in_one_decode_are_not_other_words() -> None:
     """LibriSpeech: the partial wrote "fat-mutton", the carried final "fat mutton"; with a
     misheard first word that made three words "the partials do not have" and a second
     decode alone, 263 ms, for the same text."""
-    from asr_server.session.channel import _Carry
+    from asr_server.session.carry import Carry
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "He hoped there would be stew for dinner.", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "He hoped there would be stew for dinner.", "en")
     heard = spoken_words("Ternips and carrots and bruised potatoes and fat-mutton pieces")
     carried = Hypothesis("turnips and carrots and bruised potatoes and fat mutton pieces", "en")
     assert carry.agreement(carried, heard) == (9, 1)
@@ -532,9 +532,9 @@ def test_a_word_read_another_way_is_not_held_against_a_carried_final() -> None:
     """From the voice-agent runs, where each of these cost a second decode alone (about
     150 ms after the first) that read the same words: LJ Speech's "may be considered" in
     a partial's "maybe consider", a name written as one word or two."""
-    from asr_server.session.channel import _Carry, read_alike
+    from asr_server.session.carry import Carry, read_alike
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "printing then for our purpose.", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "printing then for our purpose.", "en")
     heard = spoken_words("maybe consider as the art of making...")
     carried = Hypothesis("may be considered as the art of making books.", "en")
     assert carry.agreement(carried, heard) == (8, 0)
@@ -552,9 +552,9 @@ def test_a_word_read_another_way_is_not_held_against_a_carried_final() -> None:
 def test_the_word_count_check_allows_for_what_the_partial_did_not_hear() -> None:
     """A carried final is not "reading something twice" for having more words than a
     partial of part of its audio, nor "short of words" for one word fewer than two."""
-    from asr_server.session.channel import _Carry
+    from asr_server.session.carry import Carry
 
-    carry = _Carry(np.zeros(SR, np.float32), SR, "exquisite itals are as", "en")
+    carry = Carry(np.zeros(SR, np.float32), SR, "exquisite itals are as", "en")
     carried = Hypothesis("national as a jingo poem.", "en")  # the partial: "National Elegingo"
     assert carry.went_wrong(carried, heard=2)  # as if the partial had heard it all
     assert not carry.went_wrong(carried, heard=2, heard_share=1.74 / 2.19)
@@ -774,8 +774,8 @@ async def test_a_breath_in_the_pause_does_not_cost_the_final_a_decode(
 async def test_only_an_early_final_the_engine_began_is_set_aside() -> None:
     # setting aside costs nothing for a decode under way (it cannot be stopped); a
     # queued one is dropped as before, or pauses inside sentences would cost decodes
-    utt = _Utterance(0, UtteranceAudio(0), speech_arrived=0.0)
-    queued, running = _EarlyFinal(0, 960, ""), _EarlyFinal(0, 960, "")
+    utt = UtteranceState(0, UtteranceAudio(0), speech_arrived=0.0)
+    queued, running = EarlyFinal(0, 960, ""), EarlyFinal(0, 960, "")
     for early in (queued, running):
         early.task = asyncio.create_task(asyncio.sleep(10))
     running.mark_started()

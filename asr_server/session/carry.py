@@ -1,0 +1,159 @@
+"""The previous final carried into the next: a phrase cut at a pause is decoded after
+what came before it, and the checks that decide whether the carried decode is trusted.
+
+A final is decoded after the previous final's audio, with that final's text forced as
+the prefix (README, "Accuracy"). Whisper now and then stops right after a forced
+prefix, skips what follows it, or hears other words in another speaker's context; the
+checks here compare the carried final with the utterance's latest partial, which heard
+it alone, and say when it must be decoded again alone and which of the two is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from asr_server.engine.base import Hypothesis, WordTiming
+from asr_server.engine.text import spoken_words
+from asr_server.session.utterance import SAMPLE_RATE
+
+CLOSING_PUNCTUATION = ".,;:!?…"
+#: a carried final with fewer words than this share of the latest partial's (rounded)
+#: lost some (with more than 1.25 times as many and 2, for the same length of audio, it
+#: read something twice): it is decoded again without the carry
+CARRY_MIN_KEPT = 0.6
+#: words this long that begin alike are one word read two ways ("consider" and
+#: "considered"), where shorter ones are often different words ("in", "into")
+SAME_STEM_LETTERS = 4
+#: a carried final with this many words the latest partial does not have is decoded
+#: alone too (see Carry.doubtful for which one is kept)
+CARRY_DOUBT_WORDS = 3
+
+
+def read_alike(heard: list[str], words: list[str]) -> list[int]:
+    """Indices of ``words`` that read what ``heard`` does another way, in order: the same
+    letters split otherwise ("may be" / "maybe"), or a word that begins with another of
+    at least SAME_STEM_LETTERS letters ("considered" / "consider")."""
+    if "".join(heard) == "".join(words):
+        return list(range(len(words)))
+    alike: list[int] = []
+    i = j = 0
+    while i < len(heard) and j < len(words):
+        if j + 1 < len(words) and words[j] + words[j + 1] == heard[i]:
+            alike += [j, j + 1]  # two words heard as one
+            i, j = i + 1, j + 2
+            continue
+        if i + 1 < len(heard) and heard[i] + heard[i + 1] == words[j]:
+            alike.append(j)  # one word heard as two
+            i, j = i + 2, j + 1
+            continue
+        for k in range(i, len(heard)):
+            short, long = sorted((heard[k], words[j]), key=len)
+            if len(short) >= SAME_STEM_LETTERS and long.startswith(short):
+                alike.append(j)
+                i = k + 1
+                break
+        j += 1
+    return alike
+
+
+@dataclass(frozen=True)
+class Carry:
+    """The previous final's audio and text. The next final is decoded after them (the
+    text forced as a prefix): a phrase cut at a pause is heard with what came before it,
+    as offline decoding hears it, instead of alone ("ask not" after JFK's pause)."""
+
+    audio: np.ndarray
+    end_sample: int
+    text: str
+    language: str
+
+    @property
+    def duration_s(self) -> float:
+        return self.audio.size / SAMPLE_RATE
+
+    @property
+    def forced(self) -> str:
+        """The text forced ahead of the next utterance: without its closing punctuation,
+        which would tell the model a sentence ended where it may go on (after "…led me to
+        leave." it dropped "my native country" that continued it)."""
+        return self.text.rstrip(CLOSING_PUNCTUATION)
+
+    def went_wrong(self, carried: Hypothesis, heard: int, heard_share: float = 1.0) -> bool:
+        """Whisper now and then ends right after a forced prefix, skips what follows it,
+        or reads the carried passage again before the new one. ``carried``: the stripped
+        hypothesis; ``heard``: the number of ``spoken_words`` of the utterance's latest
+        partial (0: none), which heard ``heard_share`` of its audio (a partial of the
+        first half has about half the words)."""
+        if carried.rejected:
+            return True
+        words = spoken_words(carried.text)
+        most = heard / max(heard_share, 0.1) * 1.25 + 2
+        if heard and not round(heard * CARRY_MIN_KEPT) <= len(words) <= most:
+            return True
+        # it begins with three words of the carried passage: reading it again
+        before = spoken_words(self.text)
+        return len(words) >= 3 and any(
+            before[i : i + 3] == words[:3] for i in range(len(before) - 2)
+        )
+
+    @staticmethod
+    def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:
+        """(words of ``hyp`` the partial's ``spoken_words`` ``heard`` also have, in order;
+        words of ``hyp`` up to its last such word that they do not have). A word read
+        two ways is had: as one word or two ("maybe", "may be"), or with another ending
+        ("consider", "considered"; see ``read_alike``)."""
+        words = spoken_words(hyp.text)
+        had = [False] * len(words)
+        matcher = SequenceMatcher(None, heard, words, autojunk=False)
+        for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+            if tag == "equal":
+                had[b1:b2] = [True] * (b2 - b1)
+            elif tag == "replace":
+                for j in read_alike(heard[a1:a2], words[b1:b2]):
+                    had[b1 + j] = True
+        matched = sum(had)
+        span = max((j + 1 for j, h in enumerate(had) if h), default=len(words))
+        return matched, span - matched
+
+    def doubtful(self, carried: Hypothesis, heard: list[str]) -> bool:
+        """The carried final reads this utterance unlike the partials, which heard it
+        alone: CARRY_DOUBT_WORDS or more of its words, before the last one they share, are
+        not theirs. Carrying mends a word or two at a cut ("S not" -> "ask not"), now and
+        then a name ("In which way in time at patterns" -> "Twainheim and Panert", LJ
+        Speech); in another speaker's context Whisper can instead hear other words
+        ("ladies and gentlemen" -> "they didn't get to me", the Picovoice clip on a phone
+        line). The final decoded alone decides: it replaces the carried one only if it
+        reads every word the partials did, and nothing else before the last of them.
+        (The latest partial covers less audio than the final: new words at its end are
+        not held against it.)"""
+        return bool(heard) and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
+
+    def alone_is_right(self, alone: Hypothesis | None, heard: list[str]) -> bool:
+        """After ``doubtful``: the final decoded alone reads exactly what the partials
+        ``heard`` (see there); otherwise the carried one stands."""
+        if alone is None or alone.rejected:
+            return False
+        return self.agreement(alone, heard) == (len(heard), 0)
+
+    def strip(self, hyp: Hypothesis) -> Hypothesis:
+        """``hyp`` without the carried words (and their timing)."""
+        forced = self.forced
+        if not hyp.text.startswith(forced):  # the engine did not keep the prefix verbatim
+            return dataclasses.replace(hyp, text="", words=[], rejected=True)
+        # the punctuation the model put where the carried text ends belongs to it
+        text = hyp.text[len(forced) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
+        if hyp.rejected or not text:
+            return dataclasses.replace(hyp, text="", words=[], rejected=True)
+        n = len(self.text.split())
+        shift = self.duration_s
+        words = [
+            WordTiming(
+                w.word, max(0.0, w.start_s - shift), max(0.0, w.end_s - shift), w.probability
+            )
+            for w in hyp.words[n:]
+        ]
+        return dataclasses.replace(hyp, text=text, words=words)

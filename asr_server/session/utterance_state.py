@@ -1,0 +1,113 @@
+"""What a channel knows about the utterance it is hearing, beyond its audio: the
+partials asked and heard, the finals decoded early in its pauses, and the turn model's
+questions about those pauses (SEMANTIC streams)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from asr_server.engine.base import Hypothesis
+from asr_server.session.agreement import LocalAgreement
+from asr_server.session.utterance import UtteranceAudio
+
+
+@dataclass(frozen=True)
+class TurnComplete:
+    """The turn model's yes for a pause, queued behind the audio the channel has not yet
+    handled (speech may have resumed in it)."""
+
+    utterance_id: int
+    pause: int
+    speech_end: int  # the sample where the pause began
+    probability: float
+
+
+@dataclass
+class EarlyFinal:
+    """A final decoded ahead of the endpoint, of the audio up to ``end``."""
+
+    speech_end: int  # the end of the last voiced frame before it
+    end: int
+    prefix: str  # the committed text it was decoded after
+    task: asyncio.Task[Hypothesis | None] = field(init=False)
+    started: bool = False  # the engine is decoding it: it costs nothing more to keep
+    set_aside: bool = False  # see UtteranceState.set_aside
+
+    def mark_started(self) -> None:
+        self.started = True
+
+
+@dataclass
+class UtteranceState:
+    utterance_id: int
+    audio: UtteranceAudio
+    speech_arrived: float  # wall time when the audio where speech starts arrived
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    samples_since_partial: int = 0
+    partials_sent: int = 0
+    first_ask_in_flight: bool = False  # until a partial is sent, one ask at a time
+    last_partial_text: str = ""
+    #: audio covered by the newest partial decoded; an older one finishing later is stale
+    partial_samples: int = 0
+    finalizing: bool = False
+    partial_language: str = ""
+    #: where the endpointer heard speech end (for the latency metric); None = end of audio
+    speech_end: int | None = None
+    #: the final decoded ahead of the endpoint in the current pause
+    speculation: EarlyFinal | None = None
+    #: an early final whose pause ended when the voice detector heard a sound: if that
+    #: was a breath or a click (the second opinion hears no speech after this final's
+    #: end), a finalize soon after can take it instead of decoding everything again
+    set_aside: EarlyFinal | None = None
+    #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
+    #: is asked at each probe of a pause, and its answer counts only while that pause lasts
+    pause: int = 0
+    in_pause: bool = False
+    probes_asked: int = 0  # in this pause
+    turn_probability: float = 0.0  # the model's latest answer
+    #: an eager result of the current speculation was sent (withdrawn if speech resumes)
+    eager_sent: bool = False
+    #: SEMANTIC with eager finals: the turn model's first answer in the speculation's
+    #: pause; the eager result waits for it and goes out only if the turn may be over
+    first_answer: asyncio.Future[float] | None = None
+
+    def drop_speculation(self) -> None:
+        """Every early final is moot (and cancelled, if its decode has not started)."""
+        for early in (self.speculation, self.set_aside):
+            if early is not None:
+                early.task.cancel()
+        self.speculation = self.set_aside = None
+        self.drop_first_answer()
+
+    def set_speculation_aside(self) -> None:
+        """Speech seems to resume: the early final is no longer the final, unless what
+        was heard turns out to be no speech. It is kept only if the engine already began
+        it (a queued one is dropped, as it would have been), and replaces an older one."""
+        early, self.speculation = self.speculation, None
+        if early is not None and early.started:
+            if self.set_aside is not None:
+                self.set_aside.task.cancel()
+            early.set_aside = True
+            self.set_aside = early
+        elif early is not None:
+            early.task.cancel()
+        self.drop_first_answer()
+
+    def take_early_final(self, end: int) -> asyncio.Task[Hypothesis | None] | None:
+        """The early final of exactly the audio up to ``end``, if there is one; the
+        others are dropped."""
+        taken = None
+        for early in (self.speculation, self.set_aside):
+            if early is not None and early.end == end and taken is None:
+                taken = early.task
+            elif early is not None:
+                early.task.cancel()
+        self.speculation = self.set_aside = None
+        return taken
+
+    def drop_first_answer(self) -> None:
+        """No eager result waits for this pause's first answer any more."""
+        if self.first_answer is not None:
+            self.first_answer.cancel()
+            self.first_answer = None
