@@ -178,7 +178,7 @@ class Simulator:
                 carry = Carry(carried, 0, last[2] if last else "", "en")
                 hyp = Hypothesis(text, "en", rejected=not text)
                 partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
-                # as the server does (ChannelRecognizer._decode)
+                # as the server does (FinalDecoder.decode, session/finals.py)
                 heard_share = min(1.0, utt.partial_n / max(a.size, 1))
                 wrong = carry.went_wrong(hyp, len(partial_words), heard_share)
                 if (

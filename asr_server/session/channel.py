@@ -31,10 +31,9 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import spoken_words
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
-from asr_server.session.carry import Carry
+from asr_server.session.finals import FinalDecoder
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
 from asr_server.session.language import LanguageTracker
 from asr_server.session.types import (
@@ -124,7 +123,6 @@ class ChannelRecognizer:
         self._first_partial_step = int(FIRST_PARTIAL_STEP_S * SAMPLE_RATE)
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._key = coalesce_key
-        self._context_chars = context_chars
         self._agreement = agreement
         self._turn = turn  # SEMANTIC streams only
         # SEMANTIC: (pause in samples, threshold) of each question to the turn model
@@ -142,7 +140,6 @@ class ChannelRecognizer:
         # detector takes for speech just after the early final began would otherwise cost
         # a whole decode at the end of the turn: such a final is set aside, and used if a
         # second opinion (Silero, the VAD voice agents use) hears no speech after its end.
-        # It is asked too about an utterance whose carried final has no new words.
         self._speech_check = speech_check
         self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
         #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
@@ -153,22 +150,22 @@ class ChannelRecognizer:
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
         self._commits = commit_partials and caps.prefix_forcing
-        # carrying the previous final into the next needs the same prefix forcing
-        can_carry = caps.prefix_forcing and caps.context_carry
-        self._carry_max = int(carry_max_s * SAMPLE_RATE) if can_carry else 0
-        self._detects_language = caps.language_detection
-        self._carry_gap = int(carry_gap_s * SAMPLE_RATE)
-        self._max_request = int(caps.max_audio_s * SAMPLE_RATE)
-        self._carry: Carry | None = None
         start = start or ChannelStart()
-        # the end of this channel's previous finals (a resumed stream brings the last one)
-        self._context = ""
-        if context_chars and start.previous_text:
-            self._remember(start.previous_text)
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
+        self._finals = FinalDecoder(
+            config=config,
+            scheduler=scheduler,
+            metrics=metrics,
+            language=self.language,
+            carry_max_s=carry_max_s,
+            carry_gap_s=carry_gap_s,
+            context_chars=context_chars,
+            previous_text=start.previous_text,
+            speech_check=speech_check,
+        )
         self._utt: UtteranceState | None = None
         # see settled_sample: the start of an utterance whose final is being decoded, and
         # the endpointer's bound as of the last events this channel finished handling
@@ -360,146 +357,12 @@ class ChannelRecognizer:
             return utt.samples_since_partial >= self._partial_interval
         return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_partial_step
 
-    def _final_request(
-        self, utt: UtteranceState, end_sample: int | None = None, language: str | None = None
-    ) -> tuple[DecodeRequest, Carry | None]:
-        """The final's decode, and what it carries from the previous final; ``language``:
-        again in that language, without the partials' committed text (it was decoded in
-        another one)."""
-        decode_language = language or self.language.decode_language()
-        detect = language is None and self.language.detecting
-        audio = utt.audio.snapshot(end_sample)
-        prefix = "" if language else utt.agreement.committed_text
-        carry = self._carry
-        if (
-            carry is None
-            or language
-            # detection must hear this utterance alone, or a change of language is missed
-            or (detect and self._detects_language)
-            or utt.audio.start_sample - carry.end_sample > self._carry_gap
-            or (decode_language or carry.language) != carry.language
-            or carry.audio.size + audio.size > self._max_request
-        ):
-            carry = None
-        elif self.scheduler.finals_waiting:
-            # the engine is behind on finals: carried, this one would cost about twice as
-            # much (twice the audio, the text forced a token at a time, now and then a
-            # second decode) and every final queued behind it would wait for that.
-            # Context backs off under load as partials do (docs/call-center.md).
-            self.metrics.carry_skipped_under_load.inc()
-            carry = None
-        if carry is not None:
-            audio = np.concatenate([carry.audio, audio])
-            prefix = f"{carry.forced} {prefix}".strip()
-        request = DecodeRequest(
-            audio,
-            DecodeKind.FINAL,
-            language=decode_language,
-            languages=self.config.languages,
-            detect=detect,
-            prompt=self._prompt(),
-            prefix=prefix,
-            word_timestamps=self.config.word_timestamps,
-        )
-        return request, carry
-
-    async def _decode(
-        self,
-        utt: UtteranceState,
-        request: DecodeRequest,
-        carry: Carry | None,
-        early: EarlyFinal | None = None,
-    ) -> Hypothesis | None:
-        """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
-        if it was set aside before it was done (it would need another engine call, which
-        the finalize makes itself if it comes to that)."""
-        hyp = await self._timed_decode(
-            request,
-            "early final" if early else "final",
-            carry,
-            on_start=early.mark_started if early else None,
-        )
-        if hyp is None or carry is None:
-            return hyp
-        carried = carry.strip(hyp)
-        if carried.rejected and await self._no_speech_in(request.audio[carry.audio.size :]):
-            # Whisper, having heard the previous final, heard nothing new, and Silero hears
-            # no speech: a noise the voice detector took for speech. (Decoded alone, as a
-            # carried final without words otherwise is, Whisper now and then makes words
-            # up for it, which its no-speech rule lets through: "Thank you." for the
-            # applause after a speech.)
-            self.metrics.finals_without_speech.inc()
-            return carried
-        heard = spoken_words(utt.last_partial_text)
-        own_audio = max(1, request.audio.size - carry.audio.size)
-        wrong = carry.went_wrong(carried, len(heard), min(1.0, utt.partial_samples / own_audio))
-        if not wrong and not carry.doubtful(carried, heard):
-            return carried
-        if early is not None and early.set_aside:
-            return None
-        # then this utterance is decoded again, alone
-        alone = await self._timed_decode(
-            dataclasses.replace(
-                request,
-                audio=request.audio[carry.audio.size :],
-                prefix=request.prefix[len(carry.forced) :].strip(),
-            ),
-            "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
-            None,
-        )
-        keep_carried = not wrong and not carry.alone_is_right(alone, heard)
-        logger.debug(
-            "carried final %r, latest partial %r (of %.2f s of %.2f s), alone %r: kept %s",
-            carried.text,
-            utt.last_partial_text,
-            utt.partial_samples / SAMPLE_RATE,
-            own_audio / SAMPLE_RATE,
-            alone.text if alone else None,
-            "carried" if keep_carried else "alone",
-        )
-        if keep_carried:
-            # doubtful, but alone it reads differently from the partials too: the carried
-            # context may be what mends it (a name the partials misheard)
-            return carried
-        self.metrics.carry_fallbacks.inc()
-        return alone
-
-    async def _timed_decode(
-        self,
-        request: DecodeRequest,
-        what: str,
-        carry: Carry | None,
-        on_start: Callable[[], None] | None = None,
-    ) -> Hypothesis | None:
-        """``scheduler.decode``, logged at DEBUG with what it cost (queue wait included):
-        where a slow final's time went."""
-        started = now()
-        hyp = await self.scheduler.decode(request, on_start=on_start)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s decode: %.2f s of audio (%.2f s and %d words carried), %.0f ms",
-                what,
-                request.audio.size / SAMPLE_RATE,
-                carry.duration_s if carry else 0.0,
-                len(carry.text.split()) if carry else 0,
-                (now() - started) * 1000,
-            )
-        return hyp
-
-    async def _no_speech_in(self, audio: np.ndarray, lead_in: np.ndarray | None = None) -> bool:
-        """Silero hears no speech anywhere in ``audio``, having first heard ``lead_in``
-        (about 0.2 ms a 32 ms frame; it stops at the first speech frame). False without
-        Silero."""
-        if self._speech_check is None:
-            return False
-        lead_in = audio[:0] if lead_in is None else lead_in
-        return not await asyncio.to_thread(self._speech_check, audio, lead_in)
-
     def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
         early = EarlyFinal(last_voiced_end, end, utt.agreement.committed_text)
         early.task = task = asyncio.create_task(
-            self._decode(utt, *self._final_request(utt, end), early), name="speculative-final"
+            self._finals.decode(utt, *self._finals.request(utt, end), early),
+            name="speculative-final",
         )
         utt.speculation = early
         if self.config.eager_finals:
@@ -643,7 +506,7 @@ class ChannelRecognizer:
         audio = utt.audio.snapshot(final_end)
         cut = aside.end - utt.audio.start_sample
         lead_in = audio[max(0, cut - int(SECOND_OPINION_LEAD_IN_S * SAMPLE_RATE)) : cut]
-        no_speech = await self._no_speech_in(audio[cut:], lead_in)
+        no_speech = await self._finals.no_speech_in(audio[cut:], lead_in)
         logger.debug(
             "early final to %.3f s (speech to %.3f s) set aside; the turn ended at %.3f s: "
             "Silero hears %s after it",
@@ -712,7 +575,7 @@ class ChannelRecognizer:
         # done, and it needs another decode)
         hyp = await early if early is not None else None
         if hyp is None:
-            hyp = await self._decode(utt, *self._final_request(utt))
+            hyp = await self._finals.decode(utt, *self._finals.request(utt))
         if hyp is not None:
             hyp = await self._in_stream_language(utt, hyp)
         if hyp is not None:
@@ -724,7 +587,7 @@ class ChannelRecognizer:
         scores = hyp.language_scores
         language = self.language.final_language(scores, len(utt.audio) / SAMPLE_RATE)
         if language is not None and language != hyp.language:
-            again = await self._decode(utt, *self._final_request(utt, language=language))
+            again = await self._finals.decode(utt, *self._finals.request(utt, language=language))
             if again is None:
                 return None
             hyp = again
@@ -764,14 +627,10 @@ class ChannelRecognizer:
             )
         )
         self.metrics.results.labels("final").inc()
-        self._remember(hyp.text)
         audio = utt.audio.snapshot()
+        self._finals.final_emitted(audio, utt.audio.end_sample, hyp)
         if self._turn is not None:
             self._turn_before = (audio[-self._turn_window :].copy(), utt.audio.end_sample)
-        if 0 < len(utt.audio) <= self._carry_max:
-            self._carry = Carry(audio, utt.audio.end_sample, hyp.text, hyp.language)
-        else:  # (a longer one would need word timing to carry only its end)
-            self._carry = None
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
         latency = max(0.0, now() - self._arrival(speech_end))
         self.metrics.final_latency.observe(latency)
@@ -793,7 +652,7 @@ class ChannelRecognizer:
             DecodeKind.PARTIAL,
             language=self.language.decode_language(),
             languages=self.config.languages,
-            prompt=self._prompt(),
+            prompt=self._finals.prompt(),
             prefix=utt.agreement.committed_text,
             word_timestamps=near_limit,
         )
@@ -845,21 +704,6 @@ class ChannelRecognizer:
         self.metrics.results.labels("partial").inc()
 
     # -- helpers --------------------------------------------------------------------------
-
-    def _prompt(self) -> str:
-        """The client's prompt and hotwords, then what was just said on this channel.
-
-        Whisper is trained with the preceding text as context; without it a short
-        utterance loses what the sentence was about ("ask not" heard as "as not").
-        """
-        return " ".join(p for p in (self.config.prompt, self._context) if p)
-
-    def _remember(self, text: str) -> None:
-        if self._context_chars:
-            context = f"{self._context} {text}".strip()
-            if len(context) > self._context_chars:  # keep whole words
-                context = context[-self._context_chars :].partition(" ")[2]
-            self._context = context
 
     def _arrival(self, sample: int) -> float:
         """Wall time at which audio position ``sample`` arrived (for latency metrics)."""

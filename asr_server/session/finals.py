@@ -1,0 +1,229 @@
+"""A channel's finals: each decoded after the previous final when that helps, checked,
+and decoded again alone when the carried decode went wrong.
+
+The channel decides *when* an utterance's final is decoded (early in a pause, at the
+endpoint, at a finalize); this module decides *what* is decoded: the utterance's audio,
+after the previous final's audio and text (session/carry.py) unless that would cost more
+than it can mend, with the client's prompt and the channel's recent text as context.
+It keeps what the next final needs: the carry and that recent text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
+from asr_server.engine.scheduler import EngineScheduler
+from asr_server.engine.text import spoken_words
+from asr_server.metrics import Metrics
+from asr_server.session.carry import Carry
+from asr_server.session.inbox import now
+from asr_server.session.language import LanguageTracker
+from asr_server.session.types import StreamConfig
+from asr_server.session.utterance import SAMPLE_RATE
+from asr_server.session.utterance_state import EarlyFinal, UtteranceState
+from asr_server.vad.base import SpeechCheck
+
+logger = logging.getLogger(__name__)
+
+
+class FinalDecoder:
+    """Decodes one channel's finals (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        config: StreamConfig,
+        scheduler: EngineScheduler,
+        metrics: Metrics,
+        language: LanguageTracker,
+        carry_max_s: float = 0.0,
+        carry_gap_s: float = 0.0,
+        context_chars: int = 0,
+        previous_text: str = "",
+        speech_check: SpeechCheck | None = None,
+    ) -> None:
+        self._config = config
+        self._scheduler = scheduler
+        self._metrics = metrics
+        self._language = language
+        caps = scheduler.engine.capabilities
+        # carrying the previous final into the next needs prefix forcing
+        can_carry = caps.prefix_forcing and caps.context_carry
+        self._carry_max = int(carry_max_s * SAMPLE_RATE) if can_carry else 0
+        self._carry_gap = int(carry_gap_s * SAMPLE_RATE)
+        self._detects_language = caps.language_detection
+        self._max_request = int(caps.max_audio_s * SAMPLE_RATE)
+        self._carry: Carry | None = None
+        # Silero, the second opinion on whether a stretch of audio holds speech (None:
+        # not loaded); asked about an utterance whose carried final has no new words
+        self._speech_check = speech_check
+        self._context_chars = context_chars
+        # the end of this channel's previous finals (a resumed stream brings the last one)
+        self._context = ""
+        if previous_text:
+            self._remember(previous_text)
+
+    def final_emitted(self, audio: np.ndarray, end_sample: int, hyp: Hypothesis) -> None:
+        """A final went out: the next one may be decoded after it (``audio``: its audio,
+        ending at ``end_sample`` on the channel's clock)."""
+        self._remember(hyp.text)
+        if 0 < audio.size <= self._carry_max:
+            self._carry = Carry(audio, end_sample, hyp.text, hyp.language)
+        else:  # (a longer one would need word timing to carry only its end)
+            self._carry = None
+
+    def request(
+        self, utt: UtteranceState, end_sample: int | None = None, language: str | None = None
+    ) -> tuple[DecodeRequest, Carry | None]:
+        """The final's decode, and what it carries from the previous final; ``language``:
+        again in that language, without the partials' committed text (it was decoded in
+        another one)."""
+        decode_language = language or self._language.decode_language()
+        detect = language is None and self._language.detecting
+        audio = utt.audio.snapshot(end_sample)
+        prefix = "" if language else utt.agreement.committed_text
+        carry = self._carry
+        if (
+            carry is None
+            or language
+            # detection must hear this utterance alone, or a change of language is missed
+            or (detect and self._detects_language)
+            or utt.audio.start_sample - carry.end_sample > self._carry_gap
+            or (decode_language or carry.language) != carry.language
+            or carry.audio.size + audio.size > self._max_request
+        ):
+            carry = None
+        elif self._scheduler.finals_waiting:
+            # the engine is behind on finals: carried, this one would cost about twice as
+            # much (twice the audio, the text forced a token at a time, now and then a
+            # second decode) and every final queued behind it would wait for that.
+            # Context backs off under load as partials do (docs/call-center.md).
+            self._metrics.carry_skipped_under_load.inc()
+            carry = None
+        if carry is not None:
+            audio = np.concatenate([carry.audio, audio])
+            prefix = f"{carry.forced} {prefix}".strip()
+        request = DecodeRequest(
+            audio,
+            DecodeKind.FINAL,
+            language=decode_language,
+            languages=self._config.languages,
+            detect=detect,
+            prompt=self.prompt(),
+            prefix=prefix,
+            word_timestamps=self._config.word_timestamps,
+        )
+        return request, carry
+
+    async def decode(
+        self,
+        utt: UtteranceState,
+        request: DecodeRequest,
+        carry: Carry | None,
+        early: EarlyFinal | None = None,
+    ) -> Hypothesis | None:
+        """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
+        if it was set aside before it was done (it would need another engine call, which
+        the finalize makes itself if it comes to that)."""
+        hyp = await self._timed_decode(
+            request,
+            "early final" if early else "final",
+            carry,
+            on_start=early.mark_started if early else None,
+        )
+        if hyp is None or carry is None:
+            return hyp
+        carried = carry.strip(hyp)
+        if carried.rejected and await self.no_speech_in(request.audio[carry.audio.size :]):
+            # Whisper, having heard the previous final, heard nothing new, and Silero hears
+            # no speech: a noise the voice detector took for speech. (Decoded alone, as a
+            # carried final without words otherwise is, Whisper now and then makes words
+            # up for it, which its no-speech rule lets through: "Thank you." for the
+            # applause after a speech.)
+            self._metrics.finals_without_speech.inc()
+            return carried
+        heard = spoken_words(utt.last_partial_text)
+        own_audio = max(1, request.audio.size - carry.audio.size)
+        wrong = carry.went_wrong(carried, len(heard), min(1.0, utt.partial_samples / own_audio))
+        if not wrong and not carry.doubtful(carried, heard):
+            return carried
+        if early is not None and early.set_aside:
+            return None
+        # then this utterance is decoded again, alone
+        alone = await self._timed_decode(
+            dataclasses.replace(
+                request,
+                audio=request.audio[carry.audio.size :],
+                prefix=request.prefix[len(carry.forced) :].strip(),
+            ),
+            "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
+            None,
+        )
+        keep_carried = not wrong and not carry.alone_is_right(alone, heard)
+        logger.debug(
+            "carried final %r, latest partial %r (of %.2f s of %.2f s), alone %r: kept %s",
+            carried.text,
+            utt.last_partial_text,
+            utt.partial_samples / SAMPLE_RATE,
+            own_audio / SAMPLE_RATE,
+            alone.text if alone else None,
+            "carried" if keep_carried else "alone",
+        )
+        if keep_carried:
+            # doubtful, but alone it reads differently from the partials too: the carried
+            # context may be what mends it (a name the partials misheard)
+            return carried
+        self._metrics.carry_fallbacks.inc()
+        return alone
+
+    async def _timed_decode(
+        self,
+        request: DecodeRequest,
+        what: str,
+        carry: Carry | None,
+        on_start: Callable[[], None] | None = None,
+    ) -> Hypothesis | None:
+        """``scheduler.decode``, logged at DEBUG with what it cost (queue wait included):
+        where a slow final's time went."""
+        started = now()
+        hyp = await self._scheduler.decode(request, on_start=on_start)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s decode: %.2f s of audio (%.2f s and %d words carried), %.0f ms",
+                what,
+                request.audio.size / SAMPLE_RATE,
+                carry.duration_s if carry else 0.0,
+                len(carry.text.split()) if carry else 0,
+                (now() - started) * 1000,
+            )
+        return hyp
+
+    async def no_speech_in(self, audio: np.ndarray, lead_in: np.ndarray | None = None) -> bool:
+        """Silero hears no speech anywhere in ``audio``, having first heard ``lead_in``
+        (about 0.2 ms a 32 ms frame; it stops at the first speech frame). False without
+        Silero."""
+        if self._speech_check is None:
+            return False
+        lead_in = audio[:0] if lead_in is None else lead_in
+        return not await asyncio.to_thread(self._speech_check, audio, lead_in)
+
+    def prompt(self) -> str:
+        """The client's prompt and hotwords, then what was just said on this channel.
+
+        Whisper is trained with the preceding text as context; without it a short
+        utterance loses what the sentence was about ("ask not" heard as "as not").
+        """
+        return " ".join(p for p in (self._config.prompt, self._context) if p)
+
+    def _remember(self, text: str) -> None:
+        if self._context_chars:
+            context = f"{self._context} {text}".strip()
+            if len(context) > self._context_chars:  # keep whole words
+                context = context[-self._context_chars :].partition(" ")[2]
+            self._context = context
