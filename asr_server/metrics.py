@@ -82,6 +82,12 @@ class Metrics:
             "finals were queued: under load, carried context backs off.",
             registry=r,
         )
+        self.pause_splits = Counter(
+            "asr_pause_splits_total",
+            "Long utterances of SILENCE streams split at a pause shorter than the silence "
+            "that ends one (streaming.split_at_pause_after_s), their early final kept.",
+            registry=r,
+        )
         self.speech_events = Counter(
             "asr_speech_events_total",
             "Speech events sent: started, ended, resumed (after an eager result).",

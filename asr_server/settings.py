@@ -186,6 +186,15 @@ class StreamingSettings(BaseModel):
     carry_gap_s: float = Field(
         2.0, ge=0.0, le=30.0, description="Longest pause across which a final is carried."
     )
+    split_at_pause_after_s: float = Field(
+        6.0,
+        ge=0.0,
+        le=28.0,
+        description="SILENCE streams: an utterance this long (or longer) is split at its next "
+        "pause of 200 ms or more when speech resumes after it, its final decoded early in "
+        "that pause, instead of running on to the length limit (continuous speech got its "
+        "finals up to 15 s late); 0 = off.",
+    )
     context_chars: int = Field(
         0,
         ge=0,

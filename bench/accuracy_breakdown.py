@@ -55,7 +55,7 @@ from asr_server.engine.text import spoken_words  # noqa: E402
 from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.carry import CLOSING_PUNCTUATION, Carry  # noqa: E402
-from asr_server.session.channel import TRAILING_PAD_S  # noqa: E402
+from asr_server.session.channel import SPLIT_PAUSE_MARGIN_S, TRAILING_PAD_S  # noqa: E402
 from asr_server.settings import EngineSettings  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
@@ -97,6 +97,10 @@ class Options:
     #: a carried final without new words is not decoded alone when Silero hears no speech
     #: in its utterance (as the server does)
     speech_check: bool = True
+    #: an utterance this long (or longer) is split at a pause of ``trailing_pad_s`` and
+    #: a margin or more when speech resumes after it, as the server splits SILENCE streams
+    #: (streaming.split_at_pause_after_s; 0 = off)
+    split_after_s: float = 0.0
 
 
 @dataclass
@@ -180,7 +184,9 @@ class Simulator:
                 partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 # as the server does (FinalDecoder.decode, session/finals.py)
                 heard_share = min(1.0, utt.partial_n / max(a.size, 1))
-                wrong = carry.went_wrong(hyp, len(partial_words), heard_share)
+                wrong = carry.went_wrong(
+                    hyp, len(partial_words), heard_share
+                ) or carry.reads_its_end_twice(hyp, partial_words)
                 if (
                     hyp.rejected
                     and o.speech_check
@@ -208,6 +214,17 @@ class Simulator:
             commit = o.commit and a.size >= o.min_commit_s * SR
             utt.agreement.update(text.split(), None, commit=commit)
 
+        def split_at_pause(speech_end: int) -> None:
+            """As the server: the final up to the pause's pad, the rest a new utterance."""
+            nonlocal utt
+            assert utt is not None
+            cut = speech_end + int(o.trailing_pad_s * SR)
+            rest = utt.snapshot()[cut - utt.start :]
+            finalize(cut)
+            utt = Utt(cut, [rest], rest.size, agreement=LocalAgreement(o.agreement))
+
+        pause_from: int | None = None  # a pause heard long enough to split at: its start
+        split_pause = (o.trailing_pad_s + SPLIT_PAUSE_MARGIN_S) * SR
         for pos in range(0, audio.size, CHUNK):
             events = ep.feed(audio[pos : pos + CHUNK])
             if pos + CHUNK >= audio.size:
@@ -215,8 +232,17 @@ class Simulator:
             for ev in events:
                 if isinstance(ev, SpeechStarted):
                     utt = Utt(ev.start_sample, agreement=LocalAgreement(o.agreement))
+                    pause_from = None
                 elif isinstance(ev, SpeechAudio) and utt is not None:
                     utt.audio.append(ev.samples)
+                    if ev.trailing_silence >= split_pause:
+                        pause_from = ev.last_voiced_end
+                    elif ev.trailing_silence == 0 and pause_from is not None:
+                        speech_end, pause_from = pause_from, None
+                        if o.split_after_s and speech_end - utt.start >= o.split_after_s * SR:
+                            utt.n += ev.samples.size
+                            split_at_pause(speech_end)
+                            continue
                     utt.n += ev.samples.size
                     utt.since_partial += ev.samples.size
                     if utt.n >= o.max_utterance_s * SR:
@@ -264,6 +290,9 @@ VARIANTS: dict[str, Variant] = {
     "segmented": Variant(Options(commit=False, carry_s=0.0)),
     # the server's default now: nothing committed, the previous final carried
     "carried": Variant(Options(commit=False, carry_s=10.0)),
+    # ... and long utterances split at the next 200 ms pause (the server's default since
+    # 2026-12-02; here, with partials applied at once, it matters only for long speech)
+    "carried_split6": Variant(Options(commit=False, carry_s=10.0, split_after_s=6.0)),
     # ... as the server did before 2026-12-02: a carried final without new words was
     # always decoded alone, even when Silero heard no speech in it
     "carried_unchecked": Variant(Options(commit=False, carry_s=10.0, speech_check=False)),

@@ -33,6 +33,17 @@ SAME_STEM_LETTERS = 4
 CARRY_DOUBT_WORDS = 3
 
 
+#: a carried final whose last 1-4 words were read within the few words just before them
+#: (up to REPEAT_GAP_WORDS between) looped at its end (see Carry.reads_its_end_twice)
+REPEAT_MAX_WORDS = 4
+REPEAT_GAP_WORDS = 2
+
+
+def _count(words: list[str], phrase: list[str]) -> int:
+    k = len(phrase)
+    return sum(words[i : i + k] == phrase for i in range(len(words) - k + 1))
+
+
 def read_alike(heard: list[str], words: list[str]) -> list[int]:
     """Indices of ``words`` that read what ``heard`` does another way, in order: the same
     letters split otherwise ("may be" / "maybe"), or a word that begins with another of
@@ -99,6 +110,24 @@ class Carry:
         return len(words) >= 3 and any(
             before[i : i + 3] == words[:3] for i in range(len(before) - 2)
         )
+
+    @staticmethod
+    def reads_its_end_twice(carried: Hypothesis, heard: list[str]) -> bool:
+        """Its last words (1 to REPEAT_MAX_WORDS) were read just before too, and the
+        partials, which heard the utterance alone, have them only once: Whisper, forced
+        through a long carried passage, looped at the end ("simpler, rounder" read as
+        "simpler, simpler"; "not only by Schoeffer" as "not only by chauffeur, not only
+        by"; 231 s of LJ Speech split at its pauses). A repeat the partials have too is
+        the speaker's ("very, very")."""
+        words = spoken_words(carried.text)
+        for k in range(1, REPEAT_MAX_WORDS + 1):
+            phrase = words[-k:]
+            if len(words) < 2 * k:
+                break
+            before = words[-(2 * k + REPEAT_GAP_WORDS) : -k]
+            if any(before[i : i + k] == phrase for i in range(len(before) - k + 1)):
+                return _count(heard, phrase) < 2
+        return False
 
     @staticmethod
     def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:

@@ -69,6 +69,12 @@ SET_ASIDE_MAX_S = 1.0
 #: Silero judges a frame by what it heard before, and with only a quarter second of the
 #: word before it, it took a word's fading end (0.7–0.9 in context) for silence
 SECOND_OPINION_LEAD_IN_S = 1.0
+#: a long utterance is split at a pause (see _splits_at_pause) only if the pause lasted
+#: this much longer than the final's trailing pad: the voice detector hears a word's
+#: unvoiced onset ("th", "s") late, and a cut just before the voiced part left that onset
+#: in the first part's audio, where Whisper read its last phrase again ("on the lower
+#: case, on the lower case")
+SPLIT_PAUSE_MARGIN_S = 0.1
 #: no partials once this much trailing silence is heard: silence adds no words
 PARTIAL_SILENCE_CUTOFF_S = 0.15
 #: until an utterance's first partial has words, the next ask goes out as soon as the
@@ -107,6 +113,7 @@ class ChannelRecognizer:
         commit_partials: bool = False,
         carry_max_s: float = 0.0,
         carry_gap_s: float = 0.0,
+        split_at_pause_after_s: float = 0.0,
         start: ChannelStart | None = None,
         turn: TurnDetection | None = None,
         early_speculation_s: float = SPECULATE_AFTER_S,
@@ -122,6 +129,8 @@ class ChannelRecognizer:
         self._partial_interval = int(partial_interval_s * SAMPLE_RATE)
         self._first_partial_step = int(FIRST_PARTIAL_STEP_S * SAMPLE_RATE)
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
+        self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
+        self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
         self._key = coalesce_key
         self._agreement = agreement
         self._turn = turn  # SEMANTIC streams only
@@ -310,6 +319,9 @@ class ChannelRecognizer:
             aside.task.cancel()  # too long for a breath: speech did resume
             utt.set_aside = None
         silence = ev.trailing_silence
+        if silence == 0 and self._splits_at_pause(utt):
+            await self._split_at_pause(utt)
+            return
         if silence == 0:
             # speech resumed: the early final is moot (unless that was no speech)
             if self._sets_aside:
@@ -326,8 +338,10 @@ class ChannelRecognizer:
                 utt.pause += 1
                 utt.in_pause = False
                 utt.probes_asked = 0
+                utt.pause_heard = 0
         else:
             utt.in_pause = True
+            utt.pause_heard = silence
             if silence >= self._speculate_after and utt.speculation is None:
                 self._speculate(utt, ev.last_voiced_end)
             if (
@@ -539,6 +553,42 @@ class ChannelRecognizer:
             cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
             rest = utt.audio.split_off(cut)
             await self._decode_final(utt)
+        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
+
+    def _splits_at_pause(self, utt: UtteranceState) -> bool:
+        """Speech resumed after a pause in which the final was decoded early, with the
+        whole trailing pad and a margin: in a SILENCE stream, an utterance that long is
+        split there.
+        Continuous speech (a lecture, a dictation, a fast talker) pauses for 0.2-0.4 s
+        between sentences, under the silence that ends an utterance: without this its
+        utterances ran to the length limit and each final came up to 15 s after its
+        first words, and 1-5 s after its last (bench: 231 s of LJ Speech read aloud).
+        The early final is the first part's final (a decode that was otherwise wasted);
+        the next part is decoded after it (the carry), so the phrase keeps its context.
+        SEMANTIC streams and streams whose client finalizes decode early after only
+        60 ms of pause, too short a pad for a final inside speech: they are not split."""
+        early = utt.speculation
+        return (
+            self._split_at_pause_after > 0
+            and self._turn is None
+            and not self._client_finalizes
+            and early is not None
+            and early.end - early.speech_end >= self._trailing_pad
+            and utt.pause_heard >= self._trailing_pad + self._split_margin
+            and early.speech_end - utt.audio.start_sample >= self._split_at_pause_after
+            and utt.audio.start_sample < early.end < utt.audio.end_sample
+        )
+
+    async def _split_at_pause(self, utt: UtteranceState) -> None:
+        """See _splits_at_pause: the final of the audio up to the pause's early final's end
+        (the speech before it and 200 ms of the pause), then the rest is a new utterance,
+        as at the length limit (no SPEECH_ENDED: the speaker did not stop for long)."""
+        early = utt.speculation
+        assert early is not None
+        rest = utt.audio.split_off(early.end)
+        utt.speech_end = early.speech_end  # (for the latency metric)
+        self.metrics.pause_splits.inc()
+        await self._decode_final(utt)
         self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
 
     def _new_utterance(self, audio: UtteranceAudio, speech_arrived: float) -> UtteranceState:

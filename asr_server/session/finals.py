@@ -150,7 +150,9 @@ class FinalDecoder:
             return carried
         heard = spoken_words(utt.last_partial_text)
         own_audio = max(1, request.audio.size - carry.audio.size)
-        wrong = carry.went_wrong(carried, len(heard), min(1.0, utt.partial_samples / own_audio))
+        wrong = carry.went_wrong(
+            carried, len(heard), min(1.0, utt.partial_samples / own_audio)
+        ) or carry.reads_its_end_twice(carried, heard)
         if not wrong and not carry.doubtful(carried, heard):
             return carried
         if early is not None and early.set_aside:

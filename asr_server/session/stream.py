@@ -174,6 +174,7 @@ class StreamSession:
             commit_partials=s.streaming.commit_partials,
             carry_max_s=s.streaming.carry_max_s,
             carry_gap_s=s.streaming.carry_gap_s,
+            split_at_pause_after_s=s.streaming.split_at_pause_after_s,
             start=self.config.resume.channel(channel) if self.config.resume else None,
             turn=self.services.turn if self.config.semantic else None,
             early_speculation_s=s.turn.speculate_ms / 1000,

@@ -64,6 +64,7 @@ class UtteranceState:
     #: is asked at each probe of a pause, and its answer counts only while that pause lasts
     pause: int = 0
     in_pause: bool = False
+    pause_heard: int = 0  # samples of silence heard so far in this pause
     probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)

@@ -501,6 +501,26 @@ def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> Non
     assert not carry.went_wrong(Hypothesis("Thank you, all.", "en"), heard=0)
 
 
+def test_a_carried_final_that_reads_its_end_twice_went_wrong() -> None:
+    from asr_server.session.carry import Carry
+
+    carry = Carry(np.zeros(SR, np.float32), SR, "But the first Bible actually dated", "en")
+
+    def loops(text: str, partial: str) -> bool:
+        return carry.reads_its_end_twice(Hypothesis(text, "en"), spoken_words(partial))
+
+    # Whisper looping at the end of a long carried decode (LJ Speech, split at pauses)
+    assert loops(
+        "imitates a much freer hand, simpler, simpler.", "a much freer hand simpler rounder"
+    )
+    assert loops("On the whole, on the whole, on", "and easier to read on the whole")
+    assert loops("not only by chauffeur, not only by", "years not only by Schoeffer")
+    # the speaker's own repeat, which the partials heard too; and no repeat at all
+    assert not loops("I said no, no.", "i said no no")
+    assert loops("I said no, no.", "i said no")
+    assert not loops("which was printed at Maintz in 1462.", "which was printed at")
+
+
 def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
     from asr_server.session.carry import Carry
 
@@ -847,6 +867,58 @@ async def test_a_noise_after_a_final_gets_no_words(second_opinion: bool) -> None
 async def test_audio_ending_inside_speech_is_finalized() -> None:
     events = await Harness().run(chunks(pcm16(tone(1.5))))
     assert results(events, final=True)[-1].text == " ".join(f"w{i}" for i in range(6))
+
+
+def speech_events(events: list[object]) -> list[tuple[bool, int]]:
+    """(started?, utterance id) of each SPEECH_STARTED / SPEECH_ENDED, in order."""
+    return [(e.started, e.utterance_id) for e in events if isinstance(e, SpeechBoundary)]
+
+
+async def test_a_long_utterance_is_split_at_a_short_pause_with_its_early_final() -> None:
+    # 7 s of speech, a 0.35 s pause (under the 500 ms that ends an utterance), 2 s more
+    audio = np.concatenate([silence(0.5), tone(7.0), silence(0.35), tone(2.0), silence(1.0)])
+    h = Harness(split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)))
+    finals = results(events, final=True)
+    assert len(finals) == 2
+    # the first part ends 200 ms into the pause (the final's trailing pad); the second
+    # begins there, and nothing is lost between them (0.25 s a word, +-1 at the cut)
+    assert finals[0].end_s == pytest.approx(7.7, abs=0.05)
+    assert finals[1].start_s == pytest.approx(finals[0].end_s, abs=0.01)
+    assert abs(sum(len(f.text.split()) for f in finals) - 36) <= 1
+    # one stretch of speech to the client: a split, not an end
+    first, second = finals[0].utterance_id, finals[1].utterance_id
+    assert speech_events(events) == [(True, first), (False, second)]
+    assert events.index(finals[0]) < next(
+        i for i, e in enumerate(events) if isinstance(e, SpeechBoundary) and not e.started
+    )
+    # the early final decoded in the pause is the first part's final: no decode again
+    assert final_decodes(h) == 2
+    assert h.metrics.pause_splits._value.get() == 1
+
+
+@pytest.mark.parametrize(
+    ("speech_s", "pause_s", "setting", "config"),
+    [
+        (4.0, 0.35, 6.0, {}),  # too short to split
+        (7.0, 0.35, 0.0, {}),  # splitting off
+        (7.0, 0.25, 6.0, {}),  # a pause too short: speech may begin before it is voiced
+        (7.0, 0.35, 6.0, {"semantic": True}),  # its early finals hear too little pause
+    ],
+)
+async def test_an_utterance_is_split_at_a_short_pause_only_when_long(
+    speech_s: float, pause_s: float, setting: float, config: dict[str, object]
+) -> None:
+    audio = np.concatenate(
+        [silence(0.5), tone(speech_s), silence(pause_s), tone(2.0), silence(2.5)]
+    )
+    turn = semantic(ScriptedTurnModel(0.1)) if config else None
+    h = Harness(turn=turn, split_at_pause_after_s=setting)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), **config)
+    finals = results(events, final=True)
+    assert len(finals) == 1
+    assert finals[0].end_s > speech_s + 2.5
+    assert h.metrics.pause_splits._value.get() == 0
 
 
 @pytest.mark.parametrize("interim", [True, False])
