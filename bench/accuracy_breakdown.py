@@ -246,7 +246,12 @@ class Simulator:
                     utt.n += ev.samples.size
                     utt.since_partial += ev.samples.size
                     if utt.n >= o.max_utterance_s * SR:
-                        finalize(None)  # (the server cuts more carefully; rare here)
+                        # as the server at the length limit: a final, and the speech goes
+                        # on under a new utterance (the server cuts between words; here
+                        # the cut is where the limit falls, rare in this set)
+                        cut = utt.start + utt.n
+                        finalize(None)
+                        utt = Utt(cut, agreement=LocalAgreement(o.agreement))
                         continue
                     if (
                         utt.since_partial >= o.partial_interval_s * SR

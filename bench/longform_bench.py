@@ -9,7 +9,8 @@ prints per recording: streaming WER (whisper-normalizer's English normaliser, as
 ``streaming_bench.py``), the finals' count, end of speech → final (median / p95; a final
 of a split utterance counts from the end of its speech), and the server's engine time.
 
-Usage: python bench/longform_bench.py [--streams 4] [--env ASR_STREAMING__X=Y ...]
+Usage: python bench/longform_bench.py [--streams 4] [--endpointing semantic]
+       [--env ASR_STREAMING__X=Y ...] [--server-logs DIR]
        [--code /path/to/another/checkout] [--ids REGEX]
 """
 
@@ -53,22 +54,30 @@ def long_items(pattern: str) -> list[Item]:
     ]
 
 
-async def delayed(delay_s: float, port: int, item: Item, chunk_ms: int):  # type: ignore[no-untyped-def]
+async def delayed(delay_s: float, port: int, item: Item, a: argparse.Namespace):  # type: ignore[no-untyped-def]
     """One real-time stream of ``item``, started ``delay_s`` late (streams that start
     together would all pause, and ask for their finals, at the same moments)."""
     await asyncio.sleep(delay_s)
-    return await stream_one(port, item, 1.0, chunk_ms)
+    return await stream_one(port, item, 1.0, a.chunk_ms, endpointing=a.endpointing)
 
 
 async def run(a: argparse.Namespace) -> dict[str, object]:
     env = dict(kv.split("=", 1) for kv in a.env)
-    figures: dict[str, object] = {"streams": a.streams, "env": env, "code": str(a.code)}
+    figures: dict[str, object] = {
+        "streams": a.streams,
+        "endpointing": a.endpointing,
+        "env": env,
+        "code": str(a.code),
+    }
     for item in long_items(a.ids):
-        proc, port, metrics_port = await start_server(a.model, [], env=env, code=a.code)
+        log = a.server_logs / f"{item.id}.log" if a.server_logs else None
+        proc, port, metrics_port = await start_server(
+            a.model, [], env=env, code=a.code, log_path=log
+        )
         try:
             starts = random.Random(a.streams)
             delays = [0.0] + [starts.uniform(0, 3.0) for _ in range(a.streams - 1)]
-            outcomes = await asyncio.gather(*(delayed(d, port, item, a.chunk_ms) for d in delays))
+            outcomes = await asyncio.gather(*(delayed(d, port, item, a) for d in delays))
             refs, hyps, _ = scored(outcomes)
             latency = [x for o in outcomes for x in o.final_latency]
             figures[item.id] = {
@@ -97,11 +106,20 @@ def main() -> None:
     p.add_argument("--ids", default=DEFAULT_IDS, help="recordings (regular expression on ids)")
     p.add_argument("--model", default="tiny.en")
     p.add_argument("--chunk-ms", type=int, default=20)
+    p.add_argument("--endpointing", choices=("silence", "semantic"), default="silence")
     p.add_argument("--env", action="append", default=[], help="server setting, KEY=VALUE")
     p.add_argument("--code", type=Path, default=ROOT, help="a checkout to run the server from")
     p.add_argument("--json", type=Path)
+    p.add_argument(
+        "--server-logs",
+        type=Path,
+        help="a folder for each recording's server log (with --env ASR_LOG_LEVEL=DEBUG: "
+        "every final decode and carry decision, with the texts)",
+    )
     p.add_argument("--show", action="store_true", help="print the streams' transcripts")
     a = p.parse_args()
+    if a.server_logs:
+        a.server_logs.mkdir(parents=True, exist_ok=True)
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))
     if a.json:
