@@ -190,10 +190,11 @@ class StreamingSettings(BaseModel):
         6.0,
         ge=0.0,
         le=28.0,
-        description="SILENCE streams: an utterance this long (or longer) is split at its next "
-        "pause of 200 ms or more when speech resumes after it, its final decoded early in "
-        "that pause, instead of running on to the length limit (continuous speech got its "
-        "finals up to 15 s late); 0 = off.",
+        description="An utterance this long (or longer) is split 200 ms into its next pause "
+        "of 300 ms or more when speech resumes after it, its final decoded early in that "
+        "pause, instead of running on to the length limit (continuous speech got its finals "
+        "up to 15 s late; SEMANTIC streams too, where the turn model is unsure at a reader's "
+        "pauses); 0 = off.",
     )
     context_chars: int = Field(
         0,

@@ -344,6 +344,8 @@ class ChannelRecognizer:
             utt.pause_heard = silence
             if silence >= self._speculate_after and utt.speculation is None:
                 self._speculate(utt, ev.last_voiced_end)
+            elif self._needs_split_final(utt, silence):
+                utt.split_final = self._early_final(utt, ev.last_voiced_end, "split-final")
             if (
                 utt.probes_asked < len(self._turn_probes)
                 and silence >= self._turn_probes[utt.probes_asked][0]
@@ -371,14 +373,19 @@ class ChannelRecognizer:
             return utt.samples_since_partial >= self._partial_interval
         return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_partial_step
 
-    def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
+    def _early_final(self, utt: UtteranceState, last_voiced_end: int, name: str) -> EarlyFinal:
+        """The final of the audio up to the trailing pad (or as much of it as has been
+        heard), decoded now, ahead of the endpoint."""
         end = min(utt.audio.end_sample, last_voiced_end + self._trailing_pad)
         early = EarlyFinal(last_voiced_end, end, utt.agreement.committed_text)
-        early.task = task = asyncio.create_task(
-            self._finals.decode(utt, *self._finals.request(utt, end), early),
-            name="speculative-final",
+        early.task = asyncio.create_task(
+            self._finals.decode(utt, *self._finals.request(utt, end), early), name=name
         )
-        utt.speculation = early
+        return early
+
+    def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
+        early = utt.speculation = self._early_final(utt, last_voiced_end, "speculative-final")
+        task = early.task
         if self.config.eager_finals:
             if self._turn is not None:
                 utt.first_answer = asyncio.get_running_loop().create_future()
@@ -555,35 +562,64 @@ class ChannelRecognizer:
             await self._decode_final(utt)
         self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
 
-    def _splits_at_pause(self, utt: UtteranceState) -> bool:
-        """Speech resumed after a pause in which the final was decoded early, with the
-        whole trailing pad and a margin: in a SILENCE stream, an utterance that long is
-        split there.
-        Continuous speech (a lecture, a dictation, a fast talker) pauses for 0.2-0.4 s
-        between sentences, under the silence that ends an utterance: without this its
-        utterances ran to the length limit and each final came up to 15 s after its
-        first words, and 1-5 s after its last (bench: 231 s of LJ Speech read aloud).
-        The early final is the first part's final (a decode that was otherwise wasted);
-        the next part is decoded after it (the carry), so the phrase keeps its context.
-        SEMANTIC streams and streams whose client finalizes decode early after only
-        60 ms of pause, too short a pad for a final inside speech: they are not split."""
-        early = utt.speculation
+    def _long_enough_to_split(self, utt: UtteranceState, speech_end: int) -> bool:
         return (
             self._split_at_pause_after > 0
-            and self._turn is None
+            and speech_end - utt.audio.start_sample >= self._split_at_pause_after
+        )
+
+    def _needs_split_final(self, utt: UtteranceState, silence: int) -> bool:
+        """SEMANTIC streams and streams whose client finalizes decode the final early,
+        60 ms into a pause, for the turn's end: too short a pad for a cut inside speech
+        (it cost words, bench/accuracy_breakdown.py's EARLY variants). In an utterance
+        long enough to be split, the final is decoded again once the pause has lasted
+        the whole pad, for a split at this pause; the early one stays the turn's final.
+        Not where the client finalizes: its own VAD ends the utterance at such a pause
+        (a voice agent's, at 200 ms), and that decode would only take a worker."""
+        early = utt.speculation
+        return (
+            early is not None
             and not self._client_finalizes
-            and early is not None
-            and early.end - early.speech_end >= self._trailing_pad
+            and utt.split_final is None
+            and not utt.eager_sent
+            and silence >= self._trailing_pad
+            and early.end - early.speech_end < self._trailing_pad
+            and self._long_enough_to_split(utt, early.speech_end)
+        )
+
+    def _pause_final(self, utt: UtteranceState) -> EarlyFinal | None:
+        """The final of this pause that heard the whole trailing pad, if any."""
+        for early in (utt.split_final, utt.speculation):
+            if early is not None and early.end - early.speech_end >= self._trailing_pad:
+                return early
+        return None
+
+    def _splits_at_pause(self, utt: UtteranceState) -> bool:
+        """Speech resumed after a pause in which the final was decoded ahead, with the
+        whole trailing pad, and the pause lasted a margin longer: an utterance that long
+        is split there.
+        Continuous speech (a lecture, a dictation, a fast talker) pauses for 0.2-0.4 s
+        between sentences, under the silence that ends an utterance (and SEMANTIC's turn
+        model, asked at such a pause, is often unsure of a sentence end): without this
+        its utterances ran to the length limit and each final came up to 15 s after its
+        first words, and 1-5 s after its last (bench: 231 s of LJ Speech read aloud).
+        That final is the first part's final (in SILENCE streams a decode otherwise
+        wasted); the next part is decoded after it (the carry), so the phrase keeps its
+        context. Not after an eager result of the pause: that is withdrawn instead."""
+        early = self._pause_final(utt)
+        return (
+            early is not None
+            and not utt.eager_sent
             and utt.pause_heard >= self._trailing_pad + self._split_margin
-            and early.speech_end - utt.audio.start_sample >= self._split_at_pause_after
+            and self._long_enough_to_split(utt, early.speech_end)
             and utt.audio.start_sample < early.end < utt.audio.end_sample
         )
 
     async def _split_at_pause(self, utt: UtteranceState) -> None:
-        """See _splits_at_pause: the final of the audio up to the pause's early final's end
+        """See _splits_at_pause: the final of the audio up to the pause's final's end
         (the speech before it and 200 ms of the pause), then the rest is a new utterance,
         as at the length limit (no SPEECH_ENDED: the speaker did not stop for long)."""
-        early = utt.speculation
+        early = self._pause_final(utt)
         assert early is not None
         rest = utt.audio.split_off(early.end)
         utt.speech_end = early.speech_end  # (for the latency metric)

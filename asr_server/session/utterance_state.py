@@ -56,6 +56,10 @@ class UtteranceState:
     speech_end: int | None = None
     #: the final decoded ahead of the endpoint in the current pause
     speculation: EarlyFinal | None = None
+    #: where the speculation heard less than the whole trailing pad (SEMANTIC streams and
+    #: streams whose client finalizes), in an utterance long enough to be split at this
+    #: pause: its final with the whole pad, the first part's final if the pause splits it
+    split_final: EarlyFinal | None = None
     #: an early final whose pause ended when the voice detector heard a sound: if that
     #: was a breath or a click (the second opinion hears no speech after this final's
     #: end), a finalize soon after can take it instead of decoding everything again
@@ -75,10 +79,10 @@ class UtteranceState:
 
     def drop_speculation(self) -> None:
         """Every early final is moot (and cancelled, if its decode has not started)."""
-        for early in (self.speculation, self.set_aside):
+        for early in (self.speculation, self.set_aside, self.split_final):
             if early is not None:
                 early.task.cancel()
-        self.speculation = self.set_aside = None
+        self.speculation = self.set_aside = self.split_final = None
         self.drop_first_answer()
 
     def set_speculation_aside(self) -> None:
@@ -86,6 +90,9 @@ class UtteranceState:
         was heard turns out to be no speech. It is kept only if the engine already began
         it (a queued one is dropped, as it would have been), and replaces an older one."""
         early, self.speculation = self.speculation, None
+        if self.split_final is not None:  # (only a split takes it, and there was none)
+            self.split_final.task.cancel()
+            self.split_final = None
         if early is not None and early.started:
             if self.set_aside is not None:
                 self.set_aside.task.cancel()
@@ -99,12 +106,12 @@ class UtteranceState:
         """The early final of exactly the audio up to ``end``, if there is one; the
         others are dropped."""
         taken = None
-        for early in (self.speculation, self.set_aside):
+        for early in (self.speculation, self.set_aside, self.split_final):
             if early is not None and early.end == end and taken is None:
                 taken = early.task
             elif early is not None:
                 early.task.cancel()
-        self.speculation = self.set_aside = None
+        self.speculation = self.set_aside = self.split_final = None
         return taken
 
     def drop_first_answer(self) -> None:

@@ -903,7 +903,9 @@ async def test_a_long_utterance_is_split_at_a_short_pause_with_its_early_final()
         (4.0, 0.35, 6.0, {}),  # too short to split
         (7.0, 0.35, 0.0, {}),  # splitting off
         (7.0, 0.25, 6.0, {}),  # a pause too short: speech may begin before it is voiced
-        (7.0, 0.35, 6.0, {"semantic": True}),  # its early finals hear too little pause
+        # SEMANTIC with an eager result at the pause (the turn model said it may be over):
+        # that is withdrawn when speech resumes, and the utterance goes on whole
+        (7.0, 0.35, 6.0, {"semantic": 0.6, "eager_finals": True}),
     ],
 )
 async def test_an_utterance_is_split_at_a_short_pause_only_when_long(
@@ -912,13 +914,41 @@ async def test_an_utterance_is_split_at_a_short_pause_only_when_long(
     audio = np.concatenate(
         [silence(0.5), tone(speech_s), silence(pause_s), tone(2.0), silence(2.5)]
     )
-    turn = semantic(ScriptedTurnModel(0.1)) if config else None
+    config = dict(config)
+    probability = config.pop("semantic", None)
+    turn = semantic(ScriptedTurnModel(probability)) if probability is not None else None  # type: ignore[arg-type]
     h = Harness(turn=turn, split_at_pause_after_s=setting)
-    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), **config)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), semantic=turn is not None, **config)
     finals = results(events, final=True)
     assert len(finals) == 1
     assert finals[0].end_s > speech_s + 2.5
     assert h.metrics.pause_splits._value.get() == 0
+    if config.get("eager_finals"):
+        assert [e for e in events if isinstance(e, SpeechResumed)]
+
+
+async def test_a_long_semantic_utterance_is_split_with_a_final_that_heard_the_whole_pad() -> None:
+    # the turn model is unsure at every pause (a reader's 0.35 s between sentences): the
+    # utterance would run to the length limit. Its final decoded 60 ms into the pause
+    # hears too little of it for a cut inside speech; the one decoded at 200 ms is used
+    audio = np.concatenate([silence(0.5), tone(7.0), silence(0.35), tone(2.0), silence(2.5)])
+    model = ScriptedTurnModel(0.1)
+    h = Harness(turn=semantic(model), split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), semantic=True)
+    finals = results(events, final=True)
+    assert len(finals) == 2
+    assert finals[0].end_s == pytest.approx(7.7, abs=0.05)  # 200 ms into the pause
+    assert finals[1].start_s == pytest.approx(finals[0].end_s, abs=0.01)
+    assert abs(sum(len(f.text.split()) for f in finals) - 36) <= 1
+    first, second = finals[0].utterance_id, finals[1].utterance_id
+    assert speech_events(events) == [(True, first), (False, second)]
+    # the turn ended once, after the second part
+    turns = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [t.utterance_id for t in turns] == [second]
+    assert h.metrics.pause_splits._value.get() == 1
+    # at the second part's pause the model heard the first part too (the turn so far;
+    # its window is the last 8 s), not the second part's 2.3 s alone
+    assert model.heard[-1] == pytest.approx(8.0)
 
 
 @pytest.mark.parametrize("interim", [True, False])
