@@ -194,7 +194,7 @@ class StreamingSettings(BaseModel):
         "of 300 ms or more when speech resumes after it, its final decoded early in that "
         "pause, instead of running on to the length limit (continuous speech got its finals "
         "up to 15 s late; SEMANTIC streams too, where the turn model is unsure at a reader's "
-        "pauses); 0 = off.",
+        "pauses, at pauses shorter than silence_ms); 0 = off.",
     )
     context_chars: int = Field(
         0,

@@ -131,6 +131,8 @@ class ChannelRecognizer:
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
         self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
+        # SEMANTIC: a pause this long is held open on purpose, never split at
+        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
         self._key = coalesce_key
         self._agreement = agreement
         self._turn = turn  # SEMANTIC streams only
@@ -605,11 +607,15 @@ class ChannelRecognizer:
         first words, and 1-5 s after its last (bench: 231 s of LJ Speech read aloud).
         That final is the first part's final (in SILENCE streams a decode otherwise
         wasted); the next part is decoded after it (the carry), so the phrase keeps its
-        context. Not after an eager result of the pause: that is withdrawn instead."""
+        context. Not after an eager result of the pause: that is withdrawn instead.
+        Nor, in SEMANTIC streams, at a pause as long as the silence that would have ended
+        the utterance in a SILENCE stream: that is a pause the turn model held open on
+        purpose (a speaker thinking mid-sentence), where the sentence stays whole."""
         early = self._pause_final(utt)
         return (
             early is not None
             and not utt.eager_sent
+            and (self._turn is None or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
             and self._long_enough_to_split(utt, early.speech_end)
             and utt.audio.start_sample < early.end < utt.audio.end_sample

@@ -906,6 +906,9 @@ async def test_a_long_utterance_is_split_at_a_short_pause_with_its_early_final()
         # SEMANTIC with an eager result at the pause (the turn model said it may be over):
         # that is withdrawn when speech resumes, and the utterance goes on whole
         (7.0, 0.35, 6.0, {"semantic": 0.6, "eager_finals": True}),
+        # SEMANTIC, a pause as long as silence endpointing's: the turn model holds it open
+        # on purpose (a speaker thinking mid-sentence), and the sentence stays whole
+        (7.0, 0.6, 6.0, {"semantic": 0.1}),
     ],
 )
 async def test_an_utterance_is_split_at_a_short_pause_only_when_long(
