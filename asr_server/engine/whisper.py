@@ -35,6 +35,7 @@ from asr_server.engine.base import (
     Hypothesis,
     WordTiming,
 )
+from asr_server.engine.cpu import cpu_flags, slow_int8_warning
 from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
     compression_ratio,
@@ -136,6 +137,10 @@ class WhisperEngine:
         logger.info(
             "loaded model %s from %s on %s (%s)", model.name, model.source, device, compute_type
         )
+        if device == "cpu" and compute_type.startswith("int8"):
+            warning = slow_int8_warning(cpu_flags())
+            if warning:
+                logger.warning(warning)
 
     # -- public ---------------------------------------------------------------------------
 

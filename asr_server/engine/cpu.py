@@ -1,0 +1,44 @@
+"""What the CPU means for int8 decoding speed, so that an operator hears it at start-up.
+
+CTranslate2's int8 kernels are fast on x86 CPUs with VNNI (AVX-512 VNNI, or AVX-VNNI on
+newer desktop parts). Without it (AVX2 only: AMD EPYC before Zen 4, older Intel) the same
+decodes took three to four times as long (2026-12-02, 2 cores: a 10 s encoder window 136
+against 41 ms), and a 2-core server held no call-center level under a 2 s final p95
+where the VNNI machines held 16-40 calls (README, Benchmark; docs/call-center.md).
+"""
+
+from __future__ import annotations
+
+import platform
+from pathlib import Path
+
+#: /proc/cpuinfo flags of x86 int8 dot-product instructions
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The first processor's flags (Linux x86); empty where there is no such file."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def slow_int8_warning(flags: frozenset[str], machine: str | None = None) -> str | None:
+    """A line for the log if int8 decoding will be slow on this x86 CPU, else None (also
+    where the CPU is not x86 or its flags are unknown: nothing is claimed then)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64") or not flags:
+        return None
+    if flags & VNNI_FLAGS:
+        return None
+    return (
+        "this CPU has no VNNI (AVX-512 VNNI or AVX-VNNI): int8 decodes take about three to "
+        "four times as long as on one that has it, so expect that much higher latency and "
+        "fewer streams per core (README, Benchmark); a GPU or a CPU with VNNI avoids it"
+    )
