@@ -84,8 +84,8 @@ class Metrics:
         )
         self.pause_splits = Counter(
             "asr_pause_splits_total",
-            "Long utterances of SILENCE streams split at a pause shorter than the silence "
-            "that ends one (streaming.split_at_pause_after_s), their early final kept.",
+            "Long utterances split at a pause shorter than the silence that ends one "
+            "(streaming.split_at_pause_after_s), with the final decoded 200 ms into it.",
             registry=r,
         )
         self.speech_events = Counter(

@@ -118,8 +118,6 @@ def main() -> None:
     )
     p.add_argument("--show", action="store_true", help="print the streams' transcripts")
     a = p.parse_args()
-    if a.server_logs:
-        a.server_logs.mkdir(parents=True, exist_ok=True)
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))
     if a.json:

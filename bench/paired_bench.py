@@ -116,8 +116,6 @@ def main() -> None:
         "--hiss", type=float, default=0.0, help="hisses per second added (streaming_bench)"
     )
     a = p.parse_args()
-    if a.server_logs:
-        a.server_logs.mkdir(parents=True, exist_ok=True)
     sb.HISS_PER_S = a.hiss
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))

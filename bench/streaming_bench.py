@@ -354,6 +354,8 @@ async def start_server(
     top of this process's environment; ``code``: a checkout to run it from (another
     commit's ``git worktree``, to compare code in the same machine state); ``log_path``:
     where its log goes (``ASR_LOG_LEVEL=DEBUG`` in ``env`` logs every final decode)."""
+    if log_path:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
     port, metrics_port = free_port(), free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -125,7 +125,7 @@ class Carry:
             if len(words) < 2 * k:
                 break
             before = words[-(2 * k + REPEAT_GAP_WORDS) : -k]
-            if any(before[i : i + k] == phrase for i in range(len(before) - k + 1)):
+            if _count(before, phrase):
                 return _count(heard, phrase) < 2
         return False
 

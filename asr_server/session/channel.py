@@ -336,13 +336,11 @@ class ChannelRecognizer:
                     SpeechResumed(ev.last_voiced_end / SAMPLE_RATE, self.channel, utt.utterance_id)
                 )
                 self.metrics.speech_events.labels("resumed").inc()
-            if utt.in_pause:
+            if utt.pause_heard:  # a pause ended
                 utt.pause += 1
-                utt.in_pause = False
                 utt.probes_asked = 0
                 utt.pause_heard = 0
         else:
-            utt.in_pause = True
             utt.pause_heard = silence
             if silence >= self._speculate_after and utt.speculation is None:
                 self._speculate(utt, ev.last_voiced_end)

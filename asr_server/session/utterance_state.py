@@ -67,8 +67,7 @@ class UtteranceState:
     #: SEMANTIC: pauses are numbered (a new one each time speech resumes); the turn model
     #: is asked at each probe of a pause, and its answer counts only while that pause lasts
     pause: int = 0
-    in_pause: bool = False
-    pause_heard: int = 0  # samples of silence heard so far in this pause
+    pause_heard: int = 0  # samples of silence heard so far in this pause (0: speaking)
     probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)
