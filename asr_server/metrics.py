@@ -76,6 +76,13 @@ class Metrics:
             "words, or read the utterance unlike its partials, which the decode alone matched.",
             registry=r,
         )
+        self.looped_tails_trimmed = Counter(
+            "asr_looped_tails_trimmed_total",
+            "Finals whose end re-read a phrase of three or more words that the utterance's "
+            "latest partial, which heard nearly all of it, had once: Whisper looping at the "
+            "end of its audio. The repeat was cut.",
+            registry=r,
+        )
         self.carry_skipped_under_load = Counter(
             "asr_carry_skipped_under_load_total",
             "Final decodes made without the previous final's audio and text because other "

@@ -51,11 +51,12 @@ from asr_server.engine.base import (  # noqa: E402
     DecodeRequest,
     Hypothesis,  # noqa: E402
 )
-from asr_server.engine.text import spoken_words  # noqa: E402
+from asr_server.engine.text import spoken_words, without_looped_tail  # noqa: E402
 from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.carry import CLOSING_PUNCTUATION, Carry  # noqa: E402
 from asr_server.session.channel import SPLIT_PAUSE_MARGIN_S, TRAILING_PAD_S  # noqa: E402
+from asr_server.session.finals import LOOP_CHECK_UNHEARD_S  # noqa: E402
 from asr_server.settings import EngineSettings  # noqa: E402
 from asr_server.vad.endpointer import (  # noqa: E402
     Endpointer,
@@ -124,6 +125,7 @@ class Simulator:
         self.partials = 0
         self.fallbacks = 0  # carried finals that lost words, decoded again alone
         self.no_speech = 0  # carried finals without words not decoded alone: no speech
+        self.looped_tails = 0  # finals whose end read a phrase again: the repeat cut
 
     def decode(self, audio: np.ndarray, kind: DecodeKind, prefix: str, prompt: str) -> str:
         if kind is DecodeKind.PARTIAL:
@@ -200,6 +202,12 @@ class Simulator:
                     if wrong or carry.alone_is_right(alone_hyp, partial_words):
                         text = alone
                         self.fallbacks += 1
+            # as the server does (FinalDecoder._without_looped_tail)
+            if a.size - utt.partial_n <= LOOP_CHECK_UNHEARD_S * SR:
+                heard = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
+                looped = text
+                text = without_looped_tail(text, heard)
+                self.looped_tails += looped != text
             if text:
                 finals.append(text)
             last = (a, utt.start + a.size, text)
@@ -415,6 +423,7 @@ def run_variant(
         "wall_s": round(time.monotonic() - t0, 1),
         "carry_fallbacks": sim.fallbacks,
         "finals_without_speech": sim.no_speech,
+        "looped_tails_trimmed": sim.looped_tails,
         "wer": round(wer([r for _, r, _ in rows], [h for _, _, h in rows]), 4),
         "offline_wer": round(wer([r for _, r, _ in off_rows], [h for _, _, h in off_rows]), 4),
         "wer_by_source": by_source(rows),

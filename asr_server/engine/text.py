@@ -28,6 +28,13 @@ LONG_REPEAT_WORDS = 3
 SHORT_REPEAT_COUNT = 4
 #: a tail this long that repeats an earlier passage verbatim is a restart, not speech
 RESTART_MIN_WORDS = 5
+#: a text's last words that were read just before too (see looped_tail): phrases of
+#: LOOP_MIN_WORDS to LOOP_MAX_WORDS words with up to LOOP_GAP_WORDS between the two
+#: readings, or shorter ones with up to SHORT_LOOP_GAP_WORDS between
+LOOP_MIN_WORDS = 3
+LOOP_MAX_WORDS = 8
+LOOP_GAP_WORDS = 10
+SHORT_LOOP_GAP_WORDS = 2
 
 
 def compression_ratio(text: str) -> float:
@@ -95,6 +102,58 @@ def trim_restarted_passage(words: list[str], protected: int = 0) -> list[str]:
             if earlier[:-1] == tail[:-1] and earlier[-1].startswith(tail[-1]):
                 return list(words[:p])
     return list(words)
+
+
+def trim_loops(words: list[str], protected: int = 0) -> list[str]:
+    """``trim_trailing_repeats`` and ``trim_restarted_passage`` until neither cuts more:
+    a restart cut off can leave back-to-back copies before it ("A B A B" + a restart of
+    the passage), and the copies, once trimmed, a restart."""
+    while True:
+        trimmed = trim_restarted_passage(trim_trailing_repeats(words, protected), protected)
+        if trimmed == words:
+            return trimmed
+        words = trimmed
+
+
+def count_phrase(words: Sequence[str], phrase: Sequence[str]) -> int:
+    k = len(phrase)
+    return sum(list(words[i : i + k]) == list(phrase) for i in range(len(words) - k + 1))
+
+
+def looped_tail(text: str, heard: Sequence[str], min_words: int = 1) -> int:
+    """How many of ``text``'s last words (as ``text.split()`` has them; 0: none) re-read
+    a phrase of at least ``min_words`` words read just before it (see LOOP_MIN_WORDS)
+    more often than ``heard``, another decode of the same audio (its ``spoken_words``),
+    has it: Whisper, out of audio, jumping back a few words and reading on ("has never
+    been surpassed. Printing, then, for our purpose, has never been surpassed."). A
+    repeat ``heard`` has as often is the speaker's ("no, no"; "very, very")."""
+    tokens = text.split()
+    norm = [normalize_word(t) for t in tokens]
+    spoken = spoken_words(text)
+    n = len(norm)
+    for k in range(min(LOOP_MAX_WORDS, n // 2), max(1, min_words) - 1, -1):  # longest first
+        tail = norm[n - k :]
+        if not all(tail):
+            continue
+        gap = LOOP_GAP_WORDS if k >= LOOP_MIN_WORDS else SHORT_LOOP_GAP_WORDS
+        if not count_phrase(norm[max(0, n - 2 * k - gap) : n - k], tail):
+            continue
+        phrase = spoken_words(" ".join(tokens[n - k :]))
+        if count_phrase(heard, phrase) < count_phrase(spoken, phrase):
+            return k
+    return 0
+
+
+def without_looped_tail(text: str, heard: Sequence[str]) -> str:
+    """``text`` without the phrases of LOOP_MIN_WORDS or more that its end reads again
+    (``looped_tail``) where ``heard`` has them, but fewer times (where it has none, it
+    heard that passage otherwise and cannot tell)."""
+    tokens = text.split()
+    while k := looped_tail(" ".join(tokens), heard, min_words=LOOP_MIN_WORDS):
+        if not count_phrase(heard, spoken_words(" ".join(tokens[-k:]))):
+            break
+        del tokens[-k:]
+    return " ".join(tokens)
 
 
 def merge_punctuation(words: Sequence[WordTiming]) -> list[WordTiming]:

@@ -40,8 +40,7 @@ from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
     compression_ratio,
     merge_punctuation,
-    trim_restarted_passage,
-    trim_trailing_repeats,
+    trim_loops,
 )
 
 logger = logging.getLogger(__name__)
@@ -332,8 +331,7 @@ class WhisperEngine:
             new_raw = ""
         text = (prefix_text + new_raw).strip() if prefix_text else new_text
         protected = len(prefix_text.split())
-        words = trim_trailing_repeats(text.split(), protected=protected)
-        words = trim_restarted_passage(words, protected=protected)
+        words = trim_loops(text.split(), protected=protected)
         return Hypothesis(" ".join(words), language, [], no_speech, avg_logprob)
 
     def _add_words(  # type: ignore[no-untyped-def]

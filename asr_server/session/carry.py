@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from asr_server.engine.base import Hypothesis, WordTiming
-from asr_server.engine.text import spoken_words
+from asr_server.engine.text import looped_tail, spoken_words
 from asr_server.session.utterance import SAMPLE_RATE
 
 CLOSING_PUNCTUATION = ".,;:!?…"
@@ -31,17 +31,6 @@ SAME_STEM_LETTERS = 4
 #: a carried final with this many words the latest partial does not have is decoded
 #: alone too (see Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
-
-
-#: a carried final whose last 1-4 words were read within the few words just before them
-#: (up to REPEAT_GAP_WORDS between) looped at its end (see Carry.reads_its_end_twice)
-REPEAT_MAX_WORDS = 4
-REPEAT_GAP_WORDS = 2
-
-
-def _count(words: list[str], phrase: list[str]) -> int:
-    k = len(phrase)
-    return sum(words[i : i + k] == phrase for i in range(len(words) - k + 1))
 
 
 def read_alike(heard: list[str], words: list[str]) -> list[int]:
@@ -113,21 +102,13 @@ class Carry:
 
     @staticmethod
     def reads_its_end_twice(carried: Hypothesis, heard: list[str]) -> bool:
-        """Its last words (1 to REPEAT_MAX_WORDS) were read just before too, and the
-        partials, which heard the utterance alone, have them only once: Whisper, forced
-        through a long carried passage, looped at the end ("simpler, rounder" read as
-        "simpler, simpler"; "not only by Schoeffer" as "not only by chauffeur, not only
-        by"; 231 s of LJ Speech split at its pauses). A repeat the partials have too is
-        the speaker's ("very, very")."""
-        words = spoken_words(carried.text)
-        for k in range(1, REPEAT_MAX_WORDS + 1):
-            phrase = words[-k:]
-            if len(words) < 2 * k:
-                break
-            before = words[-(2 * k + REPEAT_GAP_WORDS) : -k]
-            if _count(before, phrase):
-                return _count(heard, phrase) < 2
-        return False
+        """Its last words were read just before too, more often than the partials, which
+        heard the utterance alone, have them (``looped_tail``): Whisper, forced through a
+        long carried passage, looped at the end ("simpler, rounder" read as "simpler,
+        simpler"; "not only by Schoeffer" as "not only by chauffeur, not only by"; 231 s
+        of LJ Speech split at its pauses). A repeat the partials have too is the
+        speaker's ("very, very")."""
+        return looped_tail(carried.text, heard) > 0
 
     @staticmethod
     def agreement(hyp: Hypothesis, heard: list[str]) -> tuple[int, int]:

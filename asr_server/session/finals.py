@@ -19,7 +19,7 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import spoken_words
+from asr_server.engine.text import spoken_words, without_looped_tail
 from asr_server.metrics import Metrics
 from asr_server.session.carry import Carry
 from asr_server.session.inbox import now
@@ -30,6 +30,11 @@ from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.vad.base import SpeechCheck
 
 logger = logging.getLogger(__name__)
+
+#: a final's looped tail is cut only where the latest partial heard all but this much
+#: of its audio (the final's 0.2 s of pause included): a phrase the speaker said again
+#: at the very end would be missing from a partial that stopped earlier
+LOOP_CHECK_UNHEARD_S = 0.8
 
 
 class FinalDecoder:
@@ -131,6 +136,46 @@ class FinalDecoder:
         """The final's hypothesis; ``early``: decoded ahead of the endpoint, and then None
         if it was set aside before it was done (it would need another engine call, which
         the finalize makes itself if it comes to that)."""
+        hyp = await self._decode(utt, request, carry, early)
+        if hyp is None or hyp.rejected:
+            return hyp
+        own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
+        return self._without_looped_tail(utt, hyp, own_audio)
+
+    def _without_looped_tail(
+        self, utt: UtteranceState, hyp: Hypothesis, own_audio: int
+    ) -> Hypothesis:
+        """``hyp`` without a phrase of three words or more that its end reads again and
+        the utterance's latest partial, which heard (nearly) all its speech, has fewer
+        times (engine/text.py, ``without_looped_tail``). Whisper, its audio run out mid-sentence (an utterance
+        split at a pause), now and then jumps back a few words and reads on: "...has
+        never been surpassed. Printing, then, for our purpose, has never been
+        surpassed." (LJ Speech, 231 s; a final decoded alone, which the carry's checks
+        do not see). The decode's own loop checks (engine/text.py) do not cut so short
+        a repeat: on its own it could be the speaker's. Here the partial tells."""
+        unheard = own_audio - utt.partial_samples
+        if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
+            return hyp  # the partial may not have heard the speaker say it again
+        text = without_looped_tail(hyp.text, spoken_words(utt.last_partial_text))
+        if text == hyp.text:
+            return hyp
+        kept = len(text.split())
+        logger.debug(
+            "final %r read its end again (latest partial %r): kept %d words",
+            hyp.text,
+            utt.last_partial_text,
+            kept,
+        )
+        self._metrics.looped_tails_trimmed.inc()
+        return dataclasses.replace(hyp, text=text, words=hyp.words[:kept])
+
+    async def _decode(
+        self,
+        utt: UtteranceState,
+        request: DecodeRequest,
+        carry: Carry | None,
+        early: EarlyFinal | None,
+    ) -> Hypothesis | None:
         hyp = await self._timed_decode(
             request,
             "early final" if early else "final",

@@ -6,9 +6,13 @@ import pytest
 
 from asr_server.engine.base import WordTiming
 from asr_server.engine.text import (
+    LOOP_GAP_WORDS,
     compression_ratio,
+    count_phrase,
+    looped_tail,
     merge_punctuation,
     spoken_words,
+    trim_loops,
     trim_restarted_passage,
     trim_trailing_repeats,
 )
@@ -108,6 +112,34 @@ def test_restarted_passage_is_cut() -> None:
     # a short echo is speech, and committed words are never cut
     assert trim_restarted_passage("I said go. I said".split()) == "I said go. I said".split()
     assert trim_restarted_passage(text, protected=len(text) - 2) == text
+
+
+def test_back_to_back_copies_left_by_a_restart_are_trimmed_too() -> None:
+    """The restart is cut after the copies were looked for: both run until neither cuts
+    (a final read "...printing beautiful letters for printing beautiful letters for")."""
+    start = "It is of the first importance that the letter used".split()
+    end = "or printing beautiful letters for".split()
+    assert trim_loops([*start, *end, *end, *start[:6]]) == [*start, *end]
+
+
+def test_a_looped_tail_is_one_the_other_reading_has_fewer_times() -> None:
+    text = (
+        "the Gutenberg Bible of about 1455 has never been surpassed. Printing, then, "
+        "for our purpose, has never been surpassed."
+    )
+    partial = spoken_words("the Guttenburg Bible of about 1455 has never been surpassed. Printing")
+    assert looped_tail(text, partial, min_words=3) == 4
+    # the speaker said it twice: the other reading has it twice too
+    twice = spoken_words(text)
+    assert looped_tail(text, twice, min_words=3) == 0
+    # one word again, or two, is a loop only right after its first reading
+    assert looped_tail("simpler, simpler.", ["simpler", "rounder"]) == 1
+    assert looped_tail("simpler, simpler.", ["simpler", "rounder"], min_words=3) == 0
+    assert looped_tail("the cat sat on the mat and then the", ["the", "cat"]) == 0
+    # a longer phrase read again after more than LOOP_GAP_WORDS words is speech
+    far = "we will go on. " + "x " * (LOOP_GAP_WORDS + 1) + "we will go on."
+    assert looped_tail(far, ["we", "will", "go", "on"], min_words=3) == 0
+    assert count_phrase(["a", "b", "a", "b"], ["a", "b"]) == 2
 
 
 def test_punctuation_joins_its_word() -> None:

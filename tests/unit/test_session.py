@@ -521,6 +521,42 @@ def test_a_carried_final_that_reads_its_end_twice_went_wrong() -> None:
     assert not loops("which was printed at Maintz in 1462.", "which was printed at")
 
 
+class LoopsAtItsEnd(FakeEngine):
+    """Whisper out of audio mid-sentence: a final jumps back a few words and reads them
+    again ("...has never been surpassed. Printing, then, for our purpose, has never been
+    surpassed."): here the 10th to 8th last words. Partials do not."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        words = hyp.text.split()
+        if req.kind is DecodeKind.FINAL and len(words) >= 10:
+            return dataclasses.replace(hyp, text=" ".join([*words, *words[-10:-7]]))
+        return hyp
+
+
+@pytest.mark.parametrize(
+    ("interim", "partial_interval_ms", "trimmed"),
+    [
+        (True, 500, True),  # partials heard w0..w15, each once: the repeat is a loop
+        (False, 500, False),  # nothing else heard it: it could be the speaker's
+        (True, 2500, False),  # the last partial stopped 1.8 s short of the end
+    ],
+)
+async def test_a_final_that_reads_its_end_again_loses_the_repeat_its_partials_lack(
+    interim: bool, partial_interval_ms: int, trimmed: bool
+) -> None:
+    engine = LoopsAtItsEnd()
+    audio = np.concatenate([silence(0.5), tone(4.0), silence(1.0)])
+    h = Harness(engine, partial_interval_ms=partial_interval_ms)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=interim)
+    (final,) = [r.text for r in results(events, final=True)]
+    words = [f"w{i}" for i in range(16)]
+    if interim:  # the latest partial had the looped phrase once
+        assert "w6 w7 w8" in results(events, final=False)[-1].text
+    assert final == " ".join(words if trimmed else [*words, "w6", "w7", "w8"])
+    assert h.metrics.looped_tails_trimmed._value.get() == int(trimmed)
+
+
 def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
     from asr_server.session.carry import Carry
 
