@@ -147,12 +147,13 @@ class FinalDecoder:
     ) -> Hypothesis:
         """``hyp`` without a phrase of three words or more that its end reads again and
         the utterance's latest partial, which heard (nearly) all its speech, has fewer
-        times (engine/text.py, ``without_looped_tail``). Whisper, its audio run out mid-sentence (an utterance
-        split at a pause), now and then jumps back a few words and reads on: "...has
-        never been surpassed. Printing, then, for our purpose, has never been
-        surpassed." (LJ Speech, 231 s; a final decoded alone, which the carry's checks
-        do not see). The decode's own loop checks (engine/text.py) do not cut so short
-        a repeat: on its own it could be the speaker's. Here the partial tells."""
+        times (engine/text.py, ``without_looped_tail``). Whisper, its audio run out
+        mid-sentence (an utterance split at a pause), now and then jumps back a few words
+        and reads on: "...has never been surpassed. Printing, then, for our purpose, has
+        never been surpassed." (LJ Speech, 231 s; a final decoded alone, which the
+        carry's checks do not see). The decode's own loop checks (engine/text.py) do not
+        cut so short a repeat: on its own it could be the speaker's. Here the partial
+        tells."""
         unheard = own_audio - utt.partial_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
