@@ -9,7 +9,10 @@
   a partial once per round of the queue: partials back off, finals keep flowing.
 * Up to ``max_batch_size`` requests of the same kind go to one engine call; while
   other calls are running, a worker waits at most ``batch_wait_s`` for a batch to
-  fill (an idle engine starts at once).
+  fill (an idle engine starts at once). Queued requests are shared out among the idle
+  workers first: a batch runs on one worker's threads, padded to its longest audio, so
+  two finals batched on one core while the other core idles both come later than each
+  on its own core. A full batch forms once more requests wait than workers are free.
 * Engine calls run in a thread pool (CTranslate2 releases the GIL), never on the
   event loop. A caller that goes away while its job is queued removes it.
 """
@@ -66,6 +69,7 @@ class EngineScheduler:
         # so by default partials may use every worker.
         self.partial_workers = min(partial_workers or workers, workers)
         self._partial_calls = 0  # workers running partials now
+        self._busy_workers = 0  # workers holding a batch (waiting for company or running)
         self._finals: deque[_Job] = deque()
         self._partials: OrderedDict[Hashable, _Job] = OrderedDict()
         self._urgent: OrderedDict[Hashable, _Job] = OrderedDict()  # first partials
@@ -171,11 +175,32 @@ class EngineScheduler:
                 jobs.append(job)
         return jobs
 
+    def _live(self, kind: DecodeKind) -> int:
+        """Queued requests of ``kind`` that a worker would take."""
+        jobs = (
+            self._finals
+            if kind is DecodeKind.FINAL
+            else (*self._urgent.values(), *self._partials.values())
+        )
+        return sum(not job.future.done() for job in jobs)
+
+    def _share(self, kind: DecodeKind, taken: int = 0) -> int:
+        """How many requests of ``kind`` a worker holding ``taken`` of them should have:
+        the queue shared out evenly among the workers free to run it (this one
+        included), at most ``max_batch_size``."""
+        free = self.workers - self._busy_workers
+        if kind is DecodeKind.PARTIAL:
+            free = min(free, self.partial_workers - self._partial_calls)
+        if taken:  # this worker already counts as busy
+            free += 1
+        waiting = self._live(kind) + taken
+        return min(self.max_batch_size, -(-waiting // max(1, free)))
+
     def _take_batch(self) -> list[_Job]:
-        finals = self._pop(DecodeKind.FINAL, self.max_batch_size)
+        finals = self._pop(DecodeKind.FINAL, self._share(DecodeKind.FINAL))
         if finals or self._partial_calls >= self.partial_workers:
             return finals
-        return self._pop(DecodeKind.PARTIAL, self.max_batch_size)
+        return self._pop(DecodeKind.PARTIAL, self._share(DecodeKind.PARTIAL))
 
     async def _worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,43 +211,53 @@ class EngineScheduler:
                 await self._wakeup.wait()
                 continue
             partial = batch[0].request.kind is DecodeKind.PARTIAL
-            self._partial_calls += partial  # before any await: counted as soon as taken
-            if len(batch) < self.max_batch_size and self.batch_wait_s > 0 and self.running:
-                # the engine is busy with other calls: more requests are on their way, and
-                # one call for several costs less than one each. An idle engine starts at
-                # once: a lone stream's final would only wait for nobody.
-                await asyncio.sleep(self.batch_wait_s)
-                batch += self._pop(batch[0].request.kind, self.max_batch_size - len(batch))
-            self.metrics.engine_queue_depth.set(self.queued)
-            kind = batch[0].request.kind.name.lower()
-            started = time.perf_counter()
-            for job in batch:
-                self.metrics.engine_queue_wait.labels(kind).observe(started - job.enqueued)
-                if job.on_start is not None:
-                    job.on_start()
-            self.running += len(batch)
-            self.metrics.engine_busy_workers.inc()
+            # before any await: counted as soon as taken
+            self._partial_calls += partial
+            self._busy_workers += 1
             try:
-                hyps = await loop.run_in_executor(
-                    self._executor, self.engine.transcribe, [j.request for j in batch]
-                )
-            except Exception as exc:
-                logger.exception("engine call failed on a batch of %d", len(batch))
-                for job in batch:
-                    if not job.future.done():
-                        job.future.set_exception(EngineError(str(exc)))
-                continue
+                await self._run(batch, loop)
             finally:
-                self.running -= len(batch)
+                self._busy_workers -= 1
                 if partial:
                     self._partial_calls -= 1
                     self._wakeup.set()  # a worker held back from partials may take one now
-                self.calls += 1
-                elapsed = time.perf_counter() - started
-                self.metrics.engine_busy_workers.dec()
-                self.metrics.engine_busy_seconds.inc(elapsed)
-                self.metrics.engine_inference.labels(kind).observe(elapsed)
-                self.metrics.engine_batch_size.observe(len(batch))
-            for job, hyp in zip(batch, hyps, strict=True):
+
+    async def _run(self, batch: list[_Job], loop: asyncio.AbstractEventLoop) -> None:
+        """One engine call for ``batch`` (topped up while others run); results to callers."""
+        kind = batch[0].request.kind
+        if len(batch) < self.max_batch_size and self.batch_wait_s > 0 and self.running:
+            # the engine is busy with other calls: more requests are on their way, and
+            # one call for several costs less than one each. An idle engine starts at
+            # once: a lone stream's final would only wait for nobody.
+            await asyncio.sleep(self.batch_wait_s)
+            batch += self._pop(kind, self._share(kind, len(batch)) - len(batch))
+        self.metrics.engine_queue_depth.set(self.queued)
+        label = kind.name.lower()
+        started = time.perf_counter()
+        for job in batch:
+            self.metrics.engine_queue_wait.labels(label).observe(started - job.enqueued)
+            if job.on_start is not None:
+                job.on_start()
+        self.running += len(batch)
+        self.metrics.engine_busy_workers.inc()
+        try:
+            hyps = await loop.run_in_executor(
+                self._executor, self.engine.transcribe, [j.request for j in batch]
+            )
+        except Exception as exc:
+            logger.exception("engine call failed on a batch of %d", len(batch))
+            for job in batch:
                 if not job.future.done():
-                    job.future.set_result(hyp)
+                    job.future.set_exception(EngineError(str(exc)))
+            return
+        finally:
+            self.running -= len(batch)
+            self.calls += 1
+            elapsed = time.perf_counter() - started
+            self.metrics.engine_busy_workers.dec()
+            self.metrics.engine_busy_seconds.inc(elapsed)
+            self.metrics.engine_inference.labels(label).observe(elapsed)
+            self.metrics.engine_batch_size.observe(len(batch))
+        for job, hyp in zip(batch, hyps, strict=True):
+            if not job.future.done():
+                job.future.set_result(hyp)

@@ -221,6 +221,31 @@ async def test_batches_requests_from_different_streams(gate: threading.Event) ->
         await sched.close()
 
 
+@pytest.mark.parametrize(("queued", "calls"), [(2, [1, 1]), (6, [3, 3]), (9, [4, 4])])
+async def test_queued_requests_are_shared_out_among_idle_workers(
+    gate: threading.Event, queued: int, calls: list[int]
+) -> None:
+    """A batch runs on one worker's threads: two finals batched on one core while the
+    other idles both come later than each on a core of its own. So a worker takes its
+    share of the queue, not all it may (at most max_batch_size)."""
+    engine = FakeEngine(gate=gate, max_batch_size=4)
+    sched = EngineScheduler(engine, Metrics(), workers=2, batch_wait_s=0.5)
+    await sched.start()
+    try:
+        finals = [
+            asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag=f"f{i}")))
+            for i in range(queued)
+        ]
+        await started(engine, len(calls))
+        assert sorted(len(c) for c in engine.calls) == calls
+        gate.set()
+        await asyncio.gather(*finals)
+        assert sum(len(c) for c in engine.calls) == queued
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_an_idle_engine_starts_a_lone_request_without_waiting_for_a_batch() -> None:
     """A lone stream's final must not wait for other streams that are not there (the
     wait is set absurdly long here: waiting at all would time the test out)."""
