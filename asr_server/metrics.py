@@ -78,9 +78,10 @@ class Metrics:
         )
         self.looped_tails_trimmed = Counter(
             "asr_looped_tails_trimmed_total",
-            "Finals whose end re-read a phrase of three or more words that the utterance's "
-            "latest partial, which heard nearly all of it, had once: Whisper looping at the "
-            "end of its audio. The repeat was cut.",
+            "Finals whose end re-read a phrase or passage of three or more words (word for "
+            "word, or with a word in five altered) that the utterance's latest partial, which "
+            "heard nearly all of it, read fewer times: Whisper looping at the end of its "
+            "audio. The repeat was cut.",
             registry=r,
         )
         self.carry_skipped_under_load = Counter(

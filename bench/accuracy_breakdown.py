@@ -51,7 +51,7 @@ from asr_server.engine.base import (  # noqa: E402
     DecodeRequest,
     Hypothesis,  # noqa: E402
 )
-from asr_server.engine.text import spoken_words, without_looped_tail  # noqa: E402
+from asr_server.engine.text import spoken_words, without_loop_at_end  # noqa: E402
 from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.carry import CLOSING_PUNCTUATION, Carry  # noqa: E402
@@ -186,9 +186,7 @@ class Simulator:
                 partial_words = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 # as the server does (FinalDecoder.decode, session/finals.py)
                 heard_share = min(1.0, utt.partial_n / max(a.size, 1))
-                wrong = carry.went_wrong(
-                    hyp, len(partial_words), heard_share
-                ) or carry.reads_its_end_twice(hyp, partial_words)
+                wrong = carry.misread(hyp, partial_words, heard_share)
                 if (
                     hyp.rejected
                     and o.speech_check
@@ -202,11 +200,11 @@ class Simulator:
                     if wrong or carry.alone_is_right(alone_hyp, partial_words):
                         text = alone
                         self.fallbacks += 1
-            # as the server does (FinalDecoder._without_looped_tail)
+            # as the server does (FinalDecoder._without_loop_at_end)
             if a.size - utt.partial_n <= LOOP_CHECK_UNHEARD_S * SR:
                 heard = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 looped = text
-                text = without_looped_tail(text, heard)
+                text = without_loop_at_end(text, heard)
                 self.looped_tails += looped != text
             if text:
                 finals.append(text)

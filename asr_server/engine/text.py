@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import zlib
 from collections.abc import Sequence
+from difflib import SequenceMatcher
 
 from asr_server.engine.base import WordTiming
 
@@ -35,6 +36,11 @@ LOOP_MIN_WORDS = 3
 LOOP_MAX_WORDS = 8
 LOOP_GAP_WORDS = 10
 SHORT_LOOP_GAP_WORDS = 2
+#: a final's tail of this many words or more, after the last word another decode of the
+#: same audio has too, that re-reads the passage before it is a loop (see reread_tail);
+#: one word in REREAD_ALTERED_EVERY of it may read otherwise
+REREAD_MIN_WORDS = 3
+REREAD_ALTERED_EVERY = 5
 
 
 def compression_ratio(text: str) -> float:
@@ -154,6 +160,60 @@ def without_looped_tail(text: str, heard: Sequence[str]) -> str:
             break
         del tokens[-k:]
     return " ".join(tokens)
+
+
+_PIECES = re.compile(r"[^-\u2010-\u2015/]+")  # what _JOINERS joins
+
+
+def without_loop_at_end(text: str, heard: Sequence[str]) -> str:
+    """``text``, a final, without what Whisper read again at its end where ``heard``, a
+    partial of (nearly) the same audio, did not: a phrase looped word for word
+    (``without_looped_tail``), then a passage re-read with a word altered
+    (``without_reread_tail``)."""
+    return without_reread_tail(without_looped_tail(text, heard), heard)
+
+
+def _spoken_pieces(text: str) -> tuple[list[str], list[tuple[int, str]]]:
+    """``spoken_words(text)``, and for each the token of ``text.split()`` it is in and
+    that token's text before it ("perfection—the": "the" is in it after "perfection")."""
+    words: list[str] = []
+    where: list[tuple[int, str]] = []
+    for i, token in enumerate(text.split()):
+        for piece in _PIECES.finditer(token):
+            word = normalize_word(piece.group())
+            if word:
+                words.append(word)
+                where.append((i, _JOINERS.sub(" ", token[: piece.start()]).strip()))
+    return words, where
+
+
+def without_reread_tail(text: str, heard: Sequence[str]) -> str:
+    """``text`` without a tail that comes after the last word ``heard`` (another decode
+    of the same audio, its ``spoken_words``) shares with it, and re-reads, in order, the
+    passage just before it: REREAD_MIN_WORDS words or more, all but one in
+    REREAD_ALTERED_EVERY of them. Whisper, its audio run out mid-sentence, jumps back
+    and reads a passage again; retried with repeated 3-grams forbidden (engine/
+    whisper.py), it still does, with a word altered, which exact checks
+    (``looped_tail``) miss: "The Middle Ages brought calligraphy to perfection—the
+    middle ages brought calligraphee to perfection." (LJ Speech, 2026-12-03). A repeat
+    ``heard`` has is not cut: the speaker's."""
+    words, where = _spoken_pieces(text)
+    if not heard or len(words) < 2 * REREAD_MIN_WORDS:
+        return text
+    shared = SequenceMatcher(None, list(heard), words, autojunk=False).get_matching_blocks()
+    start = max((b + size for _, b, size in shared if size), default=0)
+    tail = words[start:]
+    if len(tail) < REREAD_MIN_WORDS:
+        return text
+    before = words[max(0, start - 2 * len(tail) - LOOP_GAP_WORDS) : start]
+    again = SequenceMatcher(None, before, tail, autojunk=False).get_matching_blocks()
+    if sum(size for *_, size in again) < len(tail) - len(tail) // REREAD_ALTERED_EVERY:
+        return text
+    token, kept_of_it = where[start]
+    kept = text.split()[:token]
+    if kept_of_it:
+        kept.append(kept_of_it)
+    return " ".join(kept)
 
 
 def merge_punctuation(words: Sequence[WordTiming]) -> list[WordTiming]:

@@ -182,8 +182,14 @@ class WhisperEngine:
                 batch_index=retry,
             )
             for i, res in zip(retry, again, strict=True):
+                retried = list(res.sequences_ids[0])
+                logger.debug(
+                    "final looped: %r; retried without repeated 3-grams: %r",
+                    tokenizers[i].decode(tokens[i][len(prefixes[i]) :]),
+                    tokenizers[i].decode(retried[len(prefixes[i]) :]),
+                )
                 results[i] = res
-                tokens[i] = list(res.sequences_ids[0])
+                tokens[i] = retried
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):
             hyp = self._hypothesis(req, res, tokens[i], len(prefixes[i]), tok, languages[i])
             hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
@@ -194,7 +200,7 @@ class WhisperEngine:
             # than in an idle one): mel features, encoder, generation, then the rest
             logger.debug(
                 "%d %s: %.1f s window; features %.0f ms, encoder %.0f ms, generate %.0f "
-                "ms (%d tokens), retries and words %.0f ms",
+                "ms (%d tokens), retries and words %.0f ms (%d retried)",
                 len(requests),
                 "+".join(sorted({r.kind.name.lower() for r in requests})),
                 features.shape[-1] / FRAMES_PER_SECOND,
@@ -203,6 +209,7 @@ class WhisperEngine:
                 (generated - encoded_at) * 1000,
                 max(len(t) for t in tokens),
                 (time.perf_counter() - generated) * 1000,
+                len(retry),
             )
         return [h for h in hyps if h is not None]
 

@@ -31,6 +31,9 @@ SAME_STEM_LETTERS = 4
 #: a carried final with this many words the latest partial does not have is decoded
 #: alone too (see Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
+#: a carried final that begins with the carried passage's last this-many words, where
+#: the latest partial does not, read them again (see Carry.restarts)
+RESTART_WORDS = 2
 
 
 def read_alike(heard: list[str], words: list[str]) -> list[int]:
@@ -98,6 +101,36 @@ class Carry:
         before = spoken_words(self.text)
         return len(words) >= 3 and any(
             before[i : i + 3] == words[:3] for i in range(len(before) - 2)
+        )
+
+    def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
+        """The carried decode went wrong in one of the ways below, and this utterance must
+        be decoded again alone: it lost words or read the carried passage again
+        (``went_wrong``), went back over the carried end (``restarts``) or looped at its
+        own (``reads_its_end_twice``). ``heard``: the latest partial's ``spoken_words``,
+        which heard ``heard_share`` of this utterance's audio."""
+        return (
+            self.went_wrong(carried, len(heard), heard_share)
+            or self.restarts(carried, heard)
+            or self.reads_its_end_twice(carried, heard)
+        )
+
+    def restarts(self, carried: Hypothesis, heard: list[str]) -> bool:
+        """It begins by reading the carried passage's last RESTART_WORDS words again,
+        and the latest partial (its ``spoken_words`` ``heard``), which heard this
+        utterance alone, does not begin with them: Whisper, forced through the carried
+        text, went back over its end ("But the first Bible actually dated," then
+        "actually dated, and also was printed…" for "which also was printed…"; LJ
+        Speech, split at a pause). Three words of the carried passage are caught by
+        ``went_wrong`` wherever they come from; two only at its very end, and only
+        where the partial says the speaker did not say them again."""
+        end = spoken_words(self.text)[-RESTART_WORDS:]
+        begins = spoken_words(carried.text)[:RESTART_WORDS]
+        return (
+            bool(heard)
+            and len(end) == RESTART_WORDS
+            and begins == end
+            and heard[:RESTART_WORDS] != end
         )
 
     @staticmethod

@@ -19,7 +19,7 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import spoken_words, without_looped_tail
+from asr_server.engine.text import spoken_words, without_loop_at_end
 from asr_server.metrics import Metrics
 from asr_server.session.carry import Carry
 from asr_server.session.inbox import now
@@ -140,35 +140,40 @@ class FinalDecoder:
         if hyp is None or hyp.rejected:
             return hyp
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
-        return self._without_looped_tail(utt, hyp, own_audio)
+        return self._without_loop_at_end(utt, hyp, own_audio)
 
-    def _without_looped_tail(
+    def _without_loop_at_end(
         self, utt: UtteranceState, hyp: Hypothesis, own_audio: int
     ) -> Hypothesis:
-        """``hyp`` without a phrase of three words or more that its end reads again and
-        the utterance's latest partial, which heard (nearly) all its speech, has fewer
-        times (engine/text.py, ``without_looped_tail``). Whisper, its audio run out
-        mid-sentence (an utterance split at a pause), now and then jumps back a few words
-        and reads on: "...has never been surpassed. Printing, then, for our purpose, has
-        never been surpassed." (LJ Speech, 231 s; a final decoded alone, which the
-        carry's checks do not see). The decode's own loop checks (engine/text.py) do not
-        cut so short a repeat: on its own it could be the speaker's. Here the partial
-        tells."""
+        """``hyp`` without what its end reads again where the utterance's latest partial,
+        which heard (nearly) all its speech, does not (engine/text.py,
+        ``without_loop_at_end``). Whisper, its audio run out mid-sentence (an utterance
+        split at a pause), now and then jumps back a few words and reads on: "...has
+        never been surpassed. Printing, then, for our purpose, has never been
+        surpassed." (LJ Speech, 231 s; finals decoded alone, which the carry's checks
+        do not see), or, retried without repeated 3-grams, re-reads a passage with a
+        word altered ("...brought calligraphy to perfection—the middle ages brought
+        calligraphee to perfection."). The decode's own loop checks (engine/text.py)
+        do not cut so short a repeat: on its own it could be the speaker's. Here the
+        partial tells."""
         unheard = own_audio - utt.partial_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
-        text = without_looped_tail(hyp.text, spoken_words(utt.last_partial_text))
+        text = without_loop_at_end(hyp.text, spoken_words(utt.last_partial_text))
         if text == hyp.text:
             return hyp
-        kept = len(text.split())
+        tokens = text.split()
+        words = list(hyp.words[: len(tokens)])
+        if tokens and words and words[-1].word != tokens[-1]:  # cut inside "perfection—the"
+            words[-1] = dataclasses.replace(words[-1], word=tokens[-1])
         logger.debug(
             "final %r read its end again (latest partial %r): kept %d words",
             hyp.text,
             utt.last_partial_text,
-            kept,
+            len(tokens),
         )
         self._metrics.looped_tails_trimmed.inc()
-        return dataclasses.replace(hyp, text=text, words=hyp.words[:kept])
+        return dataclasses.replace(hyp, text=text, words=words)
 
     async def _decode(
         self,
@@ -196,9 +201,7 @@ class FinalDecoder:
             return carried
         heard = spoken_words(utt.last_partial_text)
         own_audio = max(1, request.audio.size - carry.audio.size)
-        wrong = carry.went_wrong(
-            carried, len(heard), min(1.0, utt.partial_samples / own_audio)
-        ) or carry.reads_its_end_twice(carried, heard)
+        wrong = carry.misread(carried, heard, min(1.0, utt.partial_samples / own_audio))
         if not wrong and not carry.doubtful(carried, heard):
             return carried
         if early is not None and early.set_aside:

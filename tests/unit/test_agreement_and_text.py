@@ -15,6 +15,8 @@ from asr_server.engine.text import (
     trim_loops,
     trim_restarted_passage,
     trim_trailing_repeats,
+    without_loop_at_end,
+    without_reread_tail,
 )
 from asr_server.session.agreement import LocalAgreement
 
@@ -140,6 +142,46 @@ def test_a_looped_tail_is_one_the_other_reading_has_fewer_times() -> None:
     far = "we will go on. " + "x " * (LOOP_GAP_WORDS + 1) + "we will go on."
     assert looped_tail(far, ["we", "will", "go", "on"], min_words=3) == 0
     assert count_phrase(["a", "b", "a", "b"], ["a", "b"]) == 2
+
+
+def test_a_passage_re_read_with_a_word_altered_is_cut_after_what_the_partial_heard() -> None:
+    """Retried with repeated 3-grams forbidden, Whisper's loop reads a word otherwise."""
+    final = (
+        "The forms of printed letters should be beautiful. The Middle Ages brought "
+        "calligraphy to perfection—the middle ages brought calligraphee to perfection."
+    )
+    partial = spoken_words(
+        "the forms of printed letters should be beautiful the middle ages brought "
+        "calligraphy to perfection"
+    )
+    kept = (
+        "The forms of printed letters should be beautiful. The Middle Ages brought "
+        "calligraphy to perfection"
+    )
+    assert without_reread_tail(final, partial) == kept  # cut inside "perfection—the"
+    # the speaker said it twice: the partial has it twice too
+    assert without_reread_tail(final, spoken_words(final)) == final
+    # words the partial did not hear that do not re-read the passage before them
+    assert without_reread_tail(kept + " and so it stayed for centuries", partial) == (
+        kept + " and so it stayed for centuries"
+    )
+    # more than one word in five read otherwise: not a re-reading
+    loose = kept + " the middle years bought calligraphee to perfection"
+    assert without_reread_tail(loose, partial) == loose
+    assert without_reread_tail(final, []) == final  # no partial to judge by
+
+
+def test_the_loops_at_a_finals_end_are_cut_one_after_the_other() -> None:
+    final = (
+        "the Gutenberg Bible—of about 1455—has never been surpassed. Printing then for "
+        "our purpose has never been surpassed. Printing, for our"
+    )
+    partial = spoken_words(
+        "the Gutenberg Bible of about 1455 has never been surpassed printing then for our purpose"
+    )
+    assert without_loop_at_end(final, partial) == (
+        "the Gutenberg Bible—of about 1455—has never been surpassed. Printing then for our purpose"
+    )
 
 
 def test_punctuation_joins_its_word() -> None:

@@ -501,6 +501,47 @@ def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> Non
     assert not carry.went_wrong(Hypothesis("Thank you, all.", "en"), heard=0)
 
 
+def test_a_carried_final_that_begins_with_the_carried_end_restarts() -> None:
+    from asr_server.session.carry import Carry
+
+    carry = Carry(np.zeros(SR, np.float32), SR, "But the first Bible actually dated,", "en")
+
+    def restarts(text: str, partial: str) -> bool:
+        return carry.restarts(Hypothesis(text, "en"), spoken_words(partial))
+
+    # LJ Speech split at a pause: the carried decode read the cut's last two words again
+    assert restarts("actually dated, and also was printed at Mainz", "which also was printed")
+    # the speaker said them again: the partial, which heard the utterance alone, has them
+    assert not restarts("actually dated, which also was", "actually dated which also")
+    assert not restarts("which also was printed at Mainz", "which also was printed")
+    assert not restarts("dated, which also was printed", "which also was printed")  # one
+    assert not restarts("actually dated, and also", "")  # no partial to judge by
+
+
+class RestartsAfterThePrefix(FakeEngine):
+    """Whisper forced through a carried passage going back over its end: the carried
+    final begins with the carried text's last two words again."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        if not req.prefix:
+            return hyp
+        forced = req.prefix.split()
+        new = hyp.text.split()[len(forced) :]
+        return Hypothesis(" ".join([*forced, *forced[-2:], *new]), hyp.language)
+
+
+async def test_a_carried_final_that_restarts_is_decoded_alone() -> None:
+    engine = RestartsAfterThePrefix(capabilities=EngineCapabilities(context_carry=True))
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(engine, carry_max_s=10.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    finals = [r.text for r in results(events, final=True)]
+    # the fake numbers words from the start of what it hears: alone, w0..w7
+    assert finals == ["w0 w1 w2 w3", " ".join(f"w{i}" for i in range(8))]
+    assert h.metrics.carry_fallbacks._value.get() == 1
+
+
 def test_a_carried_final_that_reads_its_end_twice_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
