@@ -51,7 +51,7 @@ from asr_server.engine.base import (  # noqa: E402
     DecodeRequest,
     Hypothesis,  # noqa: E402
 )
-from asr_server.engine.text import spoken_words, without_loop_at_end  # noqa: E402
+from asr_server.engine.text import spoken_words, without_unheard_loops  # noqa: E402
 from asr_server.engine.whisper import CPU_FINAL_MIN_WINDOW_S  # noqa: E402
 from asr_server.session.agreement import LocalAgreement  # noqa: E402
 from asr_server.session.carry import CLOSING_PUNCTUATION, Carry  # noqa: E402
@@ -200,11 +200,11 @@ class Simulator:
                     if wrong or carry.alone_is_right(alone_hyp, partial_words):
                         text = alone
                         self.fallbacks += 1
-            # as the server does (FinalDecoder._without_loop_at_end)
+            # as the server does (FinalDecoder._without_unheard_loops)
             if a.size - utt.partial_n <= LOOP_CHECK_UNHEARD_S * SR:
                 heard = spoken_words(" ".join(utt.agreement.committed + utt.agreement.tail))
                 looped = text
-                text = without_loop_at_end(text, heard)
+                text = without_unheard_loops(text, heard)
                 self.looped_tails += looped != text
             if text:
                 finals.append(text)

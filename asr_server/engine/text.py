@@ -121,6 +121,50 @@ def trim_loops(words: list[str], protected: int = 0) -> list[str]:
         words = trimmed
 
 
+def trim_dangling_restart(words: list[str]) -> list[str]:
+    """Drop the first words of a phrase of LONG_REPEAT_WORDS or more that end ``words``
+    right after the whole phrase: what a loop leaves once its copies are trimmed
+    ("...produced the block books produced the"; "...an exact imitation, which are an").
+    Only for a text known to loop (``loop_trimmed``): in speech it can be a restart."""
+    norm = [normalize_word(w) for w in words]
+    n = len(norm)
+    for j in range(LOOP_MAX_WORDS - 1, 0, -1):  # the longest fragment first
+        for k in range(max(j + 1, LONG_REPEAT_WORDS), LOOP_MAX_WORDS + 1):
+            if n < k + j:
+                break
+            phrase = norm[n - j - k : n - j]
+            if all(phrase) and norm[n - j :] == phrase[:j]:
+                return list(words[: n - j])
+    return list(words)
+
+
+def repeats_back_to_back(words: Sequence[str], min_words: int = LONG_REPEAT_WORDS) -> bool:
+    """Whether a phrase of ``min_words`` words or more comes twice in a row anywhere
+    ("or cost incurred, or cost incurred"): a loop, where speech says a word or two again
+    at most."""
+    norm = [normalize_word(w) for w in words]
+    n = len(norm)
+    for k in range(min_words, n // 2 + 1):
+        for i in range(n - 2 * k + 1):
+            if all(norm[i : i + k]) and norm[i : i + k] == norm[i + k : i + 2 * k]:
+                return True
+    return False
+
+
+def loop_trimmed(text: str) -> str | None:
+    """``text``, a decode whose end looped, cut back to before its loop (``trim_loops``,
+    then ``trim_dangling_restart``); None where a loop is left inside it, which only
+    decoding again can mend. Whisper loops mostly where its audio runs out
+    mid-sentence, a final decoded in a pause: then the text before the loop is the
+    transcript, where a decode retried with repeats forbidden loops on with words
+    altered ("…therefore far pleasanter—and therefore far plesinter, therefore far
+    pleasure—and"; 231 s of LJ Speech, 2026-12-03)."""
+    words = trim_dangling_restart(trim_loops(text.split()))
+    if not words or repeats_back_to_back(words):
+        return None
+    return " ".join(words)
+
+
 def count_phrase(words: Sequence[str], phrase: Sequence[str]) -> int:
     k = len(phrase)
     return sum(list(words[i : i + k]) == list(phrase) for i in range(len(words) - k + 1))
@@ -165,12 +209,39 @@ def without_looped_tail(text: str, heard: Sequence[str]) -> str:
 _PIECES = re.compile(r"[^-\u2010-\u2015/]+")  # what _JOINERS joins
 
 
-def without_loop_at_end(text: str, heard: Sequence[str]) -> str:
-    """``text``, a final, without what Whisper read again at its end where ``heard``, a
-    partial of (nearly) the same audio, did not: a phrase looped word for word
-    (``without_looped_tail``), then a passage re-read with a word altered
+def without_unheard_loops(text: str, heard: Sequence[str]) -> str:
+    """``text``, a final, without what Whisper read twice where ``heard``, a partial of
+    (nearly) the same audio, read it once: a phrase said again right after itself
+    (``without_unheard_repeats``), a phrase its end reads again
+    (``without_looped_tail``), a passage re-read with a word altered
     (``without_reread_tail``)."""
+    text = without_unheard_repeats(text, heard)
     return without_reread_tail(without_looped_tail(text, heard), heard)
+
+
+def without_unheard_repeats(text: str, heard: Sequence[str]) -> str:
+    """``text`` without the second of two back-to-back copies of a phrase of 2 to
+    LOOP_MAX_WORDS words where ``heard`` has the phrase, but never twice in a row: the
+    speaker said it once ("But the first Bible actually dated, actually dated, and";
+    LJ Speech split at a pause, 2026-12-03). A repeat ``heard`` has is the speaker's."""
+    tokens = text.split()
+    while True:
+        norm = [normalize_word(t) for t in tokens]
+        cut = next(
+            (
+                (i + k, i + 2 * k)
+                for k in range(LOOP_MAX_WORDS, 1, -1)
+                for i in range(len(norm) - 2 * k + 1)
+                if all(norm[i : i + k])
+                and norm[i : i + k] == norm[i + k : i + 2 * k]
+                and count_phrase(heard, norm[i : i + k])
+                and not count_phrase(heard, norm[i : i + k] * 2)
+            ),
+            None,
+        )
+        if cut is None:
+            return " ".join(tokens)
+        del tokens[cut[0] : cut[1]]
 
 
 def _spoken_pieces(text: str) -> tuple[list[str], list[tuple[int, str]]]:

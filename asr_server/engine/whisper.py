@@ -39,6 +39,7 @@ from asr_server.engine.cpu import cpu_flags, slow_int8_warning
 from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
     compression_ratio,
+    loop_trimmed,
     merge_punctuation,
     trim_loops,
 )
@@ -164,13 +165,23 @@ class WhisperEngine:
         tokens = [list(r.sequences_ids[0]) for r in results]
         hyps: list[Hypothesis | None] = [None] * len(requests)
         retry = []
+        trimmed: dict[int, str] = {}  # finals whose loop was cut off their end
         for i, (req, tok) in enumerate(zip(requests, tokenizers, strict=True)):
             new_text = tok.decode(tokens[i][len(prefixes[i]) :])
             if (
                 compression_ratio(new_text) > COMPRESSION_RATIO_THRESHOLD
                 and req.kind is DecodeKind.FINAL
             ):
-                retry.append(i)
+                # A loop at the end (the audio ran out mid-sentence) is cut off: the
+                # text before it is the transcript. Only a loop inside the text needs a
+                # second decode, which forbids repeats and then loops with words
+                # altered instead ("far pleasanter—and therefore far plesinter").
+                clean = loop_trimmed(new_text)
+                if clean is not None and compression_ratio(clean) <= COMPRESSION_RATIO_THRESHOLD:
+                    logger.debug("final looped: %r; cut to %r", new_text, clean)
+                    trimmed[i] = clean
+                else:
+                    retry.append(i)
         if retry:
             # One bounded retry that forbids repeated 3-grams: the usual cure for a loop.
             again = self._generate(
@@ -191,7 +202,9 @@ class WhisperEngine:
                 results[i] = res
                 tokens[i] = retried
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):
-            hyp = self._hypothesis(req, res, tokens[i], len(prefixes[i]), tok, languages[i])
+            hyp = self._hypothesis(
+                req, res, tokens[i], len(prefixes[i]), tok, languages[i], trimmed.get(i)
+            )
             hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames)
@@ -319,14 +332,24 @@ class WhisperEngine:
         return ctranslate2.Device.cuda
 
     def _hypothesis(  # type: ignore[no-untyped-def]
-        self, req: DecodeRequest, result, tokens: list[int], n_prefix: int, tok, language: str
+        self,
+        req: DecodeRequest,
+        result,
+        tokens: list[int],
+        n_prefix: int,
+        tok,
+        language: str,
+        loop_cut: str | None = None,
     ) -> Hypothesis:
+        """``loop_cut``: the new text with the loop at its end cut off, if it had one."""
         new_tokens = [t for t in tokens[n_prefix:] if t < tok.eot]
         n_new = max(1, len(new_tokens))
         avg_logprob = float(result.scores[0]) * n_new / (n_new + 1) if result.scores else 0.0
         no_speech = float(result.no_speech_prob)
         prefix_text = req.prefix.strip()
         new_raw = tok.decode(new_tokens)  # keeps its leading space, or none before punctuation
+        if loop_cut is not None:
+            new_raw = (" " if new_raw.startswith(" ") else "") + loop_cut
         new_text = new_raw.strip()
         # Whisper's own silence rule: the no-speech token is likely and the text is unsure.
         silent = no_speech > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD

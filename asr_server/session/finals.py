@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from difflib import SequenceMatcher
 
 import numpy as np
 
-from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
+from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import spoken_words, without_loop_at_end
+from asr_server.engine.text import spoken_words, without_unheard_loops
 from asr_server.metrics import Metrics
 from asr_server.session.carry import Carry
 from asr_server.session.inbox import now
@@ -140,40 +141,36 @@ class FinalDecoder:
         if hyp is None or hyp.rejected:
             return hyp
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
-        return self._without_loop_at_end(utt, hyp, own_audio)
+        return self._without_unheard_loops(utt, hyp, own_audio)
 
-    def _without_loop_at_end(
+    def _without_unheard_loops(
         self, utt: UtteranceState, hyp: Hypothesis, own_audio: int
     ) -> Hypothesis:
-        """``hyp`` without what its end reads again where the utterance's latest partial,
-        which heard (nearly) all its speech, does not (engine/text.py,
-        ``without_loop_at_end``). Whisper, its audio run out mid-sentence (an utterance
-        split at a pause), now and then jumps back a few words and reads on: "...has
-        never been surpassed. Printing, then, for our purpose, has never been
-        surpassed." (LJ Speech, 231 s; finals decoded alone, which the carry's checks
-        do not see), or, retried without repeated 3-grams, re-reads a passage with a
-        word altered ("...brought calligraphy to perfection—the middle ages brought
-        calligraphee to perfection."). The decode's own loop checks (engine/text.py)
-        do not cut so short a repeat: on its own it could be the speaker's. Here the
-        partial tells."""
+        """``hyp`` without what it reads twice where the utterance's latest partial, which
+        heard (nearly) all its speech, read it once (engine/text.py,
+        ``without_unheard_loops``). Whisper, its audio run out mid-sentence (an
+        utterance split at a pause), now and then jumps back a few words and reads on:
+        "...has never been surpassed. Printing, then, for our purpose, has never been
+        surpassed." (LJ Speech, 231 s; finals decoded alone, which the carry's checks do
+        not see), says a phrase twice ("actually dated, actually dated, and"), or,
+        retried without repeated 3-grams, re-reads a passage with a word altered
+        ("...brought calligraphy to perfection—the middle ages brought calligraphee to
+        perfection."). The decode's own loop checks (engine/text.py) do not cut so short
+        a repeat: on its own it could be the speaker's. Here the partial tells."""
         unheard = own_audio - utt.partial_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
-        text = without_loop_at_end(hyp.text, spoken_words(utt.last_partial_text))
+        text = without_unheard_loops(hyp.text, spoken_words(utt.last_partial_text))
         if text == hyp.text:
             return hyp
-        tokens = text.split()
-        words = list(hyp.words[: len(tokens)])
-        if tokens and words and words[-1].word != tokens[-1]:  # cut inside "perfection—the"
-            words[-1] = dataclasses.replace(words[-1], word=tokens[-1])
         logger.debug(
-            "final %r read its end again (latest partial %r): kept %d words",
+            "final %r read words twice (latest partial %r): kept %r",
             hyp.text,
             utt.last_partial_text,
-            len(tokens),
+            text,
         )
         self._metrics.looped_tails_trimmed.inc()
-        return dataclasses.replace(hyp, text=text, words=words)
+        return dataclasses.replace(hyp, text=text, words=timings_kept(hyp.words, text))
 
     async def _decode(
         self,
@@ -278,3 +275,19 @@ class FinalDecoder:
             if len(context) > self._context_chars:  # keep whole words
                 context = context[-self._context_chars :].partition(" ")[2]
             self._context = context
+
+
+def timings_kept(words: Sequence[WordTiming], text: str) -> list[WordTiming]:
+    """The timings of ``words`` (one per word of the text they were read from) that
+    ``text``, that text with words taken out, keeps; a word cut short ("perfection—the"
+    to "perfection") keeps its timing under its new spelling."""
+    tokens = text.split()
+    matcher = SequenceMatcher(None, [w.word for w in words], tokens, autojunk=False)
+    kept: list[WordTiming] = []
+    for tag, a1, a2, b1, b2 in matcher.get_opcodes():
+        if tag in ("equal", "replace"):  # replaced: a word cut short, and those after it
+            kept += [
+                dataclasses.replace(w, word=t)
+                for w, t in zip(words[a1:a2], tokens[b1:b2], strict=False)
+            ]
+    return kept

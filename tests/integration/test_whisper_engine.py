@@ -52,3 +52,61 @@ def test_a_batch_decodes_like_single_requests(engine: WhisperEngine) -> None:
 def test_batch_limit_is_enforced(engine: WhisperEngine) -> None:
     with pytest.raises(ValueError, match="exceeds"):
         engine.transcribe([DecodeRequest(np.zeros(1600, np.float32), DecodeKind.PARTIAL)] * 5)
+
+
+class _Result:
+    """What CTranslate2's generate returns, as far as the engine reads it."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.sequences_ids = [ids]
+        self.scores = [-0.2]
+        self.no_speech_prob = 0.01
+
+
+@pytest.mark.parametrize(
+    ("looped", "expected", "retried"),
+    [
+        # the audio ran out mid-sentence: the loop is cut off its end, no second decode
+        (
+            " imitates a much freer hand, and therefore far pleasanter,"
+            + " therefore far pleasanter," * 8,
+            "imitates a much freer hand, and therefore far pleasanter,",
+            False,
+        ),
+        (
+            " printed in letters which are an exact imitation,"
+            + " which are an exact imitation," * 6
+            + " which are an",
+            "printed in letters which are an exact imitation,",
+            False,
+        ),
+        # a loop inside the text: decoded again, repeats forbidden
+        (
+            " or cost incurred, or cost incurred, or cost incurred, consist principally"
+            + " of types, it is of the first importance" * 6,
+            "or cost incurred in casting.",
+            True,
+        ),
+    ],
+)
+def test_a_final_that_loops_at_its_end_is_cut_and_one_that_loops_inside_decoded_again(
+    engine: WhisperEngine,
+    monkeypatch: pytest.MonkeyPatch,
+    looped: str,
+    expected: str,
+    retried: bool,
+) -> None:
+    """The real tokenizer and checks around a stand-in for generate (whether tiny.en
+    loops on a given cut depends on the CPU's int8 kernels)."""
+    tok = engine._tokenizer("en")
+    calls: list[bool] = []
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        calls.append(repetition_retry)
+        text = " or cost incurred in casting." if repetition_retry else looped
+        return [_Result([*p, *tok.encode(text), tok.eot]) for p in prompts]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    hyp = engine.transcribe([DecodeRequest(audio("libri_1089-134691-0000"), DecodeKind.FINAL)])[0]
+    assert hyp.text == expected
+    assert calls == ([False, True] if retried else [False])

@@ -9,14 +9,18 @@ from asr_server.engine.text import (
     LOOP_GAP_WORDS,
     compression_ratio,
     count_phrase,
+    loop_trimmed,
     looped_tail,
     merge_punctuation,
+    repeats_back_to_back,
     spoken_words,
+    trim_dangling_restart,
     trim_loops,
     trim_restarted_passage,
     trim_trailing_repeats,
-    without_loop_at_end,
     without_reread_tail,
+    without_unheard_loops,
+    without_unheard_repeats,
 )
 from asr_server.session.agreement import LocalAgreement
 
@@ -179,9 +183,42 @@ def test_the_loops_at_a_finals_end_are_cut_one_after_the_other() -> None:
     partial = spoken_words(
         "the Gutenberg Bible of about 1455 has never been surpassed printing then for our purpose"
     )
-    assert without_loop_at_end(final, partial) == (
+    assert without_unheard_loops(final, partial) == (
         "the Gutenberg Bible—of about 1455—has never been surpassed. Printing then for our purpose"
     )
+
+
+def test_a_loop_at_the_end_is_cut_back_to_before_it() -> None:
+    looped = "by a similar process produced the block books" + " produced the block books" * 9
+    assert loop_trimmed(looped + " produced the") == "by a similar process produced the block books"
+    assert loop_trimmed("soldiers, etc." + " etc." * 15) == "soldiers, etc."
+    # a loop left inside the text: only decoding again can mend it
+    inside = "no more time is occupied or cost incurred, or cost incurred, consist principally"
+    assert repeats_back_to_back(inside.split())
+    assert loop_trimmed(inside + " of types," * 6) is None
+    # a dangling start of the phrase before it; in speech "no, no" is not a loop
+    assert trim_dangling_restart("which are an exact imitation, which are".split()) == [
+        "which",
+        "are",
+        "an",
+        "exact",
+        "imitation,",
+    ]
+    assert trim_dangling_restart("I said no, no".split()) == "I said no, no".split()
+    assert not repeats_back_to_back("I said no, no, no".split())
+
+
+def test_a_phrase_read_twice_in_a_row_that_the_partial_read_once_is_read_once() -> None:
+    final = "But the first Bible actually dated, actually dated, and"
+    assert without_unheard_repeats(final, spoken_words("but the first bible actually dated")) == (
+        "But the first Bible actually dated, and"
+    )
+    # the speaker's: the partial has it twice in a row too
+    assert without_unheard_repeats(final, spoken_words(final)) == final
+    # the partial did not hear that passage at all: it cannot tell
+    assert without_unheard_repeats(final, spoken_words("but the first bible")) == final
+    # one word said twice is speech ("no, no"), never cut here
+    assert without_unheard_repeats("I said no, no.", ["i", "said", "no"]) == "I said no, no."
 
 
 def test_punctuation_joins_its_word() -> None:

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from asr_server.audio.decode import AudioFormat, Encoding
-from asr_server.engine.base import DecodeKind, DecodeRequest, EngineCapabilities, Hypothesis
+from asr_server.engine.base import (
+    DecodeKind,
+    DecodeRequest,
+    EngineCapabilities,
+    Hypothesis,
+    WordTiming,
+)
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
 from asr_server.engine.text import spoken_words
@@ -560,6 +566,22 @@ def test_a_carried_final_that_reads_its_end_twice_went_wrong() -> None:
     assert not loops("I said no, no.", "i said no no")
     assert loops("I said no, no.", "i said no")
     assert not loops("which was printed at Maintz in 1462.", "which was printed at")
+
+
+def test_timings_follow_the_words_a_final_keeps() -> None:
+    from asr_server.session.finals import timings_kept
+
+    text = "the Bible actually dated, actually dated, and perfection—the middle"
+    words = [WordTiming(w, i, i + 1, 0.9) for i, w in enumerate(text.split())]
+    kept = timings_kept(words, "the Bible actually dated, and perfection")
+    assert [(w.word, w.start_s) for w in kept] == [
+        ("the", 0),
+        ("Bible", 1),
+        ("actually", 2),
+        ("dated,", 3),
+        ("and", 6),
+        ("perfection", 7),
+    ]
 
 
 class LoopsAtItsEnd(FakeEngine):
