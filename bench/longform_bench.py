@@ -9,8 +9,12 @@ prints per recording: streaming WER (whisper-normalizer's English normaliser, as
 ``streaming_bench.py``), the finals' count, end of speech → final (median / p95; a final
 of a split utterance counts from the end of its speech), and the server's engine time.
 
+With ``--offline`` it also prints offline faster-whisper's WER on the same recording and
+model (beam 5, 30 s windows: ``streaming_bench.py``'s baseline), computed after the
+streams, on the same machine.
+
 Usage: python bench/longform_bench.py [--streams 4] [--endpointing semantic]
-       [--env ASR_STREAMING__X=Y ...] [--server-logs DIR]
+       [--env ASR_STREAMING__X=Y ...] [--server-logs DIR] [--offline]
        [--code /path/to/another/checkout] [--ids REGEX]
 """
 
@@ -30,6 +34,7 @@ from streaming_bench import (
     Item,
     counter,
     engine_times,
+    offline_hypotheses,
     pct,
     scored,
     start_server,
@@ -93,10 +98,15 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
             if a.show:
                 for hyp in hyps:
                     print(f"[{item.id}] {hyp}", file=sys.stderr)
-            print(item.id, json.dumps(figures[item.id]), file=sys.stderr, flush=True)
         finally:
             proc.terminate()
             await proc.wait()
+        if a.offline:  # after the server has gone: not beside the real-time streams
+            offline = offline_hypotheses([item], a.model)[(item.id, 0)]
+            figures[item.id]["offline_wer"] = round(wer(refs[:1], [offline]), 4)  # type: ignore[index]
+            if a.show:
+                print(f"[{item.id}] offline: {offline}", file=sys.stderr)
+        print(item.id, json.dumps(figures[item.id]), file=sys.stderr, flush=True)
     return figures
 
 
@@ -117,6 +127,7 @@ def main() -> None:
         "every final decode and carry decision, with the texts)",
     )
     p.add_argument("--show", action="store_true", help="print the streams' transcripts")
+    p.add_argument("--offline", action="store_true", help="offline faster-whisper's WER too")
     a = p.parse_args()
     figures = asyncio.run(run(a))
     print(json.dumps(figures, indent=2))

@@ -725,12 +725,15 @@ class ChannelRecognizer:
         latency = max(0.0, now() - self._arrival(speech_end))
         self.metrics.final_latency.observe(latency)
         logger.debug(
-            "final of utterance %d (%.2f-%.2f s), %.0f ms after its speech ended: %s",
+            "final of utterance %d (%.2f-%.2f s), %.0f ms after its speech ended: %s "
+            "(latest partial, of %.2f s: %r)",
             utt.utterance_id,
             offset,
             utt.audio.end_sample / SAMPLE_RATE,
             latency * 1000,
             hyp.text,
+            utt.partial_samples / SAMPLE_RATE,
+            utt.last_partial_text,
         )
 
     # -- partials -------------------------------------------------------------------------
