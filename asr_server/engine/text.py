@@ -165,9 +165,27 @@ def loop_trimmed(text: str) -> str | None:
     return " ".join(words)
 
 
-def count_phrase(words: Sequence[str], phrase: Sequence[str]) -> int:
+#: words this long that begin alike are one word, heard whole and cut short ("dated" and
+#: "date" at the end of a partial), where shorter ones are often different words ("in")
+SAME_STEM_LETTERS = 4
+
+
+def same_word(a: str, b: str) -> bool:
+    """``a`` and ``b`` are the same word, or one begins with the other of at least
+    SAME_STEM_LETTERS letters."""
+    short, long = sorted((a, b), key=len)
+    return a == b or (len(short) >= SAME_STEM_LETTERS and long.startswith(short))
+
+
+def count_phrase(words: Sequence[str], phrase: Sequence[str], alike: bool = False) -> int:
+    """How often ``phrase`` is in ``words``; ``alike``: its words as ``same_word``."""
     k = len(phrase)
-    return sum(list(words[i : i + k]) == list(phrase) for i in range(len(words) - k + 1))
+    if not alike:
+        return sum(list(words[i : i + k]) == list(phrase) for i in range(len(words) - k + 1))
+    return sum(
+        all(same_word(w, p) for w, p in zip(words[i : i + k], phrase, strict=True))
+        for i in range(len(words) - k + 1)
+    )
 
 
 def looped_tail(text: str, heard: Sequence[str], min_words: int = 1) -> int:
@@ -234,8 +252,8 @@ def without_unheard_repeats(text: str, heard: Sequence[str]) -> str:
                 for i in range(len(norm) - 2 * k + 1)
                 if all(norm[i : i + k])
                 and norm[i : i + k] == norm[i + k : i + 2 * k]
-                and count_phrase(heard, norm[i : i + k])
-                and not count_phrase(heard, norm[i : i + k] * 2)
+                and count_phrase(heard, norm[i : i + k], alike=True)
+                and not count_phrase(heard, norm[i : i + k] * 2, alike=True)
             ),
             None,
         )

@@ -17,7 +17,7 @@ from difflib import SequenceMatcher
 import numpy as np
 
 from asr_server.engine.base import Hypothesis, WordTiming
-from asr_server.engine.text import looped_tail, spoken_words
+from asr_server.engine.text import looped_tail, same_word, spoken_words
 from asr_server.session.utterance import SAMPLE_RATE
 
 CLOSING_PUNCTUATION = ".,;:!?…"
@@ -25,9 +25,6 @@ CLOSING_PUNCTUATION = ".,;:!?…"
 #: lost some (with more than 1.25 times as many and 2, for the same length of audio, it
 #: read something twice): it is decoded again without the carry
 CARRY_MIN_KEPT = 0.6
-#: words this long that begin alike are one word read two ways ("consider" and
-#: "considered"), where shorter ones are often different words ("in", "into")
-SAME_STEM_LETTERS = 4
 #: a carried final with this many words the latest partial does not have is decoded
 #: alone too (see Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
@@ -54,8 +51,7 @@ def read_alike(heard: list[str], words: list[str]) -> list[int]:
             i, j = i + 2, j + 1
             continue
         for k in range(i, len(heard)):
-            short, long = sorted((heard[k], words[j]), key=len)
-            if len(short) >= SAME_STEM_LETTERS and long.startswith(short):
+            if same_word(heard[k], words[j]):
                 alike.append(j)
                 i = k + 1
                 break

@@ -213,6 +213,10 @@ def test_a_phrase_read_twice_in_a_row_that_the_partial_read_once_is_read_once() 
     assert without_unheard_repeats(final, spoken_words("but the first bible actually dated")) == (
         "But the first Bible actually dated, and"
     )
+    # the partial, cut off mid-word, heard "date": the same word
+    assert without_unheard_repeats(final, spoken_words("but the first bible actually date")) == (
+        "But the first Bible actually dated, and"
+    )
     # the speaker's: the partial has it twice in a row too
     assert without_unheard_repeats(final, spoken_words(final)) == final
     # the partial did not hear that passage at all: it cannot tell
