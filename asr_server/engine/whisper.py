@@ -165,23 +165,22 @@ class WhisperEngine:
         tokens = [list(r.sequences_ids[0]) for r in results]
         hyps: list[Hypothesis | None] = [None] * len(requests)
         retry = []
-        trimmed: dict[int, str] = {}  # finals whose loop was cut off their end
+        trimmed: dict[int, str] = {}  # decodes whose loop was cut off their end
         for i, (req, tok) in enumerate(zip(requests, tokenizers, strict=True)):
             new_text = tok.decode(tokens[i][len(prefixes[i]) :])
-            if (
-                compression_ratio(new_text) > COMPRESSION_RATIO_THRESHOLD
-                and req.kind is DecodeKind.FINAL
-            ):
-                # A loop at the end (the audio ran out mid-sentence) is cut off: the
-                # text before it is the transcript. Only a loop inside the text needs a
-                # second decode, which forbids repeats and then loops with words
-                # altered instead ("far pleasanter—and therefore far plesinter").
-                clean = loop_trimmed(new_text)
-                if clean is not None and compression_ratio(clean) <= COMPRESSION_RATIO_THRESHOLD:
-                    logger.debug("final looped: %r; cut to %r", new_text, clean)
-                    trimmed[i] = clean
-                else:
-                    retry.append(i)
+            if compression_ratio(new_text) <= COMPRESSION_RATIO_THRESHOLD:
+                continue
+            # A loop at the end (the audio ran out mid-sentence, as a partial's always
+            # does) is cut off: the text before it is the transcript. Only a final's
+            # loop inside the text is decoded again, which forbids repeats and then
+            # loops with words altered instead ("far pleasanter—and therefore far
+            # plesinter"); a partial's is dropped (the next partial comes soon).
+            clean = loop_trimmed(new_text)
+            if clean is not None and compression_ratio(clean) <= COMPRESSION_RATIO_THRESHOLD:
+                logger.debug("%s looped: %r; cut to %r", req.kind.name.lower(), new_text, clean)
+                trimmed[i] = clean
+            elif req.kind is DecodeKind.FINAL:
+                retry.append(i)
         if retry:
             # One bounded retry that forbids repeated 3-grams: the usual cure for a loop.
             again = self._generate(

@@ -63,6 +63,7 @@ class _Result:
         self.no_speech_prob = 0.01
 
 
+@pytest.mark.parametrize("kind", [DecodeKind.FINAL, DecodeKind.PARTIAL])
 @pytest.mark.parametrize(
     ("looped", "expected", "retried"),
     [
@@ -95,9 +96,11 @@ def test_a_final_that_loops_at_its_end_is_cut_and_one_that_loops_inside_decoded_
     looped: str,
     expected: str,
     retried: bool,
+    kind: DecodeKind,
 ) -> None:
     """The real tokenizer and checks around a stand-in for generate (whether tiny.en
-    loops on a given cut depends on the CPU's int8 kernels)."""
+    loops on a given cut depends on the CPU's int8 kernels). A partial is cut the same
+    way; one that loops inside is dropped, not decoded again."""
     tok = engine._tokenizer("en")
     calls: list[bool] = []
 
@@ -107,6 +110,10 @@ def test_a_final_that_loops_at_its_end_is_cut_and_one_that_loops_inside_decoded_
         return [_Result([*p, *tok.encode(text), tok.eot]) for p in prompts]
 
     monkeypatch.setattr(engine, "_generate", generate)
-    hyp = engine.transcribe([DecodeRequest(audio("libri_1089-134691-0000"), DecodeKind.FINAL)])[0]
+    hyp = engine.transcribe([DecodeRequest(audio("libri_1089-134691-0000"), kind)])[0]
+    if kind is DecodeKind.PARTIAL and retried:
+        assert hyp.rejected and hyp.text == ""
+        assert calls == [False]
+        return
     assert hyp.text == expected
     assert calls == ([False, True] if retried else [False])
