@@ -3,9 +3,11 @@
 Whisper sometimes loops — re-emitting the sentence it just produced, or one
 short phrase many times, or starting the utterance over once the speech in its
 window has run out — especially on short windows and near trailing silence.
-Three checks catch that without re-decoding: the compression ratio of the new
-text (Whisper's own test), trailing tandem repeats of words, and a tail that
-re-reads an earlier passage word for word.
+Checks that catch that without re-decoding: the compression ratio of the new
+text (Whisper's own test), trailing tandem repeats of words, a tail that re-reads
+an earlier passage word for word (``trim_loops``, ``loop_trimmed``); and, against
+another decode of the same audio (a final's latest partial), phrases read more
+often than that decode read them (``without_unheard_loops``).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ LOOP_MAX_WORDS = 8
 LOOP_GAP_WORDS = 10
 SHORT_LOOP_GAP_WORDS = 2
 #: a final's tail of this many words or more, after the last word another decode of the
-#: same audio has too, that re-reads the passage before it is a loop (see reread_tail);
-#: one word in REREAD_ALTERED_EVERY of it may read otherwise
+#: same audio has too, that re-reads the passage before it is a loop (see
+#: without_reread_tail); one word in REREAD_ALTERED_EVERY of it may read otherwise
 REREAD_MIN_WORDS = 3
 REREAD_ALTERED_EVERY = 5
 
