@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
 
 from asr_server.engine.base import WordTiming
@@ -55,7 +55,8 @@ def normalize_word(word: str) -> str:
 
 
 #: what joins words that are said apart: "fat-mutton" is "fat mutton" in another decode
-_JOINERS = re.compile(r"[-\u2010-\u2015/]+")
+_JOINER_CHARS = "-\u2010-\u2015/"  # a regular expression's character range
+_JOINERS = re.compile(f"[{_JOINER_CHARS}]+")
 
 
 def spoken_words(text: str) -> list[str]:
@@ -145,12 +146,16 @@ def repeats_back_to_back(words: Sequence[str], min_words: int = LONG_REPEAT_WORD
     ("or cost incurred, or cost incurred"): a loop, where speech says a word or two again
     at most."""
     norm = [normalize_word(w) for w in words]
-    n = len(norm)
-    for k in range(min_words, n // 2 + 1):
-        for i in range(n - 2 * k + 1):
+    return next(_back_to_back(norm, range(min_words, len(norm) // 2 + 1)), None) is not None
+
+
+def _back_to_back(norm: Sequence[str], lengths: Iterable[int]) -> Iterator[tuple[int, int]]:
+    """(start, length) of each phrase of one of ``lengths`` words that comes twice in a
+    row in ``norm`` (normalized words), in the order of ``lengths``."""
+    for k in lengths:
+        for i in range(len(norm) - 2 * k + 1):
             if all(norm[i : i + k]) and norm[i : i + k] == norm[i + k : i + 2 * k]:
-                return True
-    return False
+                yield i, k
 
 
 def loop_trimmed(text: str) -> str | None:
@@ -226,7 +231,7 @@ def without_looped_tail(text: str, heard: Sequence[str]) -> str:
     return " ".join(tokens)
 
 
-_PIECES = re.compile(r"[^-\u2010-\u2015/]+")  # what _JOINERS joins
+_PIECES = re.compile(f"[^{_JOINER_CHARS}]+")  # what _JOINERS joins
 
 
 def without_unheard_loops(text: str, heard: Sequence[str]) -> str:
@@ -249,19 +254,17 @@ def without_unheard_repeats(text: str, heard: Sequence[str]) -> str:
         norm = [normalize_word(t) for t in tokens]
         cut = next(
             (
-                (i + k, i + 2 * k)
-                for k in range(LOOP_MAX_WORDS, 1, -1)
-                for i in range(len(norm) - 2 * k + 1)
-                if all(norm[i : i + k])
-                and norm[i : i + k] == norm[i + k : i + 2 * k]
-                and count_phrase(heard, norm[i : i + k], alike=True)
+                (i, k)
+                for i, k in _back_to_back(norm, range(LOOP_MAX_WORDS, 1, -1))
+                if count_phrase(heard, norm[i : i + k], alike=True)
                 and not count_phrase(heard, norm[i : i + k] * 2, alike=True)
             ),
             None,
         )
         if cut is None:
             return " ".join(tokens)
-        del tokens[cut[0] : cut[1]]
+        i, k = cut
+        del tokens[i + k : i + 2 * k]
 
 
 def _spoken_pieces(text: str) -> tuple[list[str], list[tuple[int, str]]]:

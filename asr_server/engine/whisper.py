@@ -193,11 +193,12 @@ class WhisperEngine:
             )
             for i, res in zip(retry, again, strict=True):
                 retried = list(res.sequences_ids[0])
-                logger.debug(
-                    "final looped: %r; retried without repeated 3-grams: %r",
-                    tokenizers[i].decode(tokens[i][len(prefixes[i]) :]),
-                    tokenizers[i].decode(retried[len(prefixes[i]) :]),
-                )
+                if logger.isEnabledFor(logging.DEBUG):  # two decodes only for the log
+                    logger.debug(
+                        "final looped: %r; retried without repeated 3-grams: %r",
+                        tokenizers[i].decode(tokens[i][len(prefixes[i]) :]),
+                        tokenizers[i].decode(retried[len(prefixes[i]) :]),
+                    )
                 results[i] = res
                 tokens[i] = retried
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):

@@ -334,12 +334,33 @@ class StopsAfterThePrefix(FakeEngine):
         return super()._hear(req)
 
 
-async def test_a_carried_final_that_lost_its_words_is_decoded_alone() -> None:
-    engine = StopsAfterThePrefix(capabilities=EngineCapabilities(context_carry=True))
+class RestartsAfterThePrefix(FakeEngine):
+    """Whisper forced through a carried passage going back over its end: the carried
+    final begins with the carried text's last two words again."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        if not req.prefix:
+            return hyp
+        forced = req.prefix.split()
+        new = hyp.text.split()[len(forced) :]
+        return Hypothesis(" ".join([*forced, *forced[-2:], *new]), hyp.language)
+
+
+@pytest.mark.parametrize(
+    "engine_type",
+    [StopsAfterThePrefix, RestartsAfterThePrefix],
+    ids=["lost its words", "restarts with the carried end"],
+)
+async def test_a_carried_final_that_went_wrong_is_decoded_alone(
+    engine_type: type[FakeEngine],
+) -> None:
+    engine = engine_type(capabilities=EngineCapabilities(context_carry=True))
     audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
     h = Harness(engine, carry_max_s=10.0)
     events = await h.run(h.lockstep(chunks(pcm16(audio))))
     finals = [r.text for r in results(events, final=True)]
+    # the fake numbers words from the start of what it hears: alone, w0..w7
     assert finals == ["w0 w1 w2 w3", " ".join(f"w{i}" for i in range(8))]
     assert h.metrics.carry_fallbacks._value.get() == 1
 
@@ -522,30 +543,6 @@ def test_a_carried_final_that_begins_with_the_carried_end_restarts() -> None:
     assert not restarts("which also was printed at Mainz", "which also was printed")
     assert not restarts("dated, which also was printed", "which also was printed")  # one
     assert not restarts("actually dated, and also", "")  # no partial to judge by
-
-
-class RestartsAfterThePrefix(FakeEngine):
-    """Whisper forced through a carried passage going back over its end: the carried
-    final begins with the carried text's last two words again."""
-
-    def _hear(self, req):  # type: ignore[no-untyped-def]
-        hyp = super()._hear(req)
-        if not req.prefix:
-            return hyp
-        forced = req.prefix.split()
-        new = hyp.text.split()[len(forced) :]
-        return Hypothesis(" ".join([*forced, *forced[-2:], *new]), hyp.language)
-
-
-async def test_a_carried_final_that_restarts_is_decoded_alone() -> None:
-    engine = RestartsAfterThePrefix(capabilities=EngineCapabilities(context_carry=True))
-    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
-    h = Harness(engine, carry_max_s=10.0)
-    events = await h.run(h.lockstep(chunks(pcm16(audio))))
-    finals = [r.text for r in results(events, final=True)]
-    # the fake numbers words from the start of what it hears: alone, w0..w7
-    assert finals == ["w0 w1 w2 w3", " ".join(f"w{i}" for i in range(8))]
-    assert h.metrics.carry_fallbacks._value.get() == 1
 
 
 def test_a_carried_final_that_reads_its_end_twice_went_wrong() -> None:
