@@ -68,8 +68,9 @@ class EngineSettings(BaseModel):
         ge=1.0,
         le=30.0,
         description="Shortest encoder window of partials; shorter audio is padded to it, "
-        "not to 30 s. 5 s against 10 s (2026-12-02, 2 cores): partial decodes 40 % "
-        "cheaper, first partials 60-80 ms sooner, server CPU 11 % lower, finals unchanged.",
+        "not to 30 s, and longer audio to its length rounded up to a whole second. 5 s "
+        "against 10 s (2026-12-02, 2 cores): partial decodes 40 % cheaper, first partials "
+        "60-80 ms sooner, server CPU 11 % lower, finals unchanged.",
     )
     final_min_window_s: float | None = Field(
         None,

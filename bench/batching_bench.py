@@ -10,7 +10,16 @@ The requests are utterances of the shared corpus (3-10 s), the same list for eve
 as partials (greedy) and as finals (beam 5). Each layout is measured ``--repeats`` times,
 interleaved with the others so machine noise hits all alike; the median is printed.
 
+``--composition`` instead compares how batches are composed, in the default layout (a
+single-threaded call per core, batches of up to 4): a queue like a loaded server's,
+partials of 1-15 s cut from a long reading, decoded in queue order four at a time (each
+batch padded to its longest window, as the server did until 2026-12-03) or as the
+scheduler now composes them (the oldest request and the next ones of its batch key, the
+same encoder window). It prints the throughput and how many texts differ from the same
+request decoded alone.
+
 Usage: python bench/batching_bench.py [--requests 16] [--repeats 3] [--model tiny.en]
+       python bench/batching_bench.py --composition [--requests 48]
 """
 
 from __future__ import annotations
@@ -70,13 +79,87 @@ def run_layout(engine: WhisperEngine, requests: list[DecodeRequest], batch: int)
         return time.perf_counter() - started
 
 
+def partials_of_a_reading(n: int, seed: int = 1) -> list[DecodeRequest]:
+    """``n`` partials of 1-15 s at random places in the corpus's long LJ Speech reading."""
+    import soxr
+
+    pcm, rate = read_pcm16(corpus()["concat_ljspeech_LJ001-0001_to_0032"].path)
+    reading = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, rate, 16_000)
+    rng = np.random.default_rng(seed)
+    requests = []
+    for _ in range(n):
+        length = int(rng.uniform(1.0, 15.0) * 16_000)
+        start = int(rng.integers(0, reading.size - length))
+        audio = reading[start : start + length].astype(np.float32)
+        requests.append(DecodeRequest(audio, DecodeKind.PARTIAL, language="en"))
+    return requests
+
+
+def batches_in_queue_order(engine: WhisperEngine, queue: list[DecodeRequest], size: int):  # type: ignore[no-untyped-def]
+    return [queue[i : i + size] for i in range(0, len(queue), size)]
+
+
+def batches_by_key(engine: WhisperEngine, queue: list[DecodeRequest], size: int):  # type: ignore[no-untyped-def]
+    """As the scheduler takes them: the oldest request, then the next ones of its key."""
+    waiting, batches = list(queue), []
+    while waiting:
+        key = engine.batch_key(waiting[0])
+        batch = [r for r in waiting if engine.batch_key(r) == key][:size]
+        waiting = [r for r in waiting if not any(r is b for b in batch)]
+        batches.append(batch)
+    return batches
+
+
+def compare_composition(engine: WhisperEngine, n: int, repeats: int) -> None:
+    queue = partials_of_a_reading(n)
+    alone = [engine.transcribe([r])[0].text for r in queue]
+    print(f"{n} partials of 1-15 s, {sum(r.audio.size for r in queue) / 16_000:.0f} s of audio")
+    print("  batches           calls  requests/s (median)  texts unlike alone   runs")
+    walls: dict[str, list[float]] = {"queue order": [], "one key each": []}
+    composers = {"queue order": batches_in_queue_order, "one key each": batches_by_key}
+    differ = {}
+    for _ in range(repeats):
+        for name, compose in composers.items():
+            batches = compose(engine, queue, 4)
+            with ThreadPoolExecutor(engine.workers) as pool:
+                started = time.perf_counter()
+                results = list(pool.map(engine.transcribe, batches))
+                walls[name].append(time.perf_counter() - started)
+            texts = {
+                id(r): h.text
+                for batch, hyps in zip(batches, results, strict=True)
+                for r, h in zip(batch, hyps, strict=True)
+            }
+            unlike = sum(texts[id(r)] != a for r, a in zip(queue, alone, strict=True))
+            differ[name] = (unlike, len(batches))
+    for name, runs in walls.items():
+        print(
+            f"  {name:16s} {differ[name][1]:6d}  {n / statistics.median(runs):19.2f}"
+            f"  {differ[name][0]:18d}   {', '.join(f'{r:.2f}' for r in runs)}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--composition", action="store_true", help="compare batch composition")
     args = parser.parse_args()
+    if args.composition:
+        from asr_server.settings import Settings
+
+        engine = WhisperEngine(
+            resolve_model(args.model, Settings().engine.cache_dir),
+            device="cpu",
+            compute_type="int8",
+            cpu_threads=1,
+            workers=args.cores,
+            max_batch_size=4,
+        )
+        compare_composition(engine, args.requests if args.requests != 16 else 48, args.repeats)
+        return
 
     audio = utterances(args.requests)
     total_audio = sum(a.size for a in audio) / 16_000

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -96,3 +96,8 @@ class Engine(Protocol):
     workers: int
 
     def transcribe(self, requests: Sequence[DecodeRequest]) -> list[Hypothesis]: ...
+
+    def batch_key(self, request: DecodeRequest) -> Hashable:
+        """Requests with equal keys are decoded in one batch from the same input as each
+        alone (the same kind, the same padding); the scheduler batches only those."""
+        ...

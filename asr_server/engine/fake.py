@@ -9,7 +9,7 @@ stalls every call until it is set, to create backpressure on demand.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -30,6 +30,7 @@ class FakeEngine:
         fail_with: Exception | None = None,
         on_call: Callable[[Sequence[DecodeRequest]], None] | None = None,
         capabilities: EngineCapabilities | None = None,
+        batch_key: Callable[[DecodeRequest], Hashable] | None = None,
     ) -> None:
         #: as declared; with ``prefix_forcing=False`` it ignores ``DecodeRequest.prefix``,
         #: as an engine without it would. It names words by their place in what it hears,
@@ -42,6 +43,7 @@ class FakeEngine:
         self.gate = gate
         self.fail_with = fail_with
         self.on_call = on_call
+        self._batch_key = batch_key
         self.calls: list[list[DecodeRequest]] = []
         self._lock = threading.Lock()
 
@@ -55,6 +57,10 @@ class FakeEngine:
         if self.fail_with is not None:
             raise self.fail_with
         return [self._hear(r) for r in requests]
+
+    def batch_key(self, request: DecodeRequest) -> Hashable:
+        """The request's kind, unless a test gives its own rule."""
+        return request.kind if self._batch_key is None else self._batch_key(request)
 
     def _hear(self, req: DecodeRequest) -> Hypothesis:
         loud = np.flatnonzero(np.abs(req.audio) > 1e-3)

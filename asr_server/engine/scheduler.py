@@ -7,7 +7,10 @@
   queued older one, whose caller receives ``None``, and keeps its queue position
   so a busy stream cannot push others back. Under load each stream therefore gets
   a partial once per round of the queue: partials back off, finals keep flowing.
-* Up to ``max_batch_size`` requests of the same kind go to one engine call; while
+* Up to ``max_batch_size`` requests of the same kind and batch key (the engine's: for
+  Whisper, the same encoder window) go to one engine call, so a batch pads none of its
+  requests and each is decoded from the input it has alone; the oldest picks the key, and
+  queued requests of other keys keep their places for the next call. While
   other calls are running, a worker waits at most ``batch_wait_s`` for a batch to
   fill (an idle engine starts at once). Queued requests are shared out among the idle
   workers first: a batch runs on one worker's threads, padded to its longest audio, so
@@ -41,6 +44,7 @@ class EngineError(RuntimeError):
 class _Job:
     request: DecodeRequest
     future: asyncio.Future[Hypothesis | None]
+    batch_key: Hashable
     on_start: Callable[[], None] | None = None
     enqueued: float = field(default_factory=time.perf_counter)
 
@@ -130,7 +134,12 @@ class EngineScheduler:
         ``on_start`` is called (on the event loop, by the worker: it must not raise) when
         the engine call begins: from then on, going away no longer saves the engine work.
         """
-        job = _Job(request, asyncio.get_running_loop().create_future(), on_start)
+        job = _Job(
+            request,
+            asyncio.get_running_loop().create_future(),
+            self.engine.batch_key(request),
+            on_start,
+        )
         if request.kind is DecodeKind.FINAL:
             self._finals.append(job)
         else:
@@ -156,23 +165,36 @@ class EngineScheduler:
             if not job.future.done():
                 job.future.cancel()  # the caller went away: the worker skips this job
 
-    def _pop(self, kind: DecodeKind, n: int) -> list[_Job]:
-        """Up to ``n`` live jobs of ``kind``, oldest first (urgent partials before the
-        others); cancelled ones are dropped."""
+    def _pop(self, kind: DecodeKind, n: int, key: Hashable | None = None) -> list[_Job]:
+        """Up to ``n`` live jobs of ``kind`` with one batch key (``key``, or the oldest
+        job's), oldest first (urgent partials before the others). Jobs of other keys
+        stay where they are; cancelled ones are dropped."""
         jobs: list[_Job] = []
-        while len(jobs) < n:
-            if kind is DecodeKind.FINAL:
-                if not self._finals:
-                    break
-                job = self._finals.popleft()
-            elif self._urgent:
-                _, job = self._urgent.popitem(last=False)
-            elif self._partials:
-                _, job = self._partials.popitem(last=False)
-            else:
-                break
-            if not job.future.done():
-                jobs.append(job)
+
+        def joins(job: _Job) -> bool:
+            nonlocal key
+            if len(jobs) >= n or job.future.done():
+                return False
+            if key is None:
+                key = job.batch_key
+            return bool(job.batch_key == key)
+
+        if kind is DecodeKind.FINAL:
+            kept: deque[_Job] = deque()
+            for job in self._finals:
+                if joins(job):
+                    jobs.append(job)
+                elif not job.future.done():
+                    kept.append(job)
+            self._finals = kept
+            return jobs
+        for queue in (self._urgent, self._partials):
+            for handle, job in list(queue.items()):
+                if joins(job):
+                    jobs.append(job)
+                    del queue[handle]
+                elif job.future.done():
+                    del queue[handle]
         return jobs
 
     def _live(self, kind: DecodeKind) -> int:
@@ -230,7 +252,8 @@ class EngineScheduler:
             # one call for several costs less than one each. An idle engine starts at
             # once: a lone stream's final would only wait for nobody.
             await asyncio.sleep(self.batch_wait_s)
-            batch += self._pop(kind, self._share(kind, len(batch)) - len(batch))
+            wanted = self._share(kind, len(batch)) - len(batch)
+            batch += self._pop(kind, wanted, batch[0].batch_key)
         self.metrics.engine_queue_depth.set(self.queued)
         label = kind.name.lower()
         started = time.perf_counter()

@@ -4,11 +4,13 @@ faster-whisper loads the model (device, compute type, tokenizer) and gives us it
 feature extractor and word aligner; decoding itself drives CTranslate2 directly
 because streaming needs what ``WhisperModel.transcribe`` does not offer:
 
-* an encoder window sized to the audio (at least ``min_window_s``) instead of
-  always 30 s — several times cheaper for short utterances. Finals get their own
-  shortest window (30 s on a GPU): Whisper is trained on 30 s windows, and a short
-  clip padded to less is now and then heard worse (bench/accuracy_breakdown.py);
-* a batch of requests from different streams in one encoder/decoder call;
+* an encoder window sized to the audio (at least ``min_window_s``, rounded up to
+  a whole second) instead of always 30 s — several times cheaper for short
+  utterances. Finals get their own shortest window (30 s on a GPU): Whisper is
+  trained on 30 s windows, and a short clip padded to less is now and then heard
+  worse (bench/accuracy_breakdown.py);
+* a batch of requests from different streams in one encoder/decoder call, all with
+  the same window (``batch_key``), so none is padded more than alone;
 * a forced prefix (the text already committed to the client) so only the tail
   is decoded and the committed words cannot change;
 * a bounded decode: greedy for partials, a token budget proportional to the
@@ -48,6 +50,11 @@ logger = logging.getLogger(__name__)
 
 FRAMES_PER_SECOND = 100  # Whisper's mel hop is 10 ms
 MAX_FRAMES = 3000  # the encoder's 30 s limit
+#: audio longer than its kind's shortest window gets a window rounded up to this step, so
+#: that requests of similar lengths share a window exactly and can be batched without
+#: padding any of them more than alone (batch_key)
+WINDOW_STEP_FRAMES = 100
+HOP_SAMPLES = SAMPLE_RATE // FRAMES_PER_SECOND
 MAX_TEXT_TOKENS = 448
 #: finals' shortest window on a CPU: 6 and 8 s lose words, 30 s triples the decode
 #: (bench/accuracy_breakdown.py, its CHEAPER variants). Partials, whose text is
@@ -144,6 +151,15 @@ class WhisperEngine:
 
     # -- public ---------------------------------------------------------------------------
 
+    def batch_key(self, request: DecodeRequest) -> tuple[DecodeKind, int]:
+        """On a CPU, requests with equal keys have the same encoder window, so a batch
+        of them pads none of them and each is decoded from its input alone. A batch mixing
+        windows pads all to the longest: a 2 s partial batched with a 13 s one paid a
+        13 s encoder there, and read other words than alone. A GPU runs a batch's rows
+        in parallel, where a full batch matters more than padding (not measured on one
+        yet): there any requests of a kind batch together, as before."""
+        return request.kind, self._window_frames(request) if self.device == "cpu" else 0
+
     def transcribe(self, requests: Sequence[DecodeRequest]) -> list[Hypothesis]:
         if not requests:
             return []
@@ -228,12 +244,22 @@ class WhisperEngine:
 
     # -- steps ----------------------------------------------------------------------------
 
+    def _window_frames(self, request: DecodeRequest) -> int:
+        """The encoder window of ``request`` on its own: its kind's shortest window, or
+        its audio rounded up to a whole step, at most 30 s."""
+        frames = min(request.audio.size // HOP_SAMPLES, MAX_FRAMES)
+        shortest = self._min_frames[request.kind]
+        if frames <= shortest:
+            return shortest
+        return min(MAX_FRAMES, -(-frames // WINDOW_STEP_FRAMES) * WINDOW_STEP_FRAMES)
+
     def _features(self, requests: Sequence[DecodeRequest]) -> tuple[np.ndarray, list[int]]:
         fe = self._model.feature_extractor
         mels = [fe(r.audio) for r in requests]
         frames = [min(m.shape[-1] - 1, MAX_FRAMES) for m in mels]
-        shortest = max(self._min_frames[r.kind] for r in requests)
-        window = min(MAX_FRAMES, max(shortest, max(frames)))
+        # the scheduler batches requests of one window (batch_key); any others are
+        # padded to the longest
+        window = max(self._window_frames(r) for r in requests)
         batch = np.zeros((len(requests), mels[0].shape[0], window), dtype=np.float32)
         for i, (m, n) in enumerate(zip(mels, frames, strict=True)):
             batch[i, :, :n] = m[:, :n]

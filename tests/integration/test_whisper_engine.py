@@ -49,6 +49,38 @@ def test_a_batch_decodes_like_single_requests(engine: WhisperEngine) -> None:
     assert " ".join(w.word for w in batched[3].words) == batched[3].text
 
 
+def test_requests_batch_only_with_their_own_window(engine: WhisperEngine) -> None:
+    """The batch key is the encoder window a request gets alone: its kind's shortest (5 s
+    for partials, 10 s for finals on a CPU) or its audio rounded up to a whole second.
+    A batch of one key pads nobody, so each request is decoded from the input it has
+    alone (only a batch's int8 arithmetic may round otherwise, now and then)."""
+
+    def key(kind: DecodeKind, seconds: float) -> object:
+        return engine.batch_key(DecodeRequest(np.zeros(int(seconds * 16_000)), kind))
+
+    partial, final = DecodeKind.PARTIAL, DecodeKind.FINAL
+    assert key(partial, 1.0) == key(partial, 4.99) == (partial, 500)
+    assert key(partial, 12.01) == key(partial, 12.9) == (partial, 1300) != key(partial, 13.01)
+    assert key(final, 3.0) == key(final, 9.5) == (final, 1000) != key(partial, 3.0)
+    assert key(final, 45.0) == (final, 3000)  # Whisper hears 30 s at most
+    for seconds in (0.5, 7.303, 12.0, 12.0001):  # the window the features really get
+        request = DecodeRequest(np.zeros(int(seconds * 16_000), np.float32), partial)
+        features, _ = engine._features([request])
+        assert features.shape[-1] == engine.batch_key(request)[1]
+
+    speech = audio("libri_2412-153948-0000")  # 11.7 s
+    requests = [DecodeRequest(speech[: int(s * 16_000)], partial) for s in (6.2, 6.7, 2.0, 3.5)]
+    assert engine.batch_key(requests[0]) == engine.batch_key(requests[1])
+    assert engine.batch_key(requests[2]) == engine.batch_key(requests[3])
+    for pair in (requests[:2], requests[2:]):  # the batch's input is each one's alone
+        features, _ = engine._features(pair)
+        for row, request in zip(features, pair, strict=True):
+            np.testing.assert_array_equal(row, engine._features([request])[0][0])
+    alone = [normalize(engine.transcribe([r])[0].text) for r in requests]
+    batched = engine.transcribe(requests[:2]) + engine.transcribe(requests[2:])
+    assert [normalize(h.text) for h in batched] == alone
+
+
 def test_batch_limit_is_enforced(engine: WhisperEngine) -> None:
     with pytest.raises(ValueError, match="exceeds"):
         engine.transcribe([DecodeRequest(np.zeros(1600, np.float32), DecodeKind.PARTIAL)] * 5)

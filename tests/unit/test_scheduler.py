@@ -221,6 +221,74 @@ async def test_batches_requests_from_different_streams(gate: threading.Event) ->
         await sched.close()
 
 
+def long_or_short(request: DecodeRequest) -> tuple[DecodeKind, bool]:
+    """A stand-in for the engine's windows: audio over 5 s has another."""
+    return request.kind, request.audio.size > 5 * 16_000
+
+
+async def test_a_batch_holds_only_requests_of_one_batch_key(gate: threading.Event) -> None:
+    """The engine pads a batch to its longest window: a 2 s partial batched with a 12 s
+    one costs a 12 s encoder and reads other words than alone. So requests batch only
+    with their own key; the oldest picks it, and the others keep their places."""
+    engine = FakeEngine(gate=gate, max_batch_size=4, batch_key=long_or_short)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        first = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="first")))
+        await started(engine, 1)
+        seconds = [2, 12, 3, 13, 4, 1, 2]
+        rest = [
+            asyncio.create_task(
+                sched.decode(req(DecodeKind.PARTIAL, s, tag=f"p{i}"), coalesce_key=i)
+            )
+            for i, s in enumerate(seconds)
+        ]
+        finals = [
+            asyncio.create_task(sched.decode(req(DecodeKind.FINAL, s, tag=f"f{i}")))
+            for i, s in enumerate([9, 3])
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, *rest, *finals)
+        assert [[r.prompt for r in c] for c in engine.calls] == [
+            ["first"],
+            ["f0"],
+            ["f1"],
+            ["p0", "p2", "p4", "p5"],
+            ["p1", "p3"],
+            ["p6"],
+        ]
+    finally:
+        gate.set()
+        await sched.close()
+
+
+async def test_a_batch_waiting_for_company_takes_only_its_own_key(
+    gate: threading.Event,
+) -> None:
+    engine = FakeEngine(gate=gate, max_batch_size=4, batch_key=long_or_short)
+    sched = EngineScheduler(engine, Metrics(), workers=2, batch_wait_s=0.5)
+    await sched.start()
+    try:
+        busy = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="busy")))
+        await started(engine, 1)
+        a = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, 2, tag="a")))
+        await asyncio.sleep(0.05)  # the second worker took "a" and waits for company
+        b = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, 12, tag="b")))
+        c = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, 3, tag="c")))
+        await started(engine, 2)
+        gate.set()
+        await asyncio.gather(busy, a, b, c)
+        assert [[r.prompt for r in call] for call in engine.calls] == [
+            ["busy"],
+            ["a", "c"],
+            ["b"],
+        ]
+    finally:
+        gate.set()
+        await sched.close()
+
+
 @pytest.mark.parametrize(("queued", "calls"), [(2, [1, 1]), (6, [3, 3]), (9, [4, 4])])
 async def test_queued_requests_are_shared_out_among_idle_workers(
     gate: threading.Event, queued: int, calls: list[int]
