@@ -23,8 +23,14 @@ word timestamps.
 * Eager finals (SEMANTIC): sent at the model's first answer in a pause when it is at
   least an eager threshold but below the one that ends the turn; withdrawn at a pause
   inside a turn, confirmed at a turn end (``eager_with_server_probes``).
+* ``--punctuation``: Whisper's own guess that the sentence is over, as a second opinion
+  at the first ask. The turn so far (its last 9.5 s) is decoded as the server's early
+  final is, ``speculate_ms`` into the pause (beam 5); then the decoder's probability of
+  ". ? ! ..." or the end of the text right after the last word. The server's two asks
+  then end a turn at the first one only if that probability also reaches a gate
+  (``punctuation_gates``). Tried 2026-12-03, not taken (README, "End of turn").
 
-Usage: python bench/turn_bench.py [--probe-ms 200] [--json out.json]
+Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--json out.json]
 """
 
 from __future__ import annotations
@@ -76,6 +82,8 @@ class Pause:
     ends_turn: bool
     #: the turn model's answers: seconds of pause when it was asked → probability
     asked: dict[float, float] = field(default_factory=dict)
+    #: Whisper's probability that the sentence ends at this pause (``--punctuation``)
+    sentence_end: float = 1.0
 
 
 def reference_turns(row: dict[str, str]) -> list[list[str]]:
@@ -165,6 +173,52 @@ def probability_at(
     return probability
 
 
+SENTENCE_ENDS = (".", "?", "!", "...")
+
+
+def sentence_end_probability(whisper, audio: np.ndarray) -> float:  # type: ignore[no-untyped-def]
+    """How sure Whisper (a faster-whisper ``WhisperModel``) is that the sentence ends
+    with ``audio``: decoded as a final is (10 s window, beam 5), then, with its words
+    forced, the probability of a closing mark or the end of the text after them."""
+    import ctranslate2
+    from faster_whisper.tokenizer import Tokenizer
+
+    tok = Tokenizer(whisper.hf_tokenizer, False, task="transcribe", language="en")
+    window = np.zeros(max(10 * SR, audio.size), np.float32)
+    window[: audio.size] = audio
+    mel = whisper.feature_extractor(window)[:, : window.size // 160]
+    features = ctranslate2.StorageView.from_array(np.ascontiguousarray(mel[None]))
+    encoded = whisper.model.encode(features, to_cpu=False)
+    prompt = [*tok.sot_sequence, tok.no_timestamps]
+    decoded = whisper.model.generate(encoded, [prompt], beam_size=5, max_length=200)[0]
+    words = [i for i in decoded.sequences_ids[0] if i < tok.eot]
+    while words and tok.decode(words[-1:]).strip() in (*SENTENCE_ENDS, ",", ""):
+        words.pop()
+    # beam search returns one step's logits; greedy with the words forced returns each
+    # step's (max_length counts the prompt, and more than one step must be left)
+    forced = whisper.model.generate(
+        encoded,
+        [prompt + words],
+        beam_size=1,
+        max_length=len(prompt) + 2 * len(words) + 6,
+        return_logits_vocab=True,
+    )[0]
+    logits = np.asarray(forced.logits[0][len(words)], np.float64).ravel()
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    ends = [i for i in range(tok.eot) if tok.decode([i]).strip() in SENTENCE_ENDS]
+    return float(probs[ends].sum() + probs[tok.eot])
+
+
+def separation(pauses: list[Pause], score_of) -> float:  # type: ignore[no-untyped-def]
+    """The chance that a turn end scores above a pause inside a turn (ties count half):
+    1 separates them perfectly, 0.5 not at all."""
+    ends = [score_of(p) for p in pauses if p.ends_turn]
+    inner = [score_of(p) for p in pauses if not p.ends_turn]
+    pairs = [(e > i) + 0.5 * (e == i) for e in ends for i in inner]
+    return round(sum(pairs) / len(pairs), 3)
+
+
 def sweep_silence(pauses: list[Pause], n_turns: int) -> list[dict[str, float]]:
     rows = []
     for t_ms in range(100, 2001, 50):
@@ -179,16 +233,22 @@ THRESHOLDS = [*np.round(np.arange(0.05, 0.96, 0.05), 2), 0.97, 0.98, 0.99, 0.995
 
 
 def ends_at(
-    p: Pause, probes: list[tuple[float, float]], model_s: float, max_silence_s: float
+    p: Pause,
+    probes: list[tuple[float, float]],
+    model_s: float,
+    max_silence_s: float,
+    first_gate: float = 0.0,
 ) -> float:
     """When SEMANTIC ends the turn at pause ``p`` (inf: it does not), asking the model at
     each ``(pause, threshold)`` of ``probes``. Its answer comes ``model_s`` later and counts
     only if the pause still lasts (as in the server); then the longest pause ends it. At a
-    turn end the speaker waits, however short the pause in the recording."""
+    turn end the speaker waits, however short the pause in the recording. The first ask
+    also needs Whisper's sentence end probability to reach ``first_gate``."""
     length = INF if p.ends_turn else p.length_s
-    for at, threshold in probes:
+    for k, (at, threshold) in enumerate(probes):
         decided = at + model_s
-        if length >= decided and p.asked.get(at, 0.0) >= threshold:
+        gated = k == 0 and p.sentence_end < first_gate
+        if length >= decided and p.asked.get(at, 0.0) >= threshold and not gated:
             return decided
     return max_silence_s if length >= max_silence_s else INF
 
@@ -199,14 +259,14 @@ def score(
     probes: list[tuple[float, float]],
     model_s: float,
     max_silence_s: float,
+    first_gate: float = 0.0,
 ) -> dict[str, float]:
     """False cut-offs (share of turns) and the latency at turn ends, of one policy."""
-    cut = {
-        p.turn
-        for p in pauses
-        if not p.ends_turn and ends_at(p, probes, model_s, max_silence_s) < INF
-    }
-    latencies = [ends_at(p, probes, model_s, max_silence_s) for p in pauses if p.ends_turn]
+    decide = functools.partial(
+        ends_at, probes=probes, model_s=model_s, max_silence_s=max_silence_s, first_gate=first_gate
+    )
+    cut = {p.turn for p in pauses if not p.ends_turn and decide(p) < INF}
+    latencies = [decide(p) for p in pauses if p.ends_turn]
     return {
         "false_cutoff": round(len(cut) / n_turns, 4),
         "latency_s": round(statistics.median(latencies), 3),
@@ -301,6 +361,11 @@ def main() -> None:
         "--probe-ms", type=int, default=defaults.probe_ms, help="pause before the model is asked"
     )
     p.add_argument("--max-silence-ms", type=int, default=defaults.max_silence_ms)
+    p.add_argument(
+        "--punctuation",
+        action="store_true",
+        help="also gate the first ask on Whisper's sentence end probability (slower)",
+    )
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from faster_whisper import WhisperModel
@@ -332,6 +397,12 @@ def main() -> None:
             for at in (probe_s, *SECOND_PROBES_S):
                 if pause.ends_turn or pause.length_s >= at:  # (shorter: never asked)
                     pause.asked[at] = ask(at, model_times)
+            if a.punctuation:  # the utterance so far, 60 ms into the pause
+                heard_from = max(turn_start, pause.start_s - 9.5)
+                heard_to = pause.start_s + defaults.speculate_ms / 1000
+                pause.sentence_end = sentence_end_probability(
+                    whisper, audio[int(heard_from * SR) : int(heard_to * SR)]
+                )
             pause.turn += n_turns
             if pause.ends_turn:
                 turn_start = pause.start_s
@@ -364,6 +435,11 @@ def main() -> None:
         (defaults.second_probe_ms / 1000, defaults.second_threshold),
     ]
     eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
+    gated = [
+        {"first_gate": gate}
+        | score(all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000, gate)
+        for gate in (0.0, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
+    ]
     figures = {
         "recordings": per_recording,
         "turns": n_turns,
@@ -379,6 +455,13 @@ def main() -> None:
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "eager_with_server_probes": eager,
+        "punctuation_gates": gated if a.punctuation else None,
+        "turn_end_above_inner_pause": {
+            "turn_model_first_ask": separation(all_pauses, lambda p: p.asked.get(probe_s, 0.0)),
+            "whisper_punctuation": separation(all_pauses, lambda p: p.sentence_end),
+        }
+        if a.punctuation
+        else None,
         "silence_sweep": silence,
         "semantic_sweep": semantic,
         "combined_sweep": combined,
