@@ -198,7 +198,9 @@ async def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
             fl, fp = lv["final_latency_s"], lv["first_partial_s"]
             print(
                 f"{n:3d} calls: final p50 {fl['p50']} p95 {fl['p95']} p99 {fl['p99']} | "
-                f"1st partial p50 {fp['p50']} p95 {fp['p95']} | WER {lv['wer']} | "
+                f"1st partial p50 {fp['p50']} p95 {fp['p95']} "
+                f"({lv['finals_without_partial']}/{lv['finals']} finals had none) | "
+                f"WER {lv['wer']} | "
                 f"unprocessed {lv['audio_unprocessed_s']} s | max lag {lv['max_lag_s']} s | "
                 f"send delay {lv['max_send_delay_s']} s | server {lv['server_cpu_cores']} cores"
                 f" ({lv['server_cpu_s_per_audio_s']} s/audio-s), client "

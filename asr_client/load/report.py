@@ -57,6 +57,7 @@ def stream_record(o: StreamOutcome) -> dict[str, Any]:
         "max_send_delay_s": round(o.max_send_delay_s, 3),
         "turns": len(o.call.turns),
         "finals": len(o.finals),
+        "finals_without_partial": o.finals_without_partial,
         "partials": o.partials,
         "resumes": o.resumes,
         "wer": _wer([o]),
@@ -95,6 +96,7 @@ def summarize(outcomes: Sequence[StreamOutcome], wall_s: float) -> dict[str, Any
         ),
         "speech_s": round(sum(o.call.speech_s for o in talking), 2),
         "finals": sum(len(o.finals) for o in outcomes),
+        "finals_without_partial": sum(o.finals_without_partial for o in outcomes),
         "turns": sum(len(o.call.turns) for o in talking if not o.rejected),
         "wer": _wer(outcomes),
         "first_partial_s": percentiles([x for o in outcomes for x in o.first_partial_s]),
@@ -139,7 +141,8 @@ def render_text(summary: dict[str, Any], streams: Sequence[dict[str, Any]]) -> s
         f" s, left unprocessed {summary['audio_unprocessed_s']:.1f} s; "
         f"{summary['finals']} finals for {summary['turns']} turns",
         f"WER: {wer}",
-        f"time to first partial: {_fmt(summary['first_partial_s'])}",
+        f"time to first partial: {_fmt(summary['first_partial_s'])}"
+        f" ({summary['finals_without_partial']} of {summary['finals']} finals had none)",
         f"end of speech to final: {_fmt(summary['final_latency_s'])}",
         f"max server lag {summary['max_lag_s']:.2f} s; "
         f"max client send delay {summary['max_send_delay_s']:.2f} s",

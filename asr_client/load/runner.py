@@ -49,8 +49,12 @@ class StreamOutcome:
     max_send_delay_s: float = 0.0  # how far the sender fell behind real time (backpressure)
     partials: int = 0
     finals: list[FinalResult] = field(default_factory=list)
+    #: per utterance that had a partial before its final
     first_partial_s: list[float] = field(default_factory=list)
     final_latency_s: list[float] = field(default_factory=list)
+    #: finals of utterances that had no partial before them: under load partials back
+    #: off, and an utterance may end before its first one (first_partial_s omits these)
+    finals_without_partial: int = 0
     resumes: int = 0  # times the stream continued on a new call after a break
 
     @property
@@ -161,6 +165,7 @@ class _Stream:
             start = self._speech_start.get(key, result.start_s)
             out.first_partial_s.append(now - self.existed_at(start))
         if result.is_final:
+            out.finals_without_partial += key not in self._partial_seen
             end = self._speech_end.get(key, result.end_s)
             out.final_latency_s.append(now - self.existed_at(end))
             out.finals.append(

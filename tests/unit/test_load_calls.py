@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from asr_api.v1 import asr_pb2
 from asr_client.load.calls import Clip, build_call, telephone_band
-from asr_client.load.report import percentiles, summarize
-from asr_client.load.runner import FinalResult, StreamOutcome
+from asr_client.load.report import percentiles, render_text, summarize
+from asr_client.load.runner import FinalResult, LoadOptions, StreamOutcome, _Stream
 from asr_server.audio.g711 import mulaw_decode
 
 
@@ -105,3 +106,30 @@ def test_percentiles_and_summary() -> None:
     assert summary["wer"] == 0.0  # the rejected call is not scored
     assert summary["audio_unprocessed_s"] == 0.0
     assert summary["final_latency_s"]["p50"] == pytest.approx(0.6)
+
+
+def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -> None:
+    """Under load partials back off and a short utterance can end before its first one:
+    the time to first partial covers only the utterances that had one, so the report
+    says how many finals came without."""
+    call = build_call(
+        0,
+        clips(),
+        rng=np.random.default_rng(2),
+        duration_s=4,
+        channels=1,
+        sample_rate_hz=8000,
+        encoding="MULAW",
+        pause_s=(0.5, 0.5),
+    )
+    outcome = StreamOutcome(call, silent=False, status="OK")
+    stream = _Stream(outcome, LoadOptions())
+    partial = asr_pb2.Result(text="hello", utterance_id=1, start_s=0.2, end_s=0.8)
+    stream._result(partial, now=1.0)
+    stream._result(asr_pb2.Result(is_final=True, text="hello there", utterance_id=1), 2.0)
+    stream._result(asr_pb2.Result(is_final=True, text="bye", utterance_id=2, end_s=3.0), 4.0)
+    assert len(outcome.first_partial_s) == 1 and len(outcome.final_latency_s) == 2
+    assert outcome.finals_without_partial == 1
+    summary = summarize([outcome], wall_s=5.0)
+    assert summary["finals_without_partial"] == 1 and summary["finals"] == 2
+    assert "(1 of 2 finals had none)" in render_text(summary, [])
