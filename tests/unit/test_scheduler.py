@@ -263,6 +263,36 @@ async def test_a_batch_holds_only_requests_of_one_batch_key(gate: threading.Even
         await sched.close()
 
 
+async def test_a_cancelled_request_does_not_pick_the_batch_key(gate: threading.Event) -> None:
+    """The oldest live request picks the key: a caller that went away is skipped, so
+    the requests behind it of another key are not held back for nobody."""
+    engine = FakeEngine(gate=gate, max_batch_size=4, batch_key=long_or_short)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        blocker = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="blocker")))
+        await started(engine, 1)
+        doomed = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, 12, tag="doomed")))
+        rest = [
+            asyncio.create_task(sched.decode(req(DecodeKind.FINAL, s, tag=f"f{i}")))
+            for i, s in enumerate([2, 13, 3])
+        ]
+        await asyncio.sleep(0)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        gate.set()
+        await asyncio.gather(blocker, *rest)
+        assert [[r.prompt for r in c] for c in engine.calls] == [
+            ["blocker"],
+            ["f0", "f2"],
+            ["f1"],
+        ]
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_a_batch_waiting_for_company_takes_only_its_own_key(
     gate: threading.Event,
 ) -> None:
