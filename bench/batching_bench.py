@@ -105,7 +105,8 @@ def batches_by_key(engine: WhisperEngine, queue: list[DecodeRequest], size: int)
     while waiting:
         key = engine.batch_key(waiting[0])
         batch = [r for r in waiting if engine.batch_key(r) == key][:size]
-        waiting = [r for r in waiting if not any(r is b for b in batch)]
+        taken = {id(r) for r in batch}
+        waiting = [r for r in waiting if id(r) not in taken]
         batches.append(batch)
     return batches
 
@@ -141,7 +142,7 @@ def compare_composition(engine: WhisperEngine, n: int, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--requests", type=int, help="16, or 48 with --composition")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
@@ -158,10 +159,10 @@ def main() -> None:
             workers=args.cores,
             max_batch_size=4,
         )
-        compare_composition(engine, args.requests if args.requests != 16 else 48, args.repeats)
+        compare_composition(engine, args.requests or 48, args.repeats)
         return
 
-    audio = utterances(args.requests)
+    audio = utterances(args.requests or 16)
     total_audio = sum(a.size for a in audio) / 16_000
     print(f"{len(audio)} utterances, {total_audio:.1f} s of audio, {args.cores} cores")
     from asr_server.settings import Settings

@@ -181,9 +181,8 @@ def sentence_end_probability(whisper, audio: np.ndarray) -> float:  # type: igno
     with ``audio``: decoded as a final is (10 s window, beam 5), then, with its words
     forced, the probability of a closing mark or the end of the text after them."""
     import ctranslate2
-    from faster_whisper.tokenizer import Tokenizer
 
-    tok = Tokenizer(whisper.hf_tokenizer, False, task="transcribe", language="en")
+    tok, ends = _english_tokenizer(whisper.hf_tokenizer)
     window = np.zeros(max(10 * SR, audio.size), np.float32)
     window[: audio.size] = audio
     mel = whisper.feature_extractor(window)[:, : window.size // 160]
@@ -206,8 +205,16 @@ def sentence_end_probability(whisper, audio: np.ndarray) -> float:  # type: igno
     logits = np.asarray(forced.logits[0][len(words)], np.float64).ravel()
     probs = np.exp(logits - logits.max())
     probs /= probs.sum()
-    ends = [i for i in range(tok.eot) if tok.decode([i]).strip() in SENTENCE_ENDS]
     return float(probs[ends].sum() + probs[tok.eot])
+
+
+@functools.cache
+def _english_tokenizer(hf_tokenizer):  # type: ignore[no-untyped-def]
+    """faster-whisper's English tokenizer, and the ids of its closing marks."""
+    from faster_whisper.tokenizer import Tokenizer
+
+    tok = Tokenizer(hf_tokenizer, False, task="transcribe", language="en")
+    return tok, [i for i in range(tok.eot) if tok.decode([i]).strip() in SENTENCE_ENDS]
 
 
 def separation(pauses: list[Pause], score_of) -> float:  # type: ignore[no-untyped-def]
@@ -435,11 +442,15 @@ def main() -> None:
         (defaults.second_probe_ms / 1000, defaults.second_threshold),
     ]
     eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
-    gated = [
-        {"first_gate": gate}
-        | score(all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000, gate)
-        for gate in (0.0, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
-    ]
+    gated = (
+        [
+            {"first_gate": gate}
+            | score(all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000, gate)
+            for gate in (0.0, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
+        ]
+        if a.punctuation
+        else None
+    )
     figures = {
         "recordings": per_recording,
         "turns": n_turns,
@@ -455,7 +466,7 @@ def main() -> None:
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "eager_with_server_probes": eager,
-        "punctuation_gates": gated if a.punctuation else None,
+        "punctuation_gates": gated,
         "turn_end_above_inner_pause": {
             "turn_model_first_ask": separation(all_pauses, lambda p: p.asked.get(probe_s, 0.0)),
             "whisper_punctuation": separation(all_pauses, lambda p: p.sentence_end),

@@ -244,10 +244,15 @@ class WhisperEngine:
 
     # -- steps ----------------------------------------------------------------------------
 
+    @staticmethod
+    def _frames(request: DecodeRequest) -> int:
+        """The mel frames of ``request``'s audio the encoder hears (at most 30 s)."""
+        return min(request.audio.size // HOP_SAMPLES, MAX_FRAMES)
+
     def _window_frames(self, request: DecodeRequest) -> int:
         """The encoder window of ``request`` on its own: its kind's shortest window, or
         its audio rounded up to a whole step, at most 30 s."""
-        frames = min(request.audio.size // HOP_SAMPLES, MAX_FRAMES)
+        frames = self._frames(request)
         shortest = self._min_frames[request.kind]
         if frames <= shortest:
             return shortest
@@ -256,7 +261,7 @@ class WhisperEngine:
     def _features(self, requests: Sequence[DecodeRequest]) -> tuple[np.ndarray, list[int]]:
         fe = self._model.feature_extractor
         mels = [fe(r.audio) for r in requests]
-        frames = [min(m.shape[-1] - 1, MAX_FRAMES) for m in mels]
+        frames = [self._frames(r) for r in requests]
         # the scheduler batches requests of one window (batch_key); any others are
         # padded to the longest
         window = max(self._window_frames(r) for r in requests)

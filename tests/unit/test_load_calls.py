@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
-from asr_client.load.calls import Clip, build_call, telephone_band
+from asr_client.load.calls import Call, Clip, build_call, telephone_band
 from asr_client.load.report import percentiles, render_text, summarize
 from asr_client.load.runner import FinalResult, LoadOptions, StreamOutcome, _Stream
 from asr_server.audio.g711 import mulaw_decode
@@ -82,11 +82,9 @@ def test_telephone_band_keeps_only_300_to_3400_hz_at_8k() -> None:
     assert power[100] < power[1000] * 0.01  # below the band: gone; 6 kHz cannot exist at 8k
 
 
-def test_percentiles_and_summary() -> None:
-    assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
-    p = percentiles([float(i) for i in range(1, 101)])
-    assert p["p50"] == pytest.approx(50.5) and p["max"] == 100
-    call = build_call(
+def short_phone_call() -> Call:
+    """A 4 s mono μ-law call, for the report's figures."""
+    return build_call(
         0,
         clips(),
         rng=np.random.default_rng(2),
@@ -96,6 +94,13 @@ def test_percentiles_and_summary() -> None:
         encoding="MULAW",
         pause_s=(0.5, 0.5),
     )
+
+
+def test_percentiles_and_summary() -> None:
+    assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
+    p = percentiles([float(i) for i in range(1, 101)])
+    assert p["p50"] == pytest.approx(50.5) and p["max"] == 100
+    call = short_phone_call()
     done = StreamOutcome(call, silent=False, status="OK", audio_sent_s=call.duration_s)
     done.audio_processed_s = call.duration_s
     done.finals = [FinalResult(0, t.start_s, t.end_s, t.transcript) for t in call.turns]
@@ -112,16 +117,7 @@ def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -
     """Under load partials back off and a short utterance can end before its first one:
     the time to first partial covers only the utterances that had one, so the report
     says how many finals came without."""
-    call = build_call(
-        0,
-        clips(),
-        rng=np.random.default_rng(2),
-        duration_s=4,
-        channels=1,
-        sample_rate_hz=8000,
-        encoding="MULAW",
-        pause_s=(0.5, 0.5),
-    )
+    call = short_phone_call()
     outcome = StreamOutcome(call, silent=False, status="OK")
     stream = _Stream(outcome, LoadOptions())
     partial = asr_pb2.Result(text="hello", utterance_id=1, start_s=0.2, end_s=0.8)
