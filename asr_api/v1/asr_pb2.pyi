@@ -148,16 +148,28 @@ class SpeechEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[SpeechEvent.Type, str]] = ..., offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ...) -> None: ...
 
 class EndOfTurn(_message.Message):
-    __slots__ = ("offset_s", "channel", "utterance_id", "probability")
+    __slots__ = ("offset_s", "channel", "utterance_id", "probability", "reason")
+    class Reason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        REASON_UNSPECIFIED: _ClassVar[EndOfTurn.Reason]
+        MODEL: _ClassVar[EndOfTurn.Reason]
+        MAX_SILENCE: _ClassVar[EndOfTurn.Reason]
+        FINALIZE: _ClassVar[EndOfTurn.Reason]
+    REASON_UNSPECIFIED: EndOfTurn.Reason
+    MODEL: EndOfTurn.Reason
+    MAX_SILENCE: EndOfTurn.Reason
+    FINALIZE: EndOfTurn.Reason
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     offset_s: float
     channel: int
     utterance_id: int
     probability: float
-    def __init__(self, offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ..., probability: _Optional[float] = ...) -> None: ...
+    reason: EndOfTurn.Reason
+    def __init__(self, offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ..., probability: _Optional[float] = ..., reason: _Optional[_Union[EndOfTurn.Reason, str]] = ...) -> None: ...
 
 class Word(_message.Message):
     __slots__ = ("word", "start_s", "end_s", "probability")
@@ -172,7 +184,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager")
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager", "turn_probability")
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -186,6 +198,7 @@ class Result(_message.Message):
     UNSTABLE_TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     EAGER_FIELD_NUMBER: _ClassVar[int]
+    TURN_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     is_final: bool
     text: str
     stability: float
@@ -199,7 +212,8 @@ class Result(_message.Message):
     unstable_text: str
     language_probability: float
     eager: bool
-    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ...) -> None: ...
+    turn_probability: float
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ..., turn_probability: _Optional[float] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")

@@ -44,6 +44,7 @@ from asr_server.session.types import (
     SpeechBoundary,
     SpeechResumed,
     StreamConfig,
+    TurnEndReason,
 )
 from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, TurnComplete, UtteranceState
@@ -275,7 +276,7 @@ class ChannelRecognizer:
             else:  # Finalize
                 # from now on the final's decode starts early in each pause
                 self._client_finalizes = True
-                await self._handle(self.endpointer.force_end())
+                await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
             self._settle()
 
     async def _vad(self, fn, *args):  # type: ignore[no-untyped-def]
@@ -283,14 +284,20 @@ class ChannelRecognizer:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _handle(self, events: list) -> None:  # type: ignore[type-arg]
+    async def _handle(
+        self,
+        events: list,  # type: ignore[type-arg]
+        ended_by: TurnEndReason = TurnEndReason.MAX_SILENCE,
+    ) -> None:
+        """``ended_by``: what a speech end among ``events`` means for a SEMANTIC turn
+        (the endpointer's own silence limit there is the longest pause held open)."""
         for ev in events:
             if isinstance(ev, SpeechStarted):
                 await self._start(ev.start_sample, ev.onset_sample)
             elif isinstance(ev, SpeechAudio):
                 await self._audio(ev)
             elif isinstance(ev, SpeechEnded):
-                await self._end(ev.end_sample)
+                await self._end(ev.end_sample, ended_by)
             elif isinstance(ev, TurnComplete):
                 await self._turn_complete(ev)
 
@@ -402,12 +409,14 @@ class ChannelRecognizer:
         if the turn model's first answer in this pause reached the eager threshold (else
         eager results would come at every pause, mostly to be withdrawn)."""
         await asyncio.wait([task])
+        turn_probability = 0.0
         if first_answer is not None and self._turn is not None:
             await asyncio.wait([first_answer])
             if first_answer.cancelled():
                 return
+            turn_probability = first_answer.result()
             # sure enough to end the turn: the final itself follows at once
-            if not self._turn.eager_threshold <= first_answer.result() < self._turn.threshold:
+            if not self._turn.eager_threshold <= turn_probability < self._turn.threshold:
                 return
         if (
             task.cancelled()
@@ -434,6 +443,7 @@ class ChannelRecognizer:
                 channel=self.channel,
                 language=hyp.language,
                 eager=True,
+                turn_probability=turn_probability,
             )
         )
         self.metrics.results.labels("eager").inc()
@@ -481,9 +491,9 @@ class ChannelRecognizer:
         if utt is None or utt.utterance_id != ev.utterance_id or utt.pause != ev.pause:
             return  # speech resumed (or the utterance ended) since the model was asked
         self.endpointer.force_end()  # it listens for the next utterance from here
-        await self._end(ev.speech_end)
+        await self._end(ev.speech_end, TurnEndReason.MODEL)
 
-    async def _end(self, end_sample: int) -> None:
+    async def _end(self, end_sample: int, reason: TurnEndReason) -> None:
         utt = self._utt
         if utt is None:
             return
@@ -499,7 +509,11 @@ class ChannelRecognizer:
         if self._turn is not None:  # SEMANTIC: every utterance that ends ends a turn
             await self._emit(
                 EndOfTurn(
-                    end_sample / SAMPLE_RATE, self.channel, utt.utterance_id, utt.turn_probability
+                    end_sample / SAMPLE_RATE,
+                    self.channel,
+                    utt.utterance_id,
+                    utt.turn_probability,
+                    reason,
                 )
             )
         utt.speech_end = end_sample

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from asr_server.audio.decode import AudioFormat
@@ -97,6 +98,8 @@ class RecognitionResult:
     language_probability: float = 0.0
     #: an eager result: what the final will be unless the speaker goes on (not final)
     eager: bool = False
+    #: SEMANTIC eager results: the turn model's first answer at this pause
+    turn_probability: float = 0.0
 
     @property
     def text(self) -> str:
@@ -122,15 +125,24 @@ class Progress:
         return max(0.0, self.audio_received_s - self.audio_processed_s)
 
 
+class TurnEndReason(enum.Enum):
+    """What ended a SEMANTIC turn (proto: EndOfTurn.Reason)."""
+
+    MODEL = "model"  # the turn model was sure enough
+    MAX_SILENCE = "max_silence"  # the longest pause held open passed
+    FINALIZE = "finalize"  # the client asked
+
+
 @dataclass(frozen=True)
 class EndOfTurn:
-    """SEMANTIC endpointing: the speaker has finished (the turn model said so, or the
-    longest pause passed)."""
+    """SEMANTIC endpointing: the speaker has finished (the turn model said so, the
+    longest pause passed, or the client finalized)."""
 
     offset_s: float
     channel: int
     utterance_id: int
     probability: float
+    reason: TurnEndReason
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from asr_server.session.types import (
     SpeechResumed,
     StreamConfig,
     StreamDone,
+    TurnEndReason,
 )
 from asr_server.settings import Settings
 from asr_server.transport.resume import resume_from_proto
@@ -24,6 +25,12 @@ _ENCODINGS = {
     asr_pb2.AudioFormat.FLOAT32: Encoding.FLOAT32,
     asr_pb2.AudioFormat.MULAW: Encoding.MULAW,
     asr_pb2.AudioFormat.ALAW: Encoding.ALAW,
+}
+
+_TURN_END_REASONS = {
+    TurnEndReason.MODEL: asr_pb2.EndOfTurn.MODEL,
+    TurnEndReason.MAX_SILENCE: asr_pb2.EndOfTurn.MAX_SILENCE,
+    TurnEndReason.FINALIZE: asr_pb2.EndOfTurn.FINALIZE,
 }
 
 #: how much of a client's string an error message quotes back
@@ -189,6 +196,7 @@ def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2
         stable_text=result.stable_text,
         unstable_text=result.unstable_text,
         eager=result.eager,
+        turn_probability=result.turn_probability,
     )
 
 
@@ -214,6 +222,7 @@ def event_to_proto(
                 channel=event.channel,
                 utterance_id=event.utterance_id,
                 probability=event.probability,
+                reason=_TURN_END_REASONS[event.reason],
             ),
             progress=progress_msg,
         )

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import soxr
 
+from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_client.scoring import normalize
 from tests.helpers import corpus, read_pcm16, serve_fake, stream_audio
@@ -86,6 +87,7 @@ async def test_semantic_endpointing_holds_a_mid_sentence_pause_and_ends_finished
             assert before and before[-1] == "end_of_turn", kinds
     # the last one is a finished sentence: the model said so, well above the threshold
     assert turns[-1].probability > 0.8
+    assert turns[-1].reason == asr_pb2.EndOfTurn.MODEL
     assert all(not t.offset_s == pytest.approx(pause_at, abs=0.3) for t in turns)
     assert not any(r.HasField("end_of_turn") for r in silence)
 

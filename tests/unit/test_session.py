@@ -35,7 +35,7 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
-from asr_server.session.types import EndOfTurn
+from asr_server.session.types import EndOfTurn, TurnEndReason
 from asr_server.session.utterance import UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
@@ -492,6 +492,8 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     final = results(events, final=True)[0]
     assert final.text == " ".join(f"w{i}" for i in range(8))
     assert end.probability == pytest.approx(probability)
+    # what ended it: the model when it was sure enough, else the longest pause
+    assert end.reason is (TurnEndReason.MAX_SILENCE if probability < 0.7 else TurnEndReason.MODEL)
     assert len(model.heard) < 2 or model.heard[1] == pytest.approx(2.3 + 0.6, abs=0.05)
     # the turn ended after ends_after_s of pause: the audio processed when it was sent
     processed = h.progress[events.index(end)].audio_processed_s
@@ -802,6 +804,25 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     finals = results(events, final=True)
     assert [f.text for f in finals] == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
+
+
+async def test_a_semantic_turn_the_client_finalizes_says_so() -> None:
+    # the model is unsure at the first probe (0.15 s); the client finalizes at 0.3 s
+    model = ScriptedTurnModel(0.1)
+    h = Harness(turn=semantic(model))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(pcm16(np.concatenate([tone(2.0), silence(0.3)])), 480)):
+            yield c
+        yield Finalize()
+        async for c in h.lockstep(chunks(pcm16(silence(0.5)), 480)):
+            yield c
+
+    events = await h.run(source(), semantic=True, interim=False)
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    assert end.reason is TurnEndReason.FINALIZE
+    assert end.probability == pytest.approx(0.1)
+    assert len(results(events, final=True)) == 1
 
 
 def final_decodes(h: Harness) -> int:
@@ -1219,3 +1240,5 @@ async def test_semantic_eager_results_wait_for_a_first_answer_that_the_turn_may_
     assert events.index(second) < events.index(final)
     assert first.text == " ".join(f"w{i}" for i in range(8))
     assert second.text == final.text
+    # each says how sure the model was at its pause (a client may weigh it)
+    assert first.turn_probability == second.turn_probability == pytest.approx(0.8)
