@@ -53,6 +53,8 @@ def audio_config(
     endpointing: Literal["silence", "semantic"] = "silence",
     max_silence_ms: int = 0,
     eager_finals: bool = False,
+    turn_threshold: float = 0.0,
+    eager_threshold: float = 0.0,
     max_utterance_ms: int = 0,
     hotwords: Sequence[str] = (),
     initial_prompt: str = "",
@@ -75,6 +77,8 @@ def audio_config(
             mode=endpointing.upper(),  # the enum's name; protobuf maps it to the value
             max_silence_ms=max_silence_ms,
             eager_finals=eager_finals,
+            turn_threshold=turn_threshold,
+            eager_threshold=eager_threshold,
         ),
         hotwords=list(hotwords),
         initial_prompt=initial_prompt,

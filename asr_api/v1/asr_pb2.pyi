@@ -30,7 +30,7 @@ class AudioFormat(_message.Message):
     def __init__(self, encoding: _Optional[_Union[AudioFormat.Encoding, str]] = ..., sample_rate_hz: _Optional[int] = ..., channels: _Optional[int] = ...) -> None: ...
 
 class EndpointingConfig(_message.Message):
-    __slots__ = ("silence_ms", "max_utterance_ms", "mode", "max_silence_ms", "eager_finals")
+    __slots__ = ("silence_ms", "max_utterance_ms", "mode", "max_silence_ms", "eager_finals", "turn_threshold", "eager_threshold")
     class Mode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         SILENCE: _ClassVar[EndpointingConfig.Mode]
@@ -42,12 +42,16 @@ class EndpointingConfig(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     EAGER_FINALS_FIELD_NUMBER: _ClassVar[int]
+    TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    EAGER_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     silence_ms: int
     max_utterance_ms: int
     mode: EndpointingConfig.Mode
     max_silence_ms: int
     eager_finals: bool
-    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., max_silence_ms: _Optional[int] = ..., eager_finals: _Optional[bool] = ...) -> None: ...
+    turn_threshold: float
+    eager_threshold: float
+    def __init__(self, silence_ms: _Optional[int] = ..., max_utterance_ms: _Optional[int] = ..., mode: _Optional[_Union[EndpointingConfig.Mode, str]] = ..., max_silence_ms: _Optional[int] = ..., eager_finals: _Optional[bool] = ..., turn_threshold: _Optional[float] = ..., eager_threshold: _Optional[float] = ...) -> None: ...
 
 class StreamingConfig(_message.Message):
     __slots__ = ("format", "language", "interim_results", "endpointing", "hotwords", "initial_prompt", "word_timestamps", "model", "resume", "languages")
@@ -155,10 +159,12 @@ class EndOfTurn(_message.Message):
         MODEL: _ClassVar[EndOfTurn.Reason]
         MAX_SILENCE: _ClassVar[EndOfTurn.Reason]
         FINALIZE: _ClassVar[EndOfTurn.Reason]
+        END_OF_AUDIO: _ClassVar[EndOfTurn.Reason]
     REASON_UNSPECIFIED: EndOfTurn.Reason
     MODEL: EndOfTurn.Reason
     MAX_SILENCE: EndOfTurn.Reason
     FINALIZE: EndOfTurn.Reason
+    END_OF_AUDIO: EndOfTurn.Reason
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -268,7 +268,9 @@ class ChannelRecognizer:
             elif isinstance(item, DetectedEvents):
                 await self._handle(item.events)
             elif isinstance(item, EndOfAudio):
-                await self._handle(await self._vad(self.endpointer.flush))
+                await self._handle(
+                    await self._vad(self.endpointer.flush), TurnEndReason.END_OF_AUDIO
+                )
                 if self._utt is not None:  # ended inside speech
                     await self._finalize(self.endpointer.position)
                 self._idle_bound = self.position  # nothing more can come

@@ -176,7 +176,11 @@ class StreamSession:
             carry_gap_s=s.streaming.carry_gap_s,
             split_at_pause_after_s=s.streaming.split_at_pause_after_s,
             start=self.config.resume.channel(channel) if self.config.resume else None,
-            turn=self.services.turn if self.config.semantic else None,
+            turn=self.services.turn.for_stream(
+                self.config.turn_threshold, self.config.eager_threshold
+            )
+            if self.config.semantic and self.services.turn is not None
+            else None,
             early_speculation_s=s.turn.speculate_ms / 1000,
             speech_check=self.services.speech_check,
         )

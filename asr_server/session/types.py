@@ -51,6 +51,10 @@ class StreamConfig:
     #: send the speculative final at the first pause as an eager result (proto:
     #: EndpointingConfig.eager_finals)
     eager_finals: bool = False
+    #: SEMANTIC: this stream's turn-ending probability (None: the server's thresholds)
+    turn_threshold: float | None = None
+    #: SEMANTIC eager finals: this stream's eager threshold (None: the server's)
+    eager_threshold: float | None = None
     prompt: str = ""  # initial prompt and hotwords, given to the model as context
     word_timestamps: bool = False
     resume: ResumeState | None = None
@@ -131,6 +135,7 @@ class TurnEndReason(enum.Enum):
     MODEL = "model"  # the turn model was sure enough
     MAX_SILENCE = "max_silence"  # the longest pause held open passed
     FINALIZE = "finalize"  # the client asked
+    END_OF_AUDIO = "end_of_audio"  # the client ended the stream inside the turn
 
 
 @dataclass(frozen=True)

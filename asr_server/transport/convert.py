@@ -31,6 +31,7 @@ _TURN_END_REASONS = {
     TurnEndReason.MODEL: asr_pb2.EndOfTurn.MODEL,
     TurnEndReason.MAX_SILENCE: asr_pb2.EndOfTurn.MAX_SILENCE,
     TurnEndReason.FINALIZE: asr_pb2.EndOfTurn.FINALIZE,
+    TurnEndReason.END_OF_AUDIO: asr_pb2.EndOfTurn.END_OF_AUDIO,
 }
 
 #: how much of a client's string an error message quotes back
@@ -108,6 +109,18 @@ def stream_config_from_proto(
         raise AsrError.invalid(
             f"config.endpointing.max_silence_ms {max_silence} is out of range 300-10000"
         )
+    turn_threshold = msg.endpointing.turn_threshold or None
+    eager_threshold = msg.endpointing.eager_threshold or None
+    for name, value in (("turn_threshold", turn_threshold), ("eager_threshold", eager_threshold)):
+        if value is not None and not 0.0 < value <= 1.0:  # NaN fails too
+            raise AsrError.invalid(f"config.endpointing.{name} {value:g} is out of range 0-1")
+    first_ask = max(settings.turn.threshold, turn_threshold or 0.0)
+    eager = eager_threshold or settings.turn.eager_threshold
+    if eager >= first_ask:
+        raise AsrError.invalid(
+            f"config.endpointing.eager_threshold {eager:g} must be below the turn model's "
+            f"first threshold ({first_ask:g})"
+        )
     _check_prompt(msg, settings)
     prompt_parts = [msg.initial_prompt.strip()] if msg.initial_prompt.strip() else []
     if msg.hotwords:
@@ -122,6 +135,8 @@ def stream_config_from_proto(
         semantic=semantic,
         max_silence_ms=max_silence,
         eager_finals=msg.endpointing.eager_finals,
+        turn_threshold=turn_threshold,
+        eager_threshold=eager_threshold,
         prompt=" ".join(prompt_parts),
         word_timestamps=msg.word_timestamps,
         resume=resume_from_proto(msg, fmt, settings),

@@ -15,8 +15,10 @@ that command.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+import math
 import subprocess
 import sys
 import tempfile
@@ -173,6 +175,24 @@ class TurnDetection:
     second_threshold: float
     #: eager finals: the first answer from which the early final is sent as an eager result
     eager_threshold: float
+
+    def for_stream(
+        self, threshold: float | None = None, eager_threshold: float | None = None
+    ) -> TurnDetection:
+        """A stream's own thresholds (proto: EndpointingConfig.turn_threshold and
+        eager_threshold): ``threshold`` is the second ask's, and the first ask's where it
+        is higher than the server's (the first, least informed answer is never trusted
+        more than the server trusts it)."""
+        if threshold is None and eager_threshold is None:
+            return self
+        if threshold is not None and threshold >= 1.0:
+            threshold = math.inf  # never: the model's float answer can round to 1.0
+        return dataclasses.replace(
+            self,
+            threshold=max(self.threshold, threshold or 0.0),
+            second_threshold=threshold or self.second_threshold,
+            eager_threshold=eager_threshold or self.eager_threshold,
+        )
 
     def probes(self) -> list[tuple[int, float]]:
         """(pause in ms, threshold) of each question, in order."""

@@ -276,6 +276,24 @@ CASES = [
         Code.INVALID_ARGUMENT,
         "max_utterance_ms",
     ),
+    (
+        "turn threshold 2",
+        [config(endpointing="semantic", turn_threshold=2.0)],
+        Code.INVALID_ARGUMENT,
+        "turn_threshold 2 is out of range 0-1",
+    ),
+    (
+        "turn threshold NaN",
+        [config(endpointing="semantic", turn_threshold=float("nan"))],
+        Code.INVALID_ARGUMENT,
+        "turn_threshold nan is out of range",
+    ),
+    (
+        "eager threshold at the first ask's",
+        [config(endpointing="semantic", eager_finals=True, eager_threshold=0.99)],
+        Code.INVALID_ARGUMENT,
+        "eager_threshold 0.99 must be below the turn model's first threshold (0.98)",
+    ),
     ("language with NUL", [config(language="en\x00")], Code.INVALID_ARGUMENT, "language"),
     (
         "1 MB prompt",

@@ -806,6 +806,42 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
 
 
+@pytest.mark.parametrize(
+    ("turn_threshold", "reason", "ends_after_s"),
+    [
+        (None, TurnEndReason.MAX_SILENCE, 2.0),  # 0.6 is under the server's 0.7
+        (0.5, TurnEndReason.MODEL, 0.6),  # this stream trusts 0.6 at the second ask
+        (1.0, TurnEndReason.MAX_SILENCE, 2.0),  # never the model's call
+    ],
+)
+async def test_a_stream_sets_its_own_turn_threshold(
+    turn_threshold: float | None, reason: TurnEndReason, ends_after_s: float
+) -> None:
+    model = ScriptedTurnModel(0.6)
+    h = Harness(turn=semantic(model))
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(3.0)])
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 480)),
+        semantic=True,
+        max_silence_ms=2000,
+        turn_threshold=turn_threshold,
+    )
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    assert end.reason is reason
+    processed = h.progress[events.index(end)].audio_processed_s
+    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+
+
+def test_a_streams_turn_threshold_never_trusts_the_first_ask_more() -> None:
+    server = semantic(ScriptedTurnModel(0.5))
+    assert server.for_stream() is server
+    lower = server.for_stream(0.5, 0.3)
+    assert lower.probes() == [(150, 0.98), (600, 0.5)] and lower.eager_threshold == 0.3
+    higher = server.for_stream(0.99)
+    assert higher.probes() == [(150, 0.99), (600, 0.99)] and higher.eager_threshold == 0.5
+    assert all(t > 1 for _, t in server.for_stream(1.0).probes())
+
+
 async def test_a_semantic_turn_the_client_finalizes_says_so() -> None:
     # the model is unsure at the first probe (0.15 s); the client finalizes at 0.3 s
     model = ScriptedTurnModel(0.1)
