@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from asr_bridge import deepgram, deepgram_session, realtime_session
+from asr_bridge import deepgram, deepgram_session, flux_session, realtime_session
 from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.origin import OriginPolicy
@@ -216,6 +216,11 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             WebSocketRoute(
                 "/v1/listen",
                 protocol(deepgram_session.serve, deepgram.errors, None, deepgram_session.deny),
+            ),
+            # Deepgram Flux, the turn-based API for voice agents: SEMANTIC endpointing
+            WebSocketRoute(
+                "/v2/listen",
+                protocol(flux_session.serve, deepgram.errors, None, deepgram_session.deny),
             ),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ],

@@ -23,6 +23,7 @@ import grpc
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
     MAX_FRAME_BYTES,
     AudioFramer,
@@ -86,14 +87,14 @@ async def serve(
     except ListenQueryError as exc:
         metrics.session_errors.labels("INVALID_ARGUMENT").inc()
         logger.info("session %s: refused: %s", session_id, exc)
-        await _send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+        await send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
         return
     messages = DeepgramMessages(options)
     await ws.accept(headers=[(b"dg-request-id", messages.request_id.encode())])
     await DeepgramSession(ws, client, session_id, metrics, options, messages).run()
 
 
-async def _send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
+async def send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
     with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
         if "websocket.http.response" in ws.scope.get("extensions", {}):
             await ws.send_denial_response(refusal_response(refusal))
@@ -101,23 +102,24 @@ async def _send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
             await ws.close()
 
 
-class DeepgramSession:
+class DeepgramRelay:
+    """What Deepgram's WebSocket APIs share: audio cut anywhere in, the server's
+    backpressure out to the socket, CloseStream, errors and closes. The protocols (live
+    ``/v1/listen``, Flux ``/v2/listen``) fill in the hooks below."""
+
     def __init__(
         self,
         websocket: WebSocket,
         client: AsrClient,
         session_id: str,
         metrics: BridgeMetrics,
-        options: ListenOptions,
-        messages: DeepgramMessages,
+        audio: ListenOptions,
     ) -> None:
         self.websocket = websocket
         self.client = client
         self.session_id = session_id
         self.metrics = metrics
-        self.options = options
-        self.messages = messages
-        self.framer = AudioFramer(options)
+        self.framer = AudioFramer(audio)
         self.audio_bytes = 0
         self.sha256 = hashlib.sha256()
         self.closing = False  # CloseStream received: the results then Metadata follow
@@ -126,22 +128,50 @@ class DeepgramSession:
 
     async def run(self) -> None:
         """Serve the session to its end; never raises for anything the peers do."""
-        logger.info(
-            "session %s: Deepgram listen (%s, %d Hz, %d channel(s))",
-            self.session_id,
-            self.options.encoding,
-            self.options.sample_rate,
-            self.options.channels,
-        )
-        stream = self.client.stream(streaming_config(self.options), on_resume=self._resumed)
+        logger.info("session %s: %s", self.session_id, self._describe())
+        stream = self.client.stream(self._config(), on_resume=self._resumed)
         try:
             await self._relay(stream)
         finally:
             stream.cancel()  # a no-op once the call has ended; frees the server's stream if not
 
+    # -- what the protocols do differently -------------------------------------------------
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def _config(self) -> asr_pb2.StreamingConfig:
+        raise NotImplementedError
+
+    def _messages(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        """The protocol's messages for one gRPC response."""
+        raise NotImplementedError
+
+    async def _command(self, stream: RecognitionStream, text: str) -> None:
+        """A client text message."""
+        raise NotImplementedError
+
+    def _opening(self) -> list[Event]:
+        """Sent once the gRPC stream is open."""
+        return []
+
+    def _closing(self) -> list[Event]:
+        """Sent after the last result of a stream closed by CloseStream."""
+        return []
+
+    def _stamp(self, events: list[Event]) -> list[Event]:
+        """Called under the send lock, in the order messages go out."""
+        return events
+
+    def _error(self, description: str, variant: str) -> Event:
+        return error_message(description, variant=variant)
+
+    # -- the relay ------------------------------------------------------------------------
+
     async def _relay(self, stream: RecognitionStream) -> None:
         try:
             await stream.open()
+            await self._send(self._opening())
             async with asyncio.TaskGroup() as tg:
                 upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
                 await self._downstream(stream)
@@ -151,7 +181,7 @@ class DeepgramSession:
                 # the client must not wait for a Metadata that will never come)
                 await self._fail("the recognition server ended the stream", CLOSE_SERVER_ERROR)
                 return
-            await self._send([self.messages.metadata(self.audio_bytes, self.sha256.hexdigest())])
+            await self._send(self._closing())
             await self._close(CLOSE_NORMAL, "")
             logger.info("session %s: done", self.session_id)
         except* ClientGone:
@@ -186,24 +216,7 @@ class DeepgramSession:
                 else:
                     await self._audio(stream, data)
                 continue
-            text = message.get("text") or ""
-            try:
-                command = parse_text(text)
-            except SchemaError as exc:
-                # Deepgram answers a message it cannot parse with an Error and goes on:
-                # the audio already sent is still transcribed
-                logger.info("session %s: refused a text message: %s", self.session_id, exc)
-                await self._send([error_message(str(exc), message=text)])
-                continue
-            if isinstance(command, Finalize):
-                self.messages.finalize_requested()
-                await stream.finalize()
-            elif isinstance(command, CloseStream):
-                await self._close_stream(stream)
-            elif isinstance(command, Configure):
-                await self._send([self.messages.configure_failure()])
-            else:
-                assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+            await self._command(stream, message.get("text") or "")
 
     async def _audio(self, stream: RecognitionStream, data: bytes) -> None:
         self.audio_bytes += len(data)
@@ -225,11 +238,13 @@ class DeepgramSession:
         async for response in stream:
             if response.HasField("progress"):
                 self.metrics.server_lag.observe(response.progress.lag_s)
-            await self._send(self.messages.response(response))
+            await self._send(self._messages(response))
 
     async def _send(self, events: list[Event]) -> None:
+        if not events:
+            return
         async with self._send_lock:
-            await send_events(self.websocket, events)
+            await send_events(self.websocket, self._stamp(events))
 
     async def _fail(self, description: str, close_code: int) -> None:
         """Deepgram's Error message, then its close: 1008 "DATA-0000" for the client's data,
@@ -237,10 +252,59 @@ class DeepgramSession:
         logger.info("session %s: error: %s", self.session_id, description)
         variant = "DATA-0000" if close_code == CLOSE_POLICY else "NET-0000"
         try:
-            await self._send([error_message(description, variant=variant)])
+            await self._send([self._error(description, variant)])
         except ClientGone:
             return
         await self._close(close_code, close_reason(f"{variant}: {description}"))
 
     async def _close(self, code: int, reason: str) -> None:
         await close_quietly(self.websocket, code, reason)
+
+
+class DeepgramSession(DeepgramRelay):
+    """A ``/v1/listen`` session: Deepgram's live results per utterance."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        client: AsrClient,
+        session_id: str,
+        metrics: BridgeMetrics,
+        options: ListenOptions,
+        messages: DeepgramMessages,
+    ) -> None:
+        super().__init__(websocket, client, session_id, metrics, options)
+        self.options = options
+        self.messages = messages
+
+    def _describe(self) -> str:
+        o = self.options
+        return f"Deepgram listen ({o.encoding}, {o.sample_rate} Hz, {o.channels} channel(s))"
+
+    def _config(self) -> asr_pb2.StreamingConfig:
+        return streaming_config(self.options)
+
+    def _messages(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        return self.messages.response(response)
+
+    def _closing(self) -> list[Event]:
+        return [self.messages.metadata(self.audio_bytes, self.sha256.hexdigest())]
+
+    async def _command(self, stream: RecognitionStream, text: str) -> None:
+        try:
+            command = parse_text(text)
+        except SchemaError as exc:
+            # Deepgram answers a message it cannot parse with an Error and goes on:
+            # the audio already sent is still transcribed
+            logger.info("session %s: refused a text message: %s", self.session_id, exc)
+            await self._send([error_message(str(exc), message=text)])
+            return
+        if isinstance(command, Finalize):
+            self.messages.finalize_requested()
+            await stream.finalize()
+        elif isinstance(command, CloseStream):
+            await self._close_stream(stream)
+        elif isinstance(command, Configure):
+            await self._send([self.messages.configure_failure()])
+        else:
+            assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive

@@ -1,0 +1,507 @@
+"""Deepgram Flux (``/v2/listen``) on the bridge: the pure part.
+
+Flux is Deepgram's turn-based API for voice agents: instead of results per utterance it
+reports *turns* (``TurnInfo`` messages: ``StartOfTurn``, ``Update``, ``EagerEndOfTurn``,
+``TurnResumed``, ``EndOfTurn``), each carrying the whole turn's transcript so far. That is
+the server's SEMANTIC endpointing (the turn model, eager finals, ``EndOfTurn``) under
+another name, so agents written against Flux (pipecat's and LiveKit's Flux services, the
+official SDKs) get the server's turn detection with only the base URL and key changed.
+
+Query parameters → ``StreamingConfig``, client text messages → commands, gRPC responses →
+Flux's messages (``FluxTurns``, a small state machine). No I/O: every mapping is unit
+tested directly; ``flux_session.py`` runs a socket with it. What is supported, ignored
+and refused is documented in ``docs/compat.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.deepgram import (
+    MAX_RATE_HZ,
+    MIN_RATE_HZ,
+    Event,
+    ListenOptions,
+    ListenQueryError,
+    SchemaError,
+    _show,
+)
+
+#: Flux's models → the server's language ("" = detect; language_hint narrows it)
+MODELS = {"flux-general-en": "en", "flux-general-multi": ""}
+_ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
+#: the server's range for the longest pause a SEMANTIC stream holds open (Flux allows up
+#: to 60 s; longer values are capped, which only ends a silent turn sooner)
+MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 300, 10_000
+#: eot_threshold at which Flux's own detection is off and turns end only on ForceEndTurn
+#: (or eot_timeout_ms of silence)
+MANUAL_THRESHOLD = 1.0
+_IGNORED = {"mip_opt_out", "tag"}
+#: Flux features this server does not have: refused when turned on, accepted when off
+_UNSUPPORTED_FEATURES = {"numerals", "profanity_filter", "redact"}
+_HANDLED = {
+    "model",
+    "encoding",
+    "sample_rate",
+    "eot_threshold",
+    "eager_eot_threshold",
+    "eot_timeout_ms",
+}
+
+
+@dataclass(frozen=True)
+class FluxOptions:
+    model: str = "flux-general-en"
+    encoding: str = "linear16"
+    sample_rate: int = 16_000
+    #: confidence that ends a turn (Flux's default 0.7); 1.0: only ForceEndTurn does
+    eot_threshold: float = 0.7
+    #: None: no EagerEndOfTurn (Flux's default)
+    eager_eot_threshold: float | None = None
+    #: None: the server's longest pause (its ``turn.max_silence_ms``)
+    eot_timeout_ms: int | None = None
+    hotwords: tuple[str, ...] = ()
+    language_hints: tuple[str, ...] = ()
+
+    @property
+    def manual(self) -> bool:
+        """Turns end only on ForceEndTurn or the timeout: the turn model is not asked."""
+        return self.eot_threshold >= MANUAL_THRESHOLD
+
+    @property
+    def semantic(self) -> bool:
+        """The server's EndOfTurn says what ended each turn (eot_threshold below 1)."""
+        return not self.manual
+
+    @property
+    def multilingual(self) -> bool:
+        return MODELS[self.model] == ""
+
+    def audio(self) -> ListenOptions:
+        """The audio framing, as the Deepgram route frames it (one channel)."""
+        return ListenOptions(encoding=self.encoding, sample_rate=self.sample_rate)
+
+
+def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
+    """The options of a ``/v2/listen`` URL's query (``keyterm`` and ``language_hint`` may
+    repeat). Raises ``ListenQueryError`` (HTTP 400 on the handshake, as Deepgram answers)."""
+    single: dict[str, str] = {}
+    hotwords: list[str] = []
+    hints: list[str] = []
+    for key, value in params:
+        if key == "keyterm":
+            if value.strip():
+                hotwords.append(value.strip())
+        elif key == "language_hint":
+            hints.extend(h.strip() for h in value.split(",") if h.strip())
+        elif key in _UNSUPPORTED_FEATURES:
+            if value.lower() not in ("false", ""):
+                raise ListenQueryError(f"{key} is not supported by this server")
+        elif key in _HANDLED or key in _IGNORED:
+            if key in single and single[key] != value:
+                raise ListenQueryError(f"{key} is given twice with different values")
+            single[key] = value
+        else:
+            raise ListenQueryError(f"unknown query parameter {_show(key)}")
+    model = single.get("model")
+    if model is None:
+        raise ListenQueryError("model is required (flux-general-en or flux-general-multi)")
+    if model not in MODELS:
+        raise ListenQueryError(
+            f"model {_show(model)} is not a Flux model (use flux-general-en or flux-general-multi)"
+        )
+    encoding = single.get("encoding")
+    if encoding is None:
+        raise ListenQueryError(
+            "encoding is required: this server takes raw audio (linear16, mulaw or alaw), "
+            "not containers"
+        )
+    if encoding not in _ENCODINGS:
+        raise ListenQueryError(
+            f"encoding {_show(encoding)} is not supported (use linear16, mulaw or alaw)"
+        )
+    rate = _integer(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ, required=True)
+    eot = _number(single, "eot_threshold", 0.5, 1.0)
+    eager = _number(single, "eager_eot_threshold", 0.3, 0.9)
+    if eager is not None and eager > (eot if eot is not None else 0.7):
+        raise ListenQueryError("eager_eot_threshold must not be above eot_threshold")
+    timeout = _integer(single, "eot_timeout_ms", 500, 60_000)
+    if hints and not MODELS[model] == "":
+        raise ListenQueryError("language_hint is only for flux-general-multi")
+    for hint in hints:
+        if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", hint):
+            raise ListenQueryError(f"language_hint must be a language code, got {_show(hint)}")
+    return FluxOptions(
+        model=model,
+        encoding=encoding,
+        sample_rate=rate or 16_000,
+        eot_threshold=eot if eot is not None else 0.7,
+        eager_eot_threshold=eager,
+        eot_timeout_ms=None if timeout is None else min(MAX_TIMEOUT_MS, timeout),
+        hotwords=tuple(hotwords),
+        language_hints=tuple(dict.fromkeys(h.split("-")[0].lower() for h in hints)),
+    )
+
+
+def _integer(
+    single: dict[str, str], key: str, low: int, high: int, *, required: bool = False
+) -> int | None:
+    value = single.get(key)
+    if value is None:
+        if required:
+            raise ListenQueryError(f"{key} is required with encoding")
+        return None
+    if not re.fullmatch(r"\d{1,9}", value) or not low <= int(value) <= high:
+        raise ListenQueryError(f"{key} must be an integer from {low} to {high}, got {_show(value)}")
+    return int(value)
+
+
+def _number(single: dict[str, str], key: str, low: float, high: float) -> float | None:
+    value = single.get(key)
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not low <= number <= high:  # NaN fails too
+        raise ListenQueryError(f"{key} must be a number from {low} to {high}, got {_show(value)}")
+    return number
+
+
+def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
+    """Flux's turns are the server's SEMANTIC endpointing, with partials and eager finals.
+    With ``eot_threshold=1`` turns end only on ForceEndTurn or the timeout: the server's
+    silence endpointing with the timeout as its silence, so the turn model is never asked."""
+    timeout = options.eot_timeout_ms or 0
+    if options.manual:
+        endpointing = asr_pb2.EndpointingConfig(
+            mode=asr_pb2.EndpointingConfig.SILENCE, silence_ms=timeout or MAX_TIMEOUT_MS
+        )
+    else:
+        endpointing = asr_pb2.EndpointingConfig(
+            mode=asr_pb2.EndpointingConfig.SEMANTIC,
+            max_silence_ms=max(MIN_TIMEOUT_MS, timeout) if timeout else 0,
+            eager_finals=options.eager_eot_threshold is not None,
+            turn_threshold=options.eot_threshold,
+            eager_threshold=options.eager_eot_threshold or 0.0,
+        )
+    return asr_pb2.StreamingConfig(
+        format=asr_pb2.AudioFormat(
+            encoding=_ENCODINGS[options.encoding],  # type: ignore[arg-type]
+            sample_rate_hz=options.sample_rate,
+            channels=1,
+        ),
+        language=MODELS[options.model],
+        languages=list(options.language_hints),
+        interim_results=True,
+        endpointing=endpointing,
+        hotwords=list(options.hotwords),
+        word_timestamps=True,  # Flux's turns carry words with times and confidences
+    )
+
+
+# -- client text messages ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    pass
+
+
+@dataclass(frozen=True)
+class ForceEndTurn:
+    pass
+
+
+@dataclass(frozen=True)
+class Configure:
+    """Mid-stream reconfiguration: this server cannot change a running stream."""
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """Not one of Flux's messages, but Deepgram's v1 clients send it; nothing to do."""
+
+
+ControlMessage = CloseStream | ForceEndTurn | Configure | KeepAlive
+_CONTROL: dict[str, type[ControlMessage]] = {
+    "CloseStream": CloseStream,
+    "ForceEndTurn": ForceEndTurn,
+    "Configure": Configure,
+    "KeepAlive": KeepAlive,
+}
+
+
+def parse_text(text: str) -> ControlMessage:
+    try:
+        message = json.loads(text)
+    except json.JSONDecodeError:
+        raise SchemaError("a text message must be JSON") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise SchemaError('a text message must be a JSON object with a "type"')
+    kind = _CONTROL.get(message["type"])
+    if kind is None:
+        raise SchemaError(
+            f"unknown message type {_show(message['type'])} "
+            "(use CloseStream, ForceEndTurn or Configure)"
+        )
+    return kind()
+
+
+# -- server messages ---------------------------------------------------------------------
+
+
+@dataclass
+class _Ending:
+    """An utterance that ends the turn (its speech ended): the turn ends at its final."""
+
+    utterance_id: int
+    confidence: float = 0.0
+    trigger: str = ""  # "" until known: the server's EndOfTurn says, or the bridge infers
+
+
+_TRIGGERS = {
+    asr_pb2.EndOfTurn.MODEL: "model",
+    asr_pb2.EndOfTurn.MAX_SILENCE: "timeout",
+    asr_pb2.EndOfTurn.FINALIZE: "manual",
+}
+
+
+@dataclass
+class FluxTurns:
+    """Turns one stream's gRPC responses into Flux's messages, keeping Flux's rules: a
+    turn opens with ``StartOfTurn`` (with its first words), ``EagerEndOfTurn`` always has
+    words, ``TurnResumed`` only follows ``EagerEndOfTurn``, ``EndOfTurn``'s transcript is
+    the preceding ``EagerEndOfTurn``'s (or a ``TurnResumed`` with the new one comes first),
+    and ``turn_index`` counts up after each ``EndOfTurn``.
+
+    A turn is the server's utterances from the first words to an utterance whose speech
+    ended: an utterance the server split (its length limit, a long reading's pause) goes
+    on in the same turn. ``sequence_id`` is stamped by ``stamp`` when a message is sent.
+    """
+
+    options: FluxOptions
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    turn_index: int = 0
+    _sequence: int = 0
+    _open: bool = False  # StartOfTurn sent
+    _eager: str | None = None  # the transcript of an EagerEndOfTurn not yet resolved
+    _finals: list[str] = field(default_factory=list)  # this turn's finals (a split turn)
+    _final_words: list[Event] = field(default_factory=list)
+    _partial: str = ""  # the current utterance's latest partial (or eager) text
+    _start: float | None = None
+    _end: float = 0.0
+    _confidence: float = 0.0  # the turn model's latest answer in this turn
+    _languages: list[str] = field(default_factory=list)
+    _ending: _Ending | None = None
+    _forced: bool = False  # ForceEndTurn sent during this turn
+    _utterance: int = -1  # the latest utterance heard of
+    _speaking: bool = False  # between the server's SPEECH_STARTED and SPEECH_ENDED
+    _closing: bool = False  # the client sent CloseStream
+
+    def stamp(self, events: list[Event]) -> list[Event]:
+        """Number the messages in the order they are sent (Flux's ``sequence_id``)."""
+        for event in events:
+            event["sequence_id"] = self._sequence
+            self._sequence += 1
+        return events
+
+    def connected(self) -> list[Event]:
+        return [{"type": "Connected", "request_id": self.request_id}]
+
+    def close_stream(self) -> None:
+        """The client sent CloseStream: the server ends the stream, and with it the
+        utterance under way; as in Flux, that is no end of the turn."""
+        self._closing = True
+
+    def force_end_turn(self) -> None:
+        """The client sent ForceEndTurn (the bridge finalizes the server's utterance): the
+        turn under way ends on it. With none under way there is nothing to end."""
+        if self._open or self._speaking:
+            self._forced = True
+
+    def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        kind = response.WhichOneof("event")
+        if kind == "speech_event":
+            e = response.speech_event
+            out = self._next_utterance(e.utterance_id)
+            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                self._speaking = True
+            elif e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+                self._speaking = False
+                # after CloseStream a speech end with no reason given (SILENCE streams,
+                # eot_threshold=1) is taken for the end of the audio, not of the turn
+                if not self._closing or self.options.semantic:
+                    self._ending = _Ending(e.utterance_id)
+            elif e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED and self._eager is not None:
+                self._eager = None
+                out.append(self._turn_info("TurnResumed"))
+            return out
+        if kind == "end_of_turn":
+            t = response.end_of_turn
+            self._confidence = t.probability
+            if t.reason == asr_pb2.EndOfTurn.END_OF_AUDIO:
+                self._ending = None  # as Flux: CloseStream does not end the turn
+            else:
+                self._ending = _Ending(t.utterance_id, t.probability, _TRIGGERS.get(t.reason, ""))
+            return []
+        if kind == "result":
+            return self._result(response.result)
+        return []
+
+    def closing(self) -> list[Event]:
+        """The stream ended (CloseStream): as Flux does, a turn still open gets no
+        EndOfTurn (its last Update stands), unless its end was already decided and only
+        a final with no words was missing."""
+        return self._end_turn() if self._ending is not None and self._open else []
+
+    def _next_utterance(self, utterance_id: int) -> list[Event]:
+        """An event of a later utterance: one whose speech ended and whose final has not
+        come had no words (the server sends finals in order), so its turn ends now."""
+        out: list[Event] = []
+        if utterance_id > self._utterance:
+            if self._ending is not None and self._ending.utterance_id < utterance_id:
+                self._partial = ""  # words only a partial heard, which no final confirmed
+                out = self._end_turn() if self._open else []
+                self._reset()
+            self._utterance = utterance_id
+        return out
+
+    def _result(self, r: asr_pb2.Result) -> list[Event]:
+        out = self._next_utterance(r.utterance_id)
+        if r.utterance_id < self._utterance:
+            return out  # a late partial of an utterance already over
+        if self._start is None:
+            self._start = r.start_s
+        self._end = max(self._end, r.end_s)
+        if r.language and self.options.multilingual:
+            self._languages.append(r.language)
+        if r.is_final:
+            return out + self._final(r)
+        self._partial = r.text.strip()
+        if r.eager:
+            self._confidence = r.turn_probability or self._confidence
+            out += self._open_turn()
+            if self._transcript():
+                self._eager = self._transcript()
+                out.append(self._turn_info("EagerEndOfTurn"))
+            return out
+        if not self._open:
+            return out + self._open_turn()
+        if self._eager is not None:  # not expected: the server resumes the speech first
+            self._eager = None
+            out.append(self._turn_info("TurnResumed"))
+        return out + [self._turn_info("Update")]
+
+    def _final(self, r: asr_pb2.Result) -> list[Event]:
+        self._partial = ""
+        if r.text.strip():
+            self._finals.append(r.text.strip())
+            self._final_words.extend(
+                {
+                    "word": w.word.strip(),
+                    "confidence": round(w.probability, 4),
+                    "start": round(w.start_s, 3),
+                    "end": round(w.end_s, 3),
+                }
+                for w in r.words
+                if w.word.strip()
+            )
+        if self._ending is not None and self._ending.utterance_id == r.utterance_id:
+            out = self._end_turn()
+            self._reset()
+            return out
+        # a turn that goes on (the server split it), or the stream's last words
+        if not self._open:
+            return self._open_turn()
+        return [self._turn_info("Update")]
+
+    def _open_turn(self) -> list[Event]:
+        if self._open or not self._transcript():
+            return []
+        self._open = True
+        return [self._turn_info("StartOfTurn")]
+
+    def _end_turn(self) -> list[Event]:
+        out = self._open_turn()
+        if not self._open:
+            return out  # no words in the whole turn: nothing to tell
+        assert self._ending is not None
+        if self._eager is not None and self._eager != self._transcript():
+            out.append(self._turn_info("TurnResumed"))
+        trigger = self._ending.trigger or ("manual" if self._forced else "timeout")
+        self._confidence = self._ending.confidence or self._confidence
+        out.append(self._turn_info("EndOfTurn", trigger=trigger))
+        self.turn_index += 1
+        return out
+
+    def _reset(self) -> None:
+        self._open = False
+        self._eager = None
+        self._finals.clear()
+        self._final_words = []
+        self._partial = ""
+        self._start = None
+        self._end = 0.0
+        self._confidence = 0.0
+        self._languages.clear()
+        self._ending = None
+        self._forced = False
+
+    def _transcript(self) -> str:
+        return " ".join(t for t in (*self._finals, self._partial) if t)
+
+    def _turn_info(self, event: str, *, trigger: str | None = None) -> Event:
+        # words: the finals' (times and Whisper's probabilities), then the partial's,
+        # which Whisper gives no times or probabilities for (confidence 0)
+        words = list(self._final_words) + [
+            {"word": w, "confidence": 0.0} for w in self._partial.split()
+        ]
+        message: Event = {
+            "type": "TurnInfo",
+            "request_id": self.request_id,
+            "event": event,
+            "turn_index": self.turn_index,
+            "audio_window_start": round(self._start or 0.0, 3),
+            "audio_window_end": round(self._end, 3),
+            "transcript": self._transcript(),
+            "words": words,
+            "end_of_turn_confidence": round(self._confidence, 4),
+        }
+        if trigger is not None:
+            message["trigger"] = trigger
+        if self.options.multilingual and self._languages:
+            counts: dict[str, int] = {}
+            for language in self._languages:
+                counts[language] = counts.get(language, 0) + 1
+            message["languages"] = sorted(counts, key=lambda k: -counts[k])
+        if self.options.language_hints:
+            message["languages_hinted"] = list(self.options.language_hints)
+        return message
+
+    def warning(self, code: str, description: str) -> Event:
+        return {
+            "type": "Warning",
+            "request_id": self.request_id,
+            "code": code,
+            "description": description,
+        }
+
+    def configure_failure(self) -> Event:
+        return {
+            "type": "ConfigureFailure",
+            "request_id": self.request_id,
+            "code": "CONFIGURE_NOT_SUPPORTED",
+            "description": "this server does not change a stream's settings once it is open",
+        }
+
+
+def fatal_error(code: str, description: str) -> Event:
+    """Flux's ``Error``: the session ends after it."""
+    return {"type": "Error", "code": code, "description": description}

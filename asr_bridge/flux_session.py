@@ -1,0 +1,114 @@
+"""One Deepgram Flux session: a ``/v2/listen`` WebSocket on one side, its gRPC stream
+(SEMANTIC endpointing) on the other.
+
+The relay is the Deepgram route's (``deepgram_session.DeepgramRelay``: backpressure,
+CloseStream, resume on a broken call, errors and closes); this module adds Flux's
+messages: ``Connected`` first, ``TurnInfo`` from ``flux.FluxTurns``, ``sequence_id`` on
+everything sent, ``ForceEndTurn`` as the server's FINALIZE, and Flux's ``Warning`` and
+``Error`` shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from starlette.websockets import WebSocket
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.deepgram import Event, ListenQueryError, SchemaError, handshake_refusal
+from asr_bridge.deepgram_session import DeepgramRelay, send_refusal
+from asr_bridge.flux import (
+    CloseStream,
+    Configure,
+    FluxOptions,
+    FluxTurns,
+    ForceEndTurn,
+    KeepAlive,
+    fatal_error,
+    parse_flux_query,
+    parse_text,
+    streaming_config,
+)
+from asr_bridge.metrics import BridgeMetrics
+from asr_client import AsrClient, RecognitionStream
+
+if TYPE_CHECKING:
+    from asr_bridge.app import BridgeConfig
+
+logger = logging.getLogger(__name__)
+
+
+async def serve(
+    ws: WebSocket, client: AsrClient, session_id: str, metrics: BridgeMetrics, config: BridgeConfig
+) -> None:
+    """``app.ServeSession`` for ``/v2/listen``: check the query, accept, relay."""
+    try:
+        options = parse_flux_query(ws.query_params.multi_items())
+    except ListenQueryError as exc:
+        metrics.session_errors.labels("INVALID_ARGUMENT").inc()
+        logger.info("session %s: refused: %s", session_id, exc)
+        await send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+        return
+    turns = FluxTurns(options)
+    await ws.accept(headers=[(b"dg-request-id", turns.request_id.encode())])
+    await FluxSession(ws, client, session_id, metrics, options, turns).run()
+
+
+class FluxSession(DeepgramRelay):
+    def __init__(
+        self,
+        websocket: WebSocket,
+        client: AsrClient,
+        session_id: str,
+        metrics: BridgeMetrics,
+        options: FluxOptions,
+        turns: FluxTurns,
+    ) -> None:
+        super().__init__(websocket, client, session_id, metrics, options.audio())
+        self.options = options
+        self.turns = turns
+
+    def _describe(self) -> str:
+        o = self.options
+        return f"Deepgram Flux ({o.model}, {o.encoding}, {o.sample_rate} Hz)"
+
+    def _config(self) -> asr_pb2.StreamingConfig:
+        return streaming_config(self.options)
+
+    def _opening(self) -> list[Event]:
+        return self.turns.connected()
+
+    def _messages(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
+        return self.turns.response(response)
+
+    def _closing(self) -> list[Event]:
+        return self.turns.closing()
+
+    def _stamp(self, events: list[Event]) -> list[Event]:
+        return self.turns.stamp(events)
+
+    def _error(self, description: str, variant: str) -> Event:
+        # Flux's Error has a code and a description; the close reason keeps Deepgram's
+        # DATA-0000 / NET-0000 variant
+        code = "INVALID_ARGUMENT" if variant == "DATA-0000" else "INTERNAL_SERVER_ERROR"
+        return fatal_error(code, description)
+
+    async def _command(self, stream: RecognitionStream, text: str) -> None:
+        try:
+            command = parse_text(text)
+        except SchemaError as exc:
+            # a warning, and the stream goes on: the audio already sent is still transcribed
+            logger.info("session %s: refused a text message: %s", self.session_id, exc)
+            await self._send([self.turns.warning("UNPARSABLE_CLIENT_MESSAGE", str(exc))])
+            return
+        if isinstance(command, ForceEndTurn):
+            self.turns.force_end_turn()
+            await stream.finalize()
+        elif isinstance(command, CloseStream):
+            self.turns.close_stream()
+            await self._close_stream(stream)
+        elif isinstance(command, Configure):
+            await self._send([self.turns.configure_failure()])
+        else:
+            assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive

@@ -1,0 +1,242 @@
+"""Deepgram Flux on asr-bridge (``/v2/listen``): turns from the server's SEMANTIC endpointing.
+
+The official ``deepgram-sdk``, unmodified, against the bridge, the real tiny.en model and
+the real turn model on recorded speech; and a plain WebSocket client against the fake
+engine for ForceEndTurn, bad messages and every refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from asr_client.scoring import wer
+from tests.helpers import corpus, eventually, read_pcm16, serve_fake, speech_pcm
+from tests.integration.test_bridge import events_until_close
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKEN = "flux-s3cret"
+# two read sentences with a pause between, then silence: at least one turn ends
+RECORDINGS = ("libri_1089-134686-0000", "libri_1995-1837-0001")
+GOOD = "model=flux-general-en&encoding=linear16&sample_rate=16000"
+
+
+def flux_url(bridge: Any, query: str) -> str:
+    return f"ws://127.0.0.1:{bridge.port}/v2/listen?{query}"
+
+
+def auth(token: str = TOKEN) -> dict[str, str]:
+    return {"Authorization": f"Token {token}"}
+
+
+def check_flux_rules(messages: list[dict[str, Any]]) -> None:
+    """Flux's documented state machine: Connected first, sequence ids counting from 0,
+    StartOfTurn opens a turn, EagerEndOfTurn has words, TurnResumed only after it,
+    EndOfTurn's transcript is the eager one just before it, turn_index counts on after
+    each EndOfTurn."""
+    assert messages[0]["type"] == "Connected"
+    assert [m["sequence_id"] for m in messages] == list(range(len(messages)))
+    state, eager, index = "idle", None, 0
+    for m in (m for m in messages if m["type"] == "TurnInfo"):
+        event = m["event"]
+        assert m["turn_index"] == index, m
+        assert m["request_id"] == messages[0]["request_id"]
+        if event == "StartOfTurn":
+            assert state == "idle" and m["transcript"], m
+            state = "ongoing"
+            continue
+        assert state != "idle", m
+        if event == "EagerEndOfTurn":
+            assert m["transcript"]
+            state, eager = "awaiting", m["transcript"]
+        elif event == "TurnResumed":
+            assert state == "awaiting", m
+            state, eager = "ongoing", None
+        elif event == "EndOfTurn":
+            assert eager is None or m["transcript"] == eager, m
+            assert m["trigger"] in ("model", "timeout", "manual")
+            state, eager, index = "idle", None, index + 1
+        else:
+            assert event == "Update", m
+            assert state == "ongoing", m
+
+
+async def sdk_turns(port: int, audio: bytes, **query: str) -> list[Any]:
+    """Stream ``audio`` through the official SDK at about 2× real time, in Flux's
+    recommended 80 ms chunks, then CloseStream; every message the SDK parsed, in order."""
+    from deepgram import AsyncDeepgramClient
+    from deepgram.environment import DeepgramClientEnvironment
+
+    environment = DeepgramClientEnvironment(
+        base=f"http://127.0.0.1:{port}",
+        production=f"ws://127.0.0.1:{port}",
+        agent=f"ws://127.0.0.1:{port}",
+        agent_rest=f"http://127.0.0.1:{port}",
+    )
+    client = AsyncDeepgramClient(api_key=TOKEN, environment=environment)
+    received: list[Any] = []
+    chunk = 2_560  # 80 ms of 16 kHz linear16
+    async with client.listen.v2.connect(
+        model="flux-general-en", encoding="linear16", sample_rate="16000", **query
+    ) as socket:
+
+        async def send() -> None:
+            for i in range(0, len(audio), chunk):
+                await socket.send_media(audio[i : i + chunk])
+                await asyncio.sleep(0.04)
+            await socket.send_close_stream()
+
+        sender = asyncio.create_task(send())
+        async for message in socket:
+            received.append(message)
+        await sender
+    return received
+
+
+@pytest.mark.model
+@pytest.mark.timeout(300)
+async def test_official_sdk_gets_turns_from_semantic_endpointing(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()  # tiny.en and the turn model from asr-server turn-model
+    bridge = await make_bridge(server.port, token=TOKEN)
+    recordings = [corpus()[r] for r in RECORDINGS]
+    pieces = []
+    for rec in recordings:
+        pcm, rate = read_pcm16(rec.path)
+        assert rate == 16_000
+        pieces += [pcm[:, 0], np.zeros(rate * 2, np.int16)]  # 2 s after each: a turn end
+    audio = np.concatenate(pieces).astype("<i2").tobytes()
+    received = await sdk_turns(bridge.port, audio, eager_eot_threshold="0.5")
+    kinds = [type(m).__name__ for m in received]
+    assert kinds[0] == "ListenV2Connected", kinds
+    messages = [m.dict() if hasattr(m, "dict") else dict(m) for m in received]
+    check_flux_rules(messages)
+    turns = [m for m in received if type(m).__name__ == "ListenV2TurnInfo"]
+    ends = [t for t in turns if t.event == "EndOfTurn"]
+    # each sentence is followed by 2 s of silence: each ends a turn (the turn model,
+    # or the longest pause the server holds open)
+    assert len(ends) == 2, [(t.event, t.transcript) for t in turns]
+    for end, rec in zip(ends, recordings, strict=True):
+        assert wer([rec.transcript], [end.transcript]) <= 0.15, end.transcript
+        assert end.words and all(w.word in end.transcript for w in end.words)
+        assert all(w.start is not None and w.end is not None for w in end.words)
+        assert end.audio_window_start < end.audio_window_end
+    assert {t.event for t in turns} >= {"StartOfTurn", "Update", "EndOfTurn"}
+    # the first turn's StartOfTurn came while the sentence was still being spoken
+    first_end = turns.index(ends[0])
+    assert sum(t.event == "Update" for t in turns[:first_end]) >= 3
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_force_end_turn_ends_the_turn_at_once(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    tone = speech_pcm(1.0)[:16_000].tobytes()  # speech with no silence after it
+    async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
+        assert ws.response.headers["dg-request-id"]
+        await ws.send(tone)
+        await ws.send(json.dumps({"type": "ForceEndTurn"}))
+        messages = []
+        while not messages or messages[-1].get("event") != "EndOfTurn":
+            messages.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        # the stream goes on: a second turn, left open by CloseStream (as Flux does)
+        await ws.send(tone)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages += await events_until_close(ws)
+    assert ws.close_code == 1000
+    check_flux_rules(messages)
+    ends = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert len(ends) == 1 and ends[0]["trigger"] == "manual"
+    assert ends[0]["transcript"] == "w0 w1 w2 w3"
+    last = messages[-1]
+    # (a StartOfTurn when the final is the turn's first result, else an Update)
+    assert last["event"] in ("StartOfTurn", "Update") and last["turn_index"] == 1
+    assert last["transcript"] == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_bad_text_messages_get_a_warning_and_lose_nothing(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = flux_url(bridge, f"{GOOD}&eot_timeout_ms=500")
+    async with connect(url, additional_headers=auth()) as ws:
+        pcm = speech_pcm(1.0).tobytes()
+        await ws.send(pcm[: len(pcm) // 2 + 1])  # an odd cut: the bridge holds the half sample
+        await ws.send("{not json")
+        await ws.send(json.dumps({"type": "Finalize"}))
+        await ws.send(json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 0.9}}))
+        await ws.send(pcm[len(pcm) // 2 + 1 :])
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    check_flux_rules(messages)
+    warnings = [m for m in messages if m["type"] == "Warning"]
+    assert [w["code"] for w in warnings] == ["UNPARSABLE_CLIENT_MESSAGE"] * 2
+    assert "unknown message type 'Finalize'" in warnings[1]["description"]
+    assert [m["type"] for m in messages].count("ConfigureFailure") == 1
+    # the tone's 0.7 s of silence is over the 500 ms timeout: the turn ended on it
+    (end,) = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert end["transcript"] == "w0 w1 w2 w3" and end["trigger"] in ("model", "timeout")
+    await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.parametrize(
+    ("query", "token", "status", "phrase"),
+    [
+        ("encoding=linear16&sample_rate=16000", TOKEN, 400, "model is required"),
+        (GOOD.replace("flux-general-en", "nova-3"), TOKEN, 400, "is not a Flux model"),
+        (f"{GOOD}&eot_threshold=2", TOKEN, 400, "eot_threshold must be a number"),
+        (f"{GOOD}&channels=2", TOKEN, 400, "unknown query parameter 'channels'"),
+        (GOOD, "wrong", 401, "Invalid credentials."),
+    ],
+)
+async def test_refusals_are_http_errors_on_the_handshake(
+    make_server,  # type: ignore[no-untyped-def]
+    make_bridge,
+    query: str,
+    token: str,
+    status: int,
+    phrase: str,
+) -> None:
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(flux_url(bridge, query), additional_headers=auth(token)):
+            pass
+    response = refused.value.response
+    assert response.status_code == status
+    body = json.loads(response.body)
+    assert phrase in body["err_msg"]
+    assert body["request_id"] == response.headers["dg-request-id"]
+    assert server.servicer.active == 0
+
+
+async def test_a_server_refusal_is_a_flux_error(make_server, make_bridge, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a server without the turn model refuses SEMANTIC streams: Flux's Error, then 1011
+    server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
+    bridge = await make_bridge(server.port, token=TOKEN)
+    async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(speech_pcm(0.2).tobytes())
+        messages = await events_until_close(ws)
+    assert [m["type"] for m in messages] == ["Connected", "Error"]
+    error = messages[1]
+    assert error["code"] == "INTERNAL_SERVER_ERROR" and error["sequence_id"] == 1
+    assert "FAILED_PRECONDITION" in error["description"]
+    assert "turn-model" in error["description"]
+    assert ws.close_code == 1011
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_client_leaving_mid_turn_frees_the_grpc_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(speech_pcm(0.5).tobytes())
+        await eventually(lambda: server.servicer.active == 1)
+    await eventually(lambda: server.servicer.active == 0)

@@ -1,0 +1,312 @@
+"""The pure Deepgram Flux mapping: query → config, text → commands, responses → turns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_bridge.deepgram import ListenQueryError, SchemaError
+from asr_bridge.flux import (
+    CloseStream,
+    Configure,
+    FluxOptions,
+    FluxTurns,
+    ForceEndTurn,
+    parse_flux_query,
+    parse_text,
+    streaming_config,
+)
+
+BASE = [("model", "flux-general-en"), ("encoding", "linear16"), ("sample_rate", "16000")]
+Response = asr_pb2.StreamingRecognizeResponse
+SpeechEvent = asr_pb2.SpeechEvent
+
+
+def query(*params: tuple[str, str]) -> FluxOptions:
+    return parse_flux_query(BASE + list(params))
+
+
+def test_defaults_are_semantic_turns_with_partials() -> None:
+    options = query()
+    assert options == FluxOptions()
+    config = streaming_config(options)
+    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    assert config.endpointing.turn_threshold == pytest.approx(0.7)  # Flux's default
+    assert config.endpointing.max_silence_ms == 0  # the server's longest pause
+    assert not config.endpointing.eager_finals
+    assert config.interim_results and config.word_timestamps
+    assert config.language == "en" and config.format.channels == 1
+
+
+def test_every_supported_parameter_maps() -> None:
+    options = parse_flux_query(
+        [
+            ("model", "flux-general-multi"),
+            ("encoding", "mulaw"),
+            ("sample_rate", "8000"),
+            ("eot_threshold", "0.8"),
+            ("eager_eot_threshold", "0.4"),
+            ("eot_timeout_ms", "3000"),
+            ("keyterm", "streamasr"),
+            ("keyterm", "gRPC stream"),
+            ("language_hint", "de"),
+            ("language_hint", "en-US"),
+            ("mip_opt_out", "true"),
+            ("tag", "agent-7"),
+            ("numerals", "false"),
+        ]
+    )
+    config = streaming_config(options)
+    assert config.format.encoding == asr_pb2.AudioFormat.MULAW
+    assert config.format.sample_rate_hz == 8000
+    e = config.endpointing
+    assert e.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    assert e.turn_threshold == pytest.approx(0.8)
+    assert e.eager_finals and e.eager_threshold == pytest.approx(0.4)
+    assert e.max_silence_ms == 3000
+    assert list(config.hotwords) == ["streamasr", "gRPC stream"]
+    assert config.language == "" and list(config.languages) == ["de", "en"]  # detect among
+
+
+def test_eot_threshold_one_leaves_turns_to_the_client() -> None:
+    # Flux's "bring your own turn detection": only ForceEndTurn (or the timeout) ends one
+    config = streaming_config(query(("eot_threshold", "1.0"), ("eot_timeout_ms", "60000")))
+    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SILENCE
+    assert config.endpointing.silence_ms == 10_000  # the server's longest, for Flux's 60 s
+
+
+@pytest.mark.parametrize(
+    ("params", "phrase"),
+    [
+        ([("encoding", "linear16"), ("sample_rate", "16000")], "model is required"),
+        ([("model", "nova-3"), *BASE[1:]], "'nova-3' is not a Flux model"),
+        ([BASE[0], ("sample_rate", "16000")], "encoding is required"),
+        ([BASE[0], ("encoding", "opus"), BASE[2]], "encoding 'opus' is not supported"),
+        ([*BASE[:2]], "sample_rate is required"),
+        ([*BASE, ("eot_threshold", "0.3")], "eot_threshold must be a number from 0.5"),
+        ([*BASE, ("eot_threshold", "nan")], "eot_threshold must be a number"),
+        ([*BASE, ("eager_eot_threshold", "0.95")], "eager_eot_threshold must be a number"),
+        (
+            [*BASE, ("eot_threshold", "0.6"), ("eager_eot_threshold", "0.8")],
+            "must not be above eot_threshold",
+        ),
+        ([*BASE, ("eot_timeout_ms", "100")], "eot_timeout_ms must be an integer from 500"),
+        ([*BASE, ("language_hint", "de")], "only for flux-general-multi"),
+        ([*BASE, ("redact", "pci")], "redact is not supported"),
+        ([*BASE, ("channels", "2")], "unknown query parameter 'channels'"),
+    ],
+)
+def test_refusals_say_what_is_wrong(params: list[tuple[str, str]], phrase: str) -> None:
+    with pytest.raises(ListenQueryError, match=phrase):
+        parse_flux_query(params)
+
+
+def test_text_messages() -> None:
+    assert parse_text('{"type": "CloseStream"}') == CloseStream()
+    assert parse_text('{"type": "ForceEndTurn"}') == ForceEndTurn()
+    assert parse_text('{"type": "Configure", "thresholds": {"eot_threshold": 0.8}}') == Configure()
+    with pytest.raises(SchemaError, match="unknown message type 'Finalize'"):
+        parse_text('{"type": "Finalize"}')  # v1's; Flux has ForceEndTurn
+    with pytest.raises(SchemaError, match="must be JSON"):
+        parse_text("{")
+
+
+# -- turns -------------------------------------------------------------------------------
+
+
+def speech(kind: int, utterance: int) -> Response:
+    return Response(speech_event=SpeechEvent(type=kind, utterance_id=utterance))  # type: ignore[arg-type]
+
+
+def partial(text: str, utterance: int = 0, *, eager: bool = False, p: float = 0.0) -> Response:
+    return Response(
+        result=asr_pb2.Result(
+            text=text,
+            start_s=1.0,
+            end_s=2.0,
+            utterance_id=utterance,
+            eager=eager,
+            turn_probability=p,
+        )
+    )
+
+
+def final(text: str, utterance: int = 0) -> Response:
+    words = [
+        asr_pb2.Word(word=f" {w}", start_s=1.0 + i / 4, end_s=1.2 + i / 4, probability=0.9)
+        for i, w in enumerate(text.split())
+    ]
+    return Response(
+        result=asr_pb2.Result(
+            is_final=True, text=text, start_s=1.0, end_s=2.5, utterance_id=utterance, words=words
+        )
+    )
+
+
+def end_of_turn(utterance: int, probability: float, reason: int) -> Response:
+    return Response(
+        end_of_turn=asr_pb2.EndOfTurn(
+            utterance_id=utterance,
+            probability=probability,
+            reason=reason,  # type: ignore[arg-type]
+        )
+    )
+
+
+def feed(turns: FluxTurns, *responses: Response) -> list[dict[str, Any]]:
+    return [m for r in responses for m in turns.response(r)]
+
+
+def events(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(m["event"], m["transcript"]) for m in messages]
+
+
+def test_a_turn_from_its_first_words_to_its_end() -> None:
+    turns = FluxTurns(FluxOptions())
+    out = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_STARTED, 0),
+        partial(""),  # nothing heard yet: no turn
+        partial("Hello"),
+        partial("Hello there"),
+        speech(SpeechEvent.SPEECH_ENDED, 0),
+        end_of_turn(0, 0.99, asr_pb2.EndOfTurn.MODEL),
+        final("Hello there."),
+    )
+    assert events(out) == [
+        ("StartOfTurn", "Hello"),
+        ("Update", "Hello there"),
+        ("EndOfTurn", "Hello there."),
+    ]
+    end = out[-1]
+    assert end["trigger"] == "model" and end["end_of_turn_confidence"] == pytest.approx(0.99)
+    assert end["turn_index"] == 0
+    assert [w["word"] for w in end["words"]] == ["Hello", "there."]
+    assert end["words"][0] == {"word": "Hello", "confidence": 0.9, "start": 1.0, "end": 1.2}
+    assert end["audio_window_start"] == 1.0 and end["audio_window_end"] == 2.5
+    assert "trigger" not in out[0]
+    # the next turn counts on
+    nxt = feed(turns, speech(SpeechEvent.SPEECH_STARTED, 1), partial("Bye", 1))
+    assert events(nxt) == [("StartOfTurn", "Bye")] and nxt[0]["turn_index"] == 1
+    # every message is numbered when it is sent
+    assert [m["sequence_id"] for m in turns.stamp(turns.connected() + out)] == [0, 1, 2, 3]
+
+
+def test_an_eager_end_withdrawn_then_confirmed() -> None:
+    turns = FluxTurns(FluxOptions(eager_eot_threshold=0.5))
+    out = feed(
+        turns,
+        partial("I want"),
+        partial("I want to", eager=True, p=0.6),
+        speech(SpeechEvent.SPEECH_RESUMED, 0),
+        partial("I want to fly"),
+        partial("I want to fly home.", eager=True, p=0.8),
+        speech(SpeechEvent.SPEECH_ENDED, 0),
+        end_of_turn(0, 0.85, asr_pb2.EndOfTurn.MODEL),
+        final("I want to fly home."),
+    )
+    assert events(out) == [
+        ("StartOfTurn", "I want"),
+        ("EagerEndOfTurn", "I want to"),
+        ("TurnResumed", "I want to"),
+        ("Update", "I want to fly"),
+        ("EagerEndOfTurn", "I want to fly home."),
+        ("EndOfTurn", "I want to fly home."),  # the eager transcript, as Flux promises
+    ]
+    assert out[1]["end_of_turn_confidence"] == pytest.approx(0.6)
+    assert out[4]["end_of_turn_confidence"] == pytest.approx(0.8)
+
+
+def test_a_final_that_differs_from_the_eager_text_is_resumed_first() -> None:
+    turns = FluxTurns(FluxOptions(eager_eot_threshold=0.5))
+    out = feed(
+        turns,
+        partial("Call me", eager=True, p=0.7),
+        speech(SpeechEvent.SPEECH_ENDED, 0),
+        end_of_turn(0, 0.7, asr_pb2.EndOfTurn.FINALIZE),
+        final("Call me, Ishmael."),
+    )
+    assert events(out) == [
+        ("StartOfTurn", "Call me"),
+        ("EagerEndOfTurn", "Call me"),
+        ("TurnResumed", "Call me, Ishmael."),
+        ("EndOfTurn", "Call me, Ishmael."),
+    ]
+    assert out[-1]["trigger"] == "manual"
+
+
+def test_a_turn_the_server_split_is_one_turn() -> None:
+    turns = FluxTurns(FluxOptions())
+    out = feed(
+        turns,
+        partial("The first part"),
+        final("The first part,"),  # split: no SPEECH_ENDED
+        partial("and the", 1),
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        end_of_turn(1, 0.2, asr_pb2.EndOfTurn.MAX_SILENCE),
+        final("and the second.", 1),
+    )
+    assert events(out) == [
+        ("StartOfTurn", "The first part"),
+        ("Update", "The first part,"),
+        ("Update", "The first part, and the"),
+        ("EndOfTurn", "The first part, and the second."),
+    ]
+    assert out[-1]["trigger"] == "timeout"
+    assert len(out[-1]["words"]) == 6
+
+
+def test_an_utterance_without_words_ends_its_turn_with_the_next_speech() -> None:
+    # a noise whose partial read words, and whose final the server dropped (no speech)
+    turns = FluxTurns(FluxOptions())
+    out = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_STARTED, 0),
+        partial("Thank you."),
+        speech(SpeechEvent.SPEECH_ENDED, 0),
+        end_of_turn(0, 0.9, asr_pb2.EndOfTurn.MODEL),
+        speech(SpeechEvent.SPEECH_STARTED, 1),
+        partial("Yes", 1),
+    )
+    assert events(out) == [("StartOfTurn", "Thank you."), ("EndOfTurn", ""), ("StartOfTurn", "Yes")]
+    assert [m["turn_index"] for m in out] == [0, 0, 1]
+
+
+def test_force_end_turn_in_manual_mode() -> None:
+    options = parse_flux_query([*BASE, ("eot_threshold", "1")])
+    turns = FluxTurns(options)
+    turns.force_end_turn()  # no turn under way: nothing to end, nothing remembered
+    timed_out = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_STARTED, 0),
+        partial("one"),
+        speech(SpeechEvent.SPEECH_ENDED, 0),  # silence mode: no EndOfTurn from the server
+        final("One."),
+    )
+    assert timed_out[-1]["event"] == "EndOfTurn" and timed_out[-1]["trigger"] == "timeout"
+    out = feed(turns, speech(SpeechEvent.SPEECH_STARTED, 1), partial("two", 1))
+    turns.force_end_turn()
+    out += feed(turns, speech(SpeechEvent.SPEECH_ENDED, 1), final("Two.", 1))
+    assert events(out) == [("StartOfTurn", "two"), ("EndOfTurn", "Two.")]
+    assert out[-1]["trigger"] == "manual" and out[-1]["turn_index"] == 1
+
+
+def test_closing_leaves_an_open_turn_open() -> None:
+    # as Flux: CloseStream gives the last words as an Update, not an EndOfTurn
+    turns = FluxTurns(FluxOptions())
+    out = feed(turns, partial("unfinished"), final("Unfinished"))
+    assert events(out) == [("StartOfTurn", "unfinished"), ("Update", "Unfinished")]
+    assert turns.closing() == []
+
+
+def test_multilingual_turns_name_their_languages() -> None:
+    options = parse_flux_query(
+        [("model", "flux-general-multi"), *BASE[1:], ("language_hint", "de")]
+    )
+    turns = FluxTurns(options)
+    r = partial("Guten Tag")
+    r.result.language = "de"
+    (start,) = feed(turns, r)
+    assert start["languages"] == ["de"] and start["languages_hinted"] == ["de"]
