@@ -1022,6 +1022,14 @@ async def test_audio_ending_inside_speech_is_finalized() -> None:
     assert results(events, final=True)[-1].text == " ".join(f"w{i}" for i in range(6))
 
 
+async def test_a_semantic_turn_the_audio_ends_inside_says_so() -> None:
+    h = Harness(turn=semantic(ScriptedTurnModel(0.1)))
+    events = await h.run(chunks(pcm16(tone(1.5))), semantic=True)
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    assert end.reason is TurnEndReason.END_OF_AUDIO
+    assert results(events, final=True)[-1].text == " ".join(f"w{i}" for i in range(6))
+
+
 def speech_events(events: list[object]) -> list[tuple[bool, int]]:
     """(started?, utterance id) of each SPEECH_STARTED / SPEECH_ENDED, in order."""
     return [(e.started, e.utterance_id) for e in events if isinstance(e, SpeechBoundary)]
