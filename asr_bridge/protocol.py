@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.realtime import ServerEvents
-from asr_client.api import SPEECH_EVENT_TYPES
+from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo
@@ -241,6 +241,7 @@ class StreamasrEvents:
                     "utterance_id": t.utterance_id,
                     "offset_s": round(t.offset_s, 3),
                     "probability": round(t.probability, 3),
+                    "reason": TURN_END_REASONS.get(t.reason, ""),
                     "lag_s": lag,
                 }
             ]

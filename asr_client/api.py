@@ -30,6 +30,13 @@ SPEECH_EVENT_TYPES = {
     asr_pb2.SpeechEvent.SPEECH_ENDED: "speech_ended",
     asr_pb2.SpeechEvent.SPEECH_RESUMED: "speech_resumed",
 }
+#: EndOfTurn.reason as JSON and logs name it ("" from servers that predate it)
+TURN_END_REASONS = {
+    asr_pb2.EndOfTurn.MODEL: "model",
+    asr_pb2.EndOfTurn.MAX_SILENCE: "max_silence",
+    asr_pb2.EndOfTurn.FINALIZE: "finalize",
+    asr_pb2.EndOfTurn.END_OF_AUDIO: "end_of_audio",
+}
 
 
 class StreamClosedError(RuntimeError):

@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.text import Text
 
 from asr_api.v1 import asr_pb2
-from asr_client.api import SPEECH_EVENT_TYPES
+from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
 
 Response = asr_pb2.StreamingRecognizeResponse
 
@@ -93,6 +93,7 @@ def event_record(response: Response, *, recv_time: float, t: float) -> dict[str,
         )
         if event == "end_of_turn":
             record["probability"] = round(ev.probability, 4)
+            record["reason"] = TURN_END_REASONS.get(ev.reason, "")
     elif event == "result":
         record.update(result_record(response.result))
     p = response.progress

@@ -151,7 +151,9 @@ def test_eager_finals_are_asked_for_and_reach_the_browser() -> None:
 
 def test_end_of_turn_reaches_the_browser() -> None:
     response = asr_pb2.StreamingRecognizeResponse(
-        end_of_turn=asr_pb2.EndOfTurn(offset_s=3.25, utterance_id=2, probability=0.912)
+        end_of_turn=asr_pb2.EndOfTurn(
+            offset_s=3.25, utterance_id=2, probability=0.912, reason=asr_pb2.EndOfTurn.MODEL
+        )
     )
     (event,) = StreamasrEvents().response(response)
     assert event == {
@@ -159,6 +161,7 @@ def test_end_of_turn_reaches_the_browser() -> None:
         "utterance_id": 2,
         "offset_s": 3.25,
         "probability": 0.912,
+        "reason": "model",
         "lag_s": 0.0,
     }
 

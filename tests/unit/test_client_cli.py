@@ -384,14 +384,19 @@ def test_every_event_gets_its_own_name_and_line() -> None:
     resumed = Response(
         speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.SPEECH_RESUMED, offset_s=1.5)
     )
-    turn = Response(end_of_turn=asr_pb2.EndOfTurn(offset_s=2.0, probability=0.99))
+    turn = Response(
+        end_of_turn=asr_pb2.EndOfTurn(
+            offset_s=2.0, probability=0.99, reason=asr_pb2.EndOfTurn.FINALIZE
+        )
+    )
     assert [event_type(r) for r in (eager, resumed, turn, Response())] == [
         "eager",
         "speech_resumed",
         "end_of_turn",
         "progress",
     ]
-    assert event_record(turn, recv_time=0.0, t=0.0)["probability"] == 0.99
+    record = event_record(turn, recv_time=0.0, t=0.0)
+    assert record["probability"] == 0.99 and record["reason"] == "finalize"
     out = io.StringIO()
     renderer = PlainRenderer(out, verbose=True)
     for response in (eager, resumed, turn):
