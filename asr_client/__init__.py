@@ -21,7 +21,13 @@ Example::
     asyncio.run(main())
 """
 
-from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
+from asr_client.api import (
+    AsrClient,
+    RecognitionStream,
+    StreamClosedError,
+    audio_config,
+    stream_update,
+)
 from asr_client.connection import ConnectionOptions
 
 __all__ = [
@@ -30,4 +36,5 @@ __all__ = [
     "RecognitionStream",
     "StreamClosedError",
     "audio_config",
+    "stream_update",
 ]

@@ -94,6 +94,45 @@ def audio_config(
     )
 
 
+def stream_update(
+    *,
+    turn_threshold: float | None = None,
+    eager_threshold: float | None = None,
+    max_silence_ms: int | None = None,
+    silence_ms: int | None = None,
+    hotwords: Sequence[str] | None = None,
+) -> asr_pb2.StreamingUpdate:
+    """A ``StreamingUpdate``: None leaves a setting as it is, 0 restores the server's
+    default; ``hotwords`` replaces the stream's (an empty list clears them)."""
+    update = asr_pb2.StreamingUpdate(
+        replace_hotwords=hotwords is not None, hotwords=list(hotwords or ())
+    )
+    for name, value in (
+        ("turn_threshold", turn_threshold),
+        ("eager_threshold", eager_threshold),
+        ("max_silence_ms", max_silence_ms),
+        ("silence_ms", silence_ms),
+    ):
+        if value is not None:
+            setattr(update, name, value)
+    return update
+
+
+def updated_config(
+    config: asr_pb2.StreamingConfig, update: asr_pb2.StreamingUpdate
+) -> asr_pb2.StreamingConfig:
+    """``config`` with ``update`` applied: what a new call of the stream starts with."""
+    merged = asr_pb2.StreamingConfig()
+    merged.CopyFrom(config)
+    for name in ("turn_threshold", "eager_threshold", "max_silence_ms", "silence_ms"):
+        if update.HasField(name):
+            setattr(merged.endpointing, name, getattr(update, name))
+    if update.replace_hotwords:
+        del merged.hotwords[:]
+        merged.hotwords.extend(update.hotwords)
+    return merged
+
+
 class RecognitionStream:
     """One StreamingRecognize call. Send from one task, iterate events in another."""
 
@@ -134,6 +173,11 @@ class RecognitionStream:
                 control=asr_pb2.Control(action=asr_pb2.Control.FINALIZE)
             )
         )
+
+    async def update(self, update: asr_pb2.StreamingUpdate) -> None:
+        """Change the stream's settings from this point of its audio on (``stream_update``
+        builds one)."""
+        await self._write(asr_pb2.StreamingRecognizeRequest(update=update))
 
     async def end(self) -> None:
         """No more audio: the server finalizes what is pending, then ends the event stream."""

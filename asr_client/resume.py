@@ -38,7 +38,7 @@ from asr_api.v1 import asr_pb2
 if TYPE_CHECKING:
     from asr_client.api import AsrClient, RecognitionStream
 
-from asr_client.api import StreamClosedError
+from asr_client.api import StreamClosedError, updated_config
 
 logger = logging.getLogger(__name__)
 
@@ -245,6 +245,13 @@ class ResumableStream:
         async with self._write_lock:
             self._kept.append_finalize()
             await self._write(lambda call: call.finalize())
+
+    async def update(self, update: asr_pb2.StreamingUpdate) -> None:
+        async with self._write_lock:
+            # a new call after a break starts with the settings as they are now (the audio
+            # it replays from before the update is heard with them too)
+            self._config = updated_config(self._config, update)
+            await self._write(lambda call: call.update(update))
 
     async def end(self) -> None:
         async with self._write_lock:

@@ -107,6 +107,22 @@ class GoingAway(_message.Message):
     reason: str
     def __init__(self, deadline_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class StreamingUpdate(_message.Message):
+    __slots__ = ("turn_threshold", "eager_threshold", "max_silence_ms", "silence_ms", "replace_hotwords", "hotwords")
+    TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    EAGER_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_HOTWORDS_FIELD_NUMBER: _ClassVar[int]
+    HOTWORDS_FIELD_NUMBER: _ClassVar[int]
+    turn_threshold: float
+    eager_threshold: float
+    max_silence_ms: int
+    silence_ms: int
+    replace_hotwords: bool
+    hotwords: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, turn_threshold: _Optional[float] = ..., eager_threshold: _Optional[float] = ..., max_silence_ms: _Optional[int] = ..., silence_ms: _Optional[int] = ..., replace_hotwords: _Optional[bool] = ..., hotwords: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Control(_message.Message):
     __slots__ = ("action",)
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -120,14 +136,16 @@ class Control(_message.Message):
     def __init__(self, action: _Optional[_Union[Control.Action, str]] = ...) -> None: ...
 
 class StreamingRecognizeRequest(_message.Message):
-    __slots__ = ("config", "audio", "control")
+    __slots__ = ("config", "audio", "control", "update")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     AUDIO_FIELD_NUMBER: _ClassVar[int]
     CONTROL_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_FIELD_NUMBER: _ClassVar[int]
     config: StreamingConfig
     audio: bytes
     control: Control
-    def __init__(self, config: _Optional[_Union[StreamingConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[Control, _Mapping]] = ...) -> None: ...
+    update: StreamingUpdate
+    def __init__(self, config: _Optional[_Union[StreamingConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[Control, _Mapping]] = ..., update: _Optional[_Union[StreamingUpdate, _Mapping]] = ...) -> None: ...
 
 class SpeechEvent(_message.Message):
     __slots__ = ("type", "offset_s", "channel", "utterance_id")

@@ -2,6 +2,7 @@
 
 from asr_server.session.stream import SessionServices, StreamSession
 from asr_server.session.types import (
+    ConfigUpdate,
     Finalize,
     OutEvent,
     Progress,
@@ -13,6 +14,7 @@ from asr_server.session.types import (
 )
 
 __all__ = [
+    "ConfigUpdate",
     "Finalize",
     "OutEvent",
     "Progress",

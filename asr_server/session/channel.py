@@ -38,6 +38,7 @@ from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, End
 from asr_server.session.language import LanguageTracker
 from asr_server.session.types import (
     ChannelStart,
+    ConfigUpdate,
     EndOfTurn,
     OutEvent,
     RecognitionResult,
@@ -132,16 +133,10 @@ class ChannelRecognizer:
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
         self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
-        # SEMANTIC: a pause this long is held open on purpose, never split at
-        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
         self._key = coalesce_key
         self._agreement = agreement
-        self._turn = turn  # SEMANTIC streams only
-        # SEMANTIC: (pause in samples, threshold) of each question to the turn model
-        self._turn_probes = [
-            (int(ms * SAMPLE_RATE / 1000), threshold)
-            for ms, threshold in (turn.probes() if turn else [])
-        ]
+        self._server_turn = turn  # SEMANTIC streams only: the server's thresholds
+        self._set_endpointing(config)
         # see _speculate_after
         self._late_speculation = int(SPECULATE_AFTER_S * SAMPLE_RATE)
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
@@ -185,6 +180,32 @@ class ChannelRecognizer:
         self._idle_bound = 0
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
+
+    def _set_endpointing(self, config: StreamConfig) -> None:
+        """What the stream's endpointing settings decide here (at the start, and at each
+        update of them)."""
+        # SEMANTIC: a pause this long is held open on purpose, never split at
+        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
+        turn = self._server_turn
+        self._turn = (
+            turn.for_stream(config.turn_threshold, config.eager_threshold) if turn else None
+        )
+        # SEMANTIC: (pause in samples, threshold) of each question to the turn model; one
+        # whose answer could never end the turn (a threshold over 1) is not asked
+        self._turn_probes = [
+            (int(ms * SAMPLE_RATE / 1000), threshold)
+            for ms, threshold in (self._turn.probes() if self._turn else [])
+            if threshold <= 1.0
+        ]
+
+    def _reconfigure(self, config: StreamConfig) -> None:
+        """The client's update (StreamingUpdate), from this point of the audio on."""
+        self.config = config
+        self._set_endpointing(config)
+        self.endpointer.set_silence_ms(
+            config.max_silence_ms if self._turn is not None else config.silence_ms
+        )
+        self._finals.reconfigure(config)
 
     @property
     def _speculate_after(self) -> int:
@@ -275,6 +296,8 @@ class ChannelRecognizer:
                     await self._finalize(self.endpointer.position)
                 self._idle_bound = self.position  # nothing more can come
                 return
+            elif isinstance(item, ConfigUpdate):
+                self._reconfigure(item.config)
             else:  # Finalize
                 # from now on the final's decode starts early in each pause
                 self._client_finalizes = True
@@ -396,7 +419,7 @@ class ChannelRecognizer:
         early = utt.speculation = self._early_final(utt, last_voiced_end, "speculative-final")
         task = early.task
         if self.config.eager_finals:
-            if self._turn is not None:
+            if self._turn_probes:
                 utt.first_answer = asyncio.get_running_loop().create_future()
             self._spawn(self._send_eager(utt, task, utt.first_answer))
 

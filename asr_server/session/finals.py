@@ -261,6 +261,10 @@ class FinalDecoder:
         lead_in = audio[:0] if lead_in is None else lead_in
         return not await asyncio.to_thread(self._speech_check, audio, lead_in)
 
+    def reconfigure(self, config: StreamConfig) -> None:
+        """The stream's settings changed (its hotwords, for the prompt)."""
+        self._config = config
+
     def prompt(self) -> str:
         """The client's prompt and hotwords, then what was just said on this channel.
 

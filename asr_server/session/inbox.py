@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from asr_server.session.types import Finalize
+from asr_server.session.types import ConfigUpdate, Finalize
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class DetectedEvents:
     events: list  # type: ignore[type-arg]
 
 
-InboxItem = AudioChunk | Finalize | EndOfAudio | DetectedEvents
+InboxItem = AudioChunk | Finalize | ConfigUpdate | EndOfAudio | DetectedEvents
 
 
 class AudioInbox:

@@ -23,6 +23,7 @@ from asr_server.metrics import Metrics
 from asr_server.session.channel import ChannelRecognizer
 from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
 from asr_server.session.types import (
+    ConfigUpdate,
     Finalize,
     GoingAway,
     OutEvent,
@@ -104,7 +105,9 @@ class StreamSession:
         settled = min((c.settled_sample for c in self._channels), default=0) / SAMPLE_RATE
         return Progress(received, min(processed, received), min(settled, processed, received))
 
-    async def run(self, requests: AsyncIterator[bytes | Finalize], send: Send) -> None:
+    async def run(
+        self, requests: AsyncIterator[bytes | Finalize | ConfigUpdate], send: Send
+    ) -> None:
         """Process the whole stream; raises ``AsrError`` for anything the client must be told."""
         try:
             async with asyncio.TaskGroup() as tg:
@@ -176,11 +179,7 @@ class StreamSession:
             carry_gap_s=s.streaming.carry_gap_s,
             split_at_pause_after_s=s.streaming.split_at_pause_after_s,
             start=self.config.resume.channel(channel) if self.config.resume else None,
-            turn=self.services.turn.for_stream(
-                self.config.turn_threshold, self.config.eager_threshold
-            )
-            if self.config.semantic and self.services.turn is not None
-            else None,
+            turn=self.services.turn if self.config.semantic else None,
             early_speculation_s=s.turn.speculate_ms / 1000,
             speech_check=self.services.speech_check,
         )
@@ -190,12 +189,12 @@ class StreamSession:
         self._partial_tasks.add(task)
         task.add_done_callback(self._partial_tasks.discard)
 
-    async def _read(self, requests: AsyncIterator[bytes | Finalize]) -> None:
+    async def _read(self, requests: AsyncIterator[bytes | Finalize | ConfigUpdate]) -> None:
         limits = self.services.settings.streaming
         rate = self.config.format.sample_rate_hz
         async for request in requests:
-            if isinstance(request, Finalize):
-                for inbox in self._inboxes:
+            if isinstance(request, Finalize | ConfigUpdate):
+                for inbox in self._inboxes:  # in order with the audio around it
                     await inbox.put(request)
                 continue
             if len(request) > limits.max_audio_message_bytes:

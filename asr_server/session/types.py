@@ -55,9 +55,18 @@ class StreamConfig:
     turn_threshold: float | None = None
     #: SEMANTIC eager finals: this stream's eager threshold (None: the server's)
     eager_threshold: float | None = None
-    prompt: str = ""  # initial prompt and hotwords, given to the model as context
+    initial_prompt: str = ""
+    hotwords: tuple[str, ...] = ()
     word_timestamps: bool = False
     resume: ResumeState | None = None
+
+    @property
+    def prompt(self) -> str:
+        """The initial prompt and the hotwords, given to the model as context."""
+        parts = [self.initial_prompt] if self.initial_prompt else []
+        if self.hotwords:
+            parts.append(", ".join(self.hotwords))
+        return " ".join(parts)
 
     @property
     def time_offset_s(self) -> float:
@@ -68,6 +77,13 @@ class StreamConfig:
 @dataclass(frozen=True)
 class Finalize:
     """The client asked to finalize the current utterance now."""
+
+
+@dataclass(frozen=True)
+class ConfigUpdate:
+    """The client changed the stream's settings (proto: StreamingUpdate), from here on."""
+
+    config: StreamConfig
 
 
 @dataclass(frozen=True)

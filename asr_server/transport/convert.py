@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
 from asr_api.v1 import asr_pb2
 from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
 from asr_server.errors import AsrError
@@ -90,10 +93,7 @@ def stream_config_from_proto(
             f"({', '.join(allowed_languages)})"
         )
     vad = settings.vad
-    silence = msg.endpointing.silence_ms or vad.silence_ms
     max_utt = msg.endpointing.max_utterance_ms or vad.max_utterance_ms
-    if not 100 <= silence <= 10_000:
-        raise AsrError.invalid(f"config.endpointing.silence_ms {silence} is out of range 100-10000")
     if not 2_000 <= max_utt <= 28_000:
         raise AsrError.invalid(
             f"config.endpointing.max_utterance_ms {max_utt} is out of range 2000-28000"
@@ -104,60 +104,122 @@ def stream_config_from_proto(
         asr_pb2.EndpointingConfig.SEMANTIC,
     ):
         raise AsrError.invalid(f"config.endpointing.mode {msg.endpointing.mode} is unknown")
-    max_silence = msg.endpointing.max_silence_ms or settings.turn.max_silence_ms
-    if not 300 <= max_silence <= 10_000:
-        raise AsrError.invalid(
-            f"config.endpointing.max_silence_ms {max_silence} is out of range 300-10000"
-        )
-    turn_threshold = msg.endpointing.turn_threshold or None
-    eager_threshold = msg.endpointing.eager_threshold or None
-    for name, value in (("turn_threshold", turn_threshold), ("eager_threshold", eager_threshold)):
-        if value is not None and not 0.0 < value <= 1.0:  # NaN fails too
-            raise AsrError.invalid(f"config.endpointing.{name} {value:g} is out of range 0-1")
-    first_ask = max(settings.turn.threshold, turn_threshold or 0.0)
-    eager = eager_threshold or settings.turn.eager_threshold
-    if eager >= first_ask:
-        raise AsrError.invalid(
-            f"config.endpointing.eager_threshold {eager:g} must be below the turn model's "
-            f"first threshold ({first_ask:g})"
-        )
-    _check_prompt(msg, settings)
-    prompt_parts = [msg.initial_prompt.strip()] if msg.initial_prompt.strip() else []
-    if msg.hotwords:
-        prompt_parts.append(", ".join(h.strip() for h in msg.hotwords if h.strip()))
+    endpointing = _Endpointing(
+        silence_ms=msg.endpointing.silence_ms or vad.silence_ms,
+        max_silence_ms=msg.endpointing.max_silence_ms or settings.turn.max_silence_ms,
+        turn_threshold=msg.endpointing.turn_threshold or None,
+        eager_threshold=msg.endpointing.eager_threshold or None,
+    )
+    endpointing.check(settings, "config.endpointing")
+    _check_prompt(msg.initial_prompt, msg.hotwords, settings, "config")
+    hotwords = tuple(h.strip() for h in msg.hotwords if h.strip())
     return StreamConfig(
         format=fmt,
         language=language,
         languages=allowed_languages,
         interim_results=msg.interim_results,
-        silence_ms=silence,
+        silence_ms=endpointing.silence_ms,
         max_utterance_ms=max_utt,
         semantic=semantic,
-        max_silence_ms=max_silence,
+        max_silence_ms=endpointing.max_silence_ms,
         eager_finals=msg.endpointing.eager_finals,
-        turn_threshold=turn_threshold,
-        eager_threshold=eager_threshold,
-        prompt=" ".join(prompt_parts),
+        turn_threshold=endpointing.turn_threshold,
+        eager_threshold=endpointing.eager_threshold,
+        initial_prompt=msg.initial_prompt.strip(),
+        hotwords=hotwords,
         word_timestamps=msg.word_timestamps,
         resume=resume_from_proto(msg, fmt, settings),
     )
 
 
-def _check_prompt(msg: asr_pb2.StreamingConfig, settings: Settings) -> None:
+@dataclass(frozen=True)
+class _Endpointing:
+    """A stream's endpointing values, with the server's defaults filled in."""
+
+    silence_ms: int
+    max_silence_ms: int
+    turn_threshold: float | None
+    eager_threshold: float | None
+
+    @classmethod
+    def of(cls, config: StreamConfig) -> _Endpointing:
+        return cls(
+            config.silence_ms, config.max_silence_ms, config.turn_threshold, config.eager_threshold
+        )
+
+    def check(self, settings: Settings, where: str) -> None:
+        if not 100 <= self.silence_ms <= 10_000:
+            raise AsrError.invalid(
+                f"{where}.silence_ms {self.silence_ms} is out of range 100-10000"
+            )
+        if not 300 <= self.max_silence_ms <= 10_000:
+            raise AsrError.invalid(
+                f"{where}.max_silence_ms {self.max_silence_ms} is out of range 300-10000"
+            )
+        for name, value in (
+            ("turn_threshold", self.turn_threshold),
+            ("eager_threshold", self.eager_threshold),
+        ):
+            if value is not None and not 0.0 < value <= 1.0:  # NaN fails too
+                raise AsrError.invalid(f"{where}.{name} {value:g} is out of range 0-1")
+        first_ask = max(settings.turn.threshold, self.turn_threshold or 0.0)
+        eager = self.eager_threshold or settings.turn.eager_threshold
+        if eager >= first_ask:
+            raise AsrError.invalid(
+                f"{where}.eager_threshold {eager:g} must be below the turn model's first "
+                f"threshold ({first_ask:g})"
+            )
+
+
+def stream_update_from_proto(
+    msg: asr_pb2.StreamingUpdate, current: StreamConfig, settings: Settings
+) -> StreamConfig:
+    """The stream's config after a client's update (unset fields stay; 0 = the default)."""
+    endpointing = _Endpointing.of(current)
+    if msg.HasField("silence_ms"):
+        endpointing = replace(endpointing, silence_ms=msg.silence_ms or settings.vad.silence_ms)
+    if msg.HasField("max_silence_ms"):
+        endpointing = replace(
+            endpointing, max_silence_ms=msg.max_silence_ms or settings.turn.max_silence_ms
+        )
+    if msg.HasField("turn_threshold"):
+        endpointing = replace(endpointing, turn_threshold=msg.turn_threshold or None)
+    if msg.HasField("eager_threshold"):
+        endpointing = replace(endpointing, eager_threshold=msg.eager_threshold or None)
+    endpointing.check(settings, "update")
+    hotwords = current.hotwords
+    if msg.replace_hotwords:
+        _check_prompt("", msg.hotwords, settings, "update")
+        hotwords = tuple(h.strip() for h in msg.hotwords if h.strip())
+    elif msg.hotwords:
+        raise AsrError.invalid("update.hotwords are set without replace_hotwords")
+    return replace(
+        current,
+        silence_ms=endpointing.silence_ms,
+        max_silence_ms=endpointing.max_silence_ms,
+        turn_threshold=endpointing.turn_threshold,
+        eager_threshold=endpointing.eager_threshold,
+        hotwords=hotwords,
+    )
+
+
+def _check_prompt(
+    initial_prompt: str, hotwords: Sequence[str], settings: Settings, where: str
+) -> None:
     limits = settings.streaming
-    if len(msg.initial_prompt) > limits.max_prompt_chars:
+    if len(initial_prompt) > limits.max_prompt_chars:
         raise AsrError.invalid(
-            f"config.initial_prompt has {len(msg.initial_prompt)} characters; the limit is "
+            f"{where}.initial_prompt has {len(initial_prompt)} characters; the limit is "
             f"{limits.max_prompt_chars} (the model reads only about the last 900)"
         )
-    if len(msg.hotwords) > limits.max_hotwords:
+    if len(hotwords) > limits.max_hotwords:
         raise AsrError.invalid(
-            f"config.hotwords has {len(msg.hotwords)} entries; the limit is {limits.max_hotwords}"
+            f"{where}.hotwords has {len(hotwords)} entries; the limit is {limits.max_hotwords}"
         )
-    for i, word in enumerate(msg.hotwords):
+    for i, word in enumerate(hotwords):
         if len(word) > limits.max_hotword_chars:
             raise AsrError.invalid(
-                f"config.hotwords[{i}] has {len(word)} characters; the limit is "
+                f"{where}.hotwords[{i}] has {len(word)} characters; the limit is "
                 f"{limits.max_hotword_chars}"
             )
 

@@ -21,6 +21,7 @@ from asr_server.engine.scheduler import EngineError
 from asr_server.errors import AsrError, Status
 from asr_server.log import client_var, stream_id_var
 from asr_server.session import (
+    ConfigUpdate,
     Finalize,
     OutEvent,
     Progress,
@@ -35,7 +36,12 @@ from asr_server.transport.admission import (
     Ticket,
     retry_pushback,
 )
-from asr_server.transport.convert import event_to_proto, result_to_proto, stream_config_from_proto
+from asr_server.transport.convert import (
+    event_to_proto,
+    result_to_proto,
+    stream_config_from_proto,
+    stream_update_from_proto,
+)
 from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
 from asr_server.transport.status import GRPC_CODES
@@ -121,7 +127,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
             self._sessions.add(session)
             try:
-                await session.run(self._requests(context, services.settings.idle_timeout_s), send)
+                requests = self._requests(context, services, config)
+                await session.run(requests, send)
             finally:
                 self._sessions.discard(session)
 
@@ -253,7 +260,13 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
         return config
 
-    async def _requests(self, context, idle_s: float) -> AsyncIterator[bytes | Finalize]:  # type: ignore[no-untyped-def]
+    async def _requests(  # type: ignore[no-untyped-def]
+        self, context, services: SessionServices, config: StreamConfig
+    ) -> AsyncIterator[bytes | Finalize | ConfigUpdate]:
+        """The stream's requests after its config; ``config``: the stream's, which each
+        update changes."""
+        idle_s = services.settings.idle_timeout_s
+
         def idle() -> AsrError:
             return self._timed_out(
                 "idle",
@@ -274,10 +287,13 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 if request.control.action != asr_pb2.Control.FINALIZE:
                     raise AsrError.invalid("control.action must be FINALIZE")
                 yield Finalize()
+            elif kind == "update":
+                config = stream_update_from_proto(request.update, config, services.settings)
+                yield ConfigUpdate(config)
             elif kind == "config":
                 raise AsrError.precondition("config was already sent; send it once, first")
             else:
-                raise AsrError.invalid("empty request: set config, audio or control")
+                raise AsrError.invalid("empty request: set config, audio, control or update")
 
     def _internal(self, what: str) -> AsrError:
         error_id = uuid.uuid4().hex[:12]

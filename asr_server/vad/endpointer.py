@@ -13,6 +13,7 @@ sample counts at 16 kHz since the channel's first sample.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass
 
@@ -71,7 +72,7 @@ class Endpointer:
         ms_to_frames = lambda ms: max(1, round(ms * 16 / frame))  # noqa: E731
         self._start_frames = ms_to_frames(config.start_ms)
         self._start_window = self._start_frames + max(1, self._start_frames // 2)
-        self._silence_frames = ms_to_frames(config.silence_ms)
+        self._silence_frames = self._frames(config.silence_ms)
         self._pre_roll_frames = round(config.pre_roll_ms * 16 / frame)
         self._pre_roll: deque[np.ndarray] = deque(maxlen=self._pre_roll_frames + self._start_window)
         self._recent_voiced: deque[bool] = deque(maxlen=self._start_window)
@@ -80,6 +81,15 @@ class Endpointer:
         self.speaking = False
         self._silent_run = 0
         self._last_voiced_end = 0
+
+    def _frames(self, ms: int) -> int:
+        return max(1, round(ms * 16 / self.detector.frame_samples))
+
+    def set_silence_ms(self, silence_ms: int) -> None:
+        """The silence that ends an utterance, from the next frame on (a stream's update);
+        a pause already longer ends at that frame."""
+        self.config = dataclasses.replace(self.config, silence_ms=silence_ms)
+        self._silence_frames = self._frames(silence_ms)
 
     @property
     def unclaimed_from(self) -> int:

@@ -277,6 +277,36 @@ CASES = [
         "max_utterance_ms",
     ),
     (
+        "update before config",
+        [req(update=asr_pb2.StreamingUpdate(turn_threshold=0.5))],
+        Code.FAILED_PRECONDITION,
+        "the first message must be a config, got update",
+    ),
+    (
+        "update threshold 2",
+        [CONFIG, req(update=asr_pb2.StreamingUpdate(turn_threshold=2.0))],
+        Code.INVALID_ARGUMENT,
+        "update.turn_threshold 2 is out of range 0-1",
+    ),
+    (
+        "update silence 50 ms",
+        [CONFIG, req(update=asr_pb2.StreamingUpdate(silence_ms=50))],
+        Code.INVALID_ARGUMENT,
+        "update.silence_ms 50 is out of range 100-10000",
+    ),
+    (
+        "update hotwords without replace",
+        [CONFIG, req(update=asr_pb2.StreamingUpdate(hotwords=["acme"]))],
+        Code.INVALID_ARGUMENT,
+        "without replace_hotwords",
+    ),
+    (
+        "update with 5000 hotwords",
+        [CONFIG, req(update=asr_pb2.StreamingUpdate(replace_hotwords=True, hotwords=["a"] * 5000))],
+        Code.INVALID_ARGUMENT,
+        "update.hotwords has 5000 entries",
+    ),
+    (
         "turn threshold 2",
         [config(endpointing="semantic", turn_threshold=2.0)],
         Code.INVALID_ARGUMENT,

@@ -15,10 +15,20 @@ import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
-from asr_client import AsrClient, StreamClosedError, audio_config
+from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
 from asr_client.resume import KeptAudio, ResumeError, ResumeInfo, ResumePolicy
+from asr_server.engine.base import DecodeKind
+from asr_server.engine.fake import FakeEngine
 from tests.faultproxy import FaultProxy
-from tests.helpers import eventually, sample, serve_fake, silence, stream_audio, tone
+from tests.helpers import (
+    eventually,
+    sample,
+    serve_fake,
+    silence,
+    speech_pcm,
+    stream_audio,
+    tone,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -522,3 +532,31 @@ async def test_a_server_without_the_admission_header_still_resumes_and_says_so( 
         await proxy.close()
     assert finals(got) == finals(reference)
     assert [i.count for i in infos] == [1] and infos[0].cause.startswith("UNAVAILABLE")
+
+
+async def test_an_update_holds_across_a_resume(make_server) -> None:  # type: ignore[no-untyped-def]
+    """Hotwords changed mid-stream are the stream's from then on, on the call it resumes
+    on too: that call starts from the updated config."""
+    engine = FakeEngine()
+    server = await serve_fake(make_server, engine)
+    proxy = await FaultProxy(server.port).start()
+    one = speech_pcm(1.0).astype("<i2").tobytes()  # an utterance and its pause
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                await stream.send_audio(one)
+                await stream.update(stream_update(hotwords=["Ishmael"], silence_ms=400))
+                await stream.send_audio(one)
+                await eventually(lambda: sum(len(c) for c in engine.calls) >= 2)
+                proxy.cut()
+                await stream.send_audio(one)
+                await stream.end()
+                received = [r async for r in stream]
+    finally:
+        await proxy.close()
+    assert stream.resumes >= 1  # type: ignore[attr-defined]
+    assert len(finals(received)) == 3
+    prompts = [r.prompt for call in engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert "Ishmael" not in prompts[0]
+    assert all("Ishmael" in p for p in prompts[1:]), prompts

@@ -35,7 +35,7 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
-from asr_server.session.types import EndOfTurn, TurnEndReason
+from asr_server.session.types import ConfigUpdate, EndOfTurn, TurnEndReason
 from asr_server.session.utterance import UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
@@ -830,6 +830,63 @@ async def test_a_stream_sets_its_own_turn_threshold(
     assert end.reason is reason
     processed = h.progress[events.index(end)].audio_processed_s
     assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+
+
+async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on() -> None:
+    """StreamingUpdate, in order with the audio: the first turn ends at the server's
+    thresholds (never sure enough: the longest pause), the second at the stream's new one;
+    finals decoded after the update carry the new hotwords in their prompt."""
+    model = ScriptedTurnModel(0.6)
+    h = Harness(turn=semantic(model))
+    turn = pcm16(np.concatenate([silence(0.3), tone(1.0), silence(2.3)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(turn, 480)):
+            yield c
+        config = h.session.config
+        yield ConfigUpdate(dataclasses.replace(config, turn_threshold=0.5, hotwords=("Ishmael",)))
+        async for c in h.lockstep(chunks(turn, 480)):
+            yield c
+
+    events = await h.run(source(), semantic=True, max_silence_ms=2000, interim=False)
+    ends = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [e.reason for e in ends] == [TurnEndReason.MAX_SILENCE, TurnEndReason.MODEL]
+    ended_at = [h.progress[events.index(e)].audio_processed_s for e in ends]
+    assert ended_at[0] == pytest.approx(1.3 + 2.0, abs=0.1)
+    assert ended_at[1] == pytest.approx(3.6 + 1.3 + 0.6, abs=0.1)
+    finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert "Ishmael" not in finals[0].prompt and "Ishmael" in finals[-1].prompt
+
+
+async def test_an_update_of_silence_ms_ends_utterances_at_shorter_pauses() -> None:
+    # speech, a 0.4 s pause, speech: one utterance at the default 500 ms, two at 300 ms
+    h = Harness()
+    phrase = pcm16(np.concatenate([tone(1.0), silence(0.4), tone(1.0), silence(1.0)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(phrase, 480)):
+            yield c
+        yield ConfigUpdate(dataclasses.replace(h.session.config, silence_ms=300))
+        async for c in h.lockstep(chunks(phrase, 480)):
+            yield c
+
+    events = await h.run(source(), interim=False)
+    assert len(results(events, final=True)) == 1 + 2
+
+
+async def test_an_update_to_one_makes_the_turn_the_clients() -> None:
+    """turn_threshold 1: the model is not even asked; the longest pause ends the turn."""
+    model = ScriptedTurnModel(0.99)
+    h = Harness(turn=semantic(model))
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(2.5)])
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 480)),
+        semantic=True,
+        max_silence_ms=2000,
+        turn_threshold=1.0,
+    )
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    assert end.reason is TurnEndReason.MAX_SILENCE and model.heard == []
 
 
 def test_a_streams_turn_threshold_never_trusts_the_first_ask_more() -> None:
