@@ -19,7 +19,8 @@ import json
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
@@ -38,9 +39,6 @@ _ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
 #: the server's range for the longest pause a SEMANTIC stream holds open (Flux allows up
 #: to 60 s; longer values are capped, which only ends a silent turn sooner)
 MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 300, 10_000
-#: eot_threshold at which Flux's own detection is off and turns end only on ForceEndTurn
-#: (or eot_timeout_ms of silence)
-MANUAL_THRESHOLD = 1.0
 _IGNORED = {"mip_opt_out", "tag"}
 #: Flux features this server does not have: refused when turned on, accepted when off
 _UNSUPPORTED_FEATURES = {"numerals", "profanity_filter", "redact"}
@@ -67,16 +65,6 @@ class FluxOptions:
     eot_timeout_ms: int | None = None
     hotwords: tuple[str, ...] = ()
     language_hints: tuple[str, ...] = ()
-
-    @property
-    def manual(self) -> bool:
-        """Turns end only on ForceEndTurn or the timeout: the turn model is not asked."""
-        return self.eot_threshold >= MANUAL_THRESHOLD
-
-    @property
-    def semantic(self) -> bool:
-        """The server's EndOfTurn says what ended each turn (eot_threshold below 1)."""
-        return not self.manual
 
     @property
     def multilingual(self) -> bool:
@@ -176,21 +164,8 @@ def _number(single: dict[str, str], key: str, low: float, high: float) -> float 
 
 def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
     """Flux's turns are the server's SEMANTIC endpointing, with partials and eager finals.
-    With ``eot_threshold=1`` turns end only on ForceEndTurn or the timeout: the server's
-    silence endpointing with the timeout as its silence, so the turn model is never asked."""
-    timeout = options.eot_timeout_ms or 0
-    if options.manual:
-        endpointing = asr_pb2.EndpointingConfig(
-            mode=asr_pb2.EndpointingConfig.SILENCE, silence_ms=timeout or MAX_TIMEOUT_MS
-        )
-    else:
-        endpointing = asr_pb2.EndpointingConfig(
-            mode=asr_pb2.EndpointingConfig.SEMANTIC,
-            max_silence_ms=max(MIN_TIMEOUT_MS, timeout) if timeout else 0,
-            eager_finals=options.eager_eot_threshold is not None,
-            turn_threshold=options.eot_threshold,
-            eager_threshold=options.eager_eot_threshold or 0.0,
-        )
+    ``eot_threshold=1`` is the stream's turn threshold 1: the turn model is not asked, and
+    turns end only on ForceEndTurn or the timeout (Flux's "bring your own turn detection")."""
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
             encoding=_ENCODINGS[options.encoding],  # type: ignore[arg-type]
@@ -200,10 +175,23 @@ def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
         language=MODELS[options.model],
         languages=list(options.language_hints),
         interim_results=True,
-        endpointing=endpointing,
+        endpointing=asr_pb2.EndpointingConfig(
+            mode=asr_pb2.EndpointingConfig.SEMANTIC,
+            max_silence_ms=_max_silence_ms(options.eot_timeout_ms),
+            eager_finals=options.eager_eot_threshold is not None,
+            turn_threshold=options.eot_threshold,
+            eager_threshold=options.eager_eot_threshold or 0.0,
+        ),
         hotwords=list(options.hotwords),
         word_timestamps=True,  # Flux's turns carry words with times and confidences
     )
+
+
+def _max_silence_ms(eot_timeout_ms: int | None) -> int:
+    """Flux's eot_timeout_ms → the server's max_silence_ms (0: the server's default)."""
+    if eot_timeout_ms is None:
+        return 0
+    return min(MAX_TIMEOUT_MS, max(MIN_TIMEOUT_MS, eot_timeout_ms))
 
 
 # -- client text messages ----------------------------------------------------------------
@@ -221,7 +209,23 @@ class ForceEndTurn:
 
 @dataclass(frozen=True)
 class Configure:
-    """Mid-stream reconfiguration: this server cannot change a running stream."""
+    """Flux's mid-stream reconfiguration; None: not supplied, unchanged. Its values are
+    checked against the stream's settings by ``FluxTurns.configure``."""
+
+    eot_threshold: object = None
+    eager_eot_threshold: object = None
+    eot_timeout_ms: object = None
+    keyterms: object = None
+    language_hints: object = None
+
+
+class ConfigureError(ValueError):
+    """A Configure that is not applied: Flux's ConfigureFailure, and the stream goes on."""
+
+    def __init__(self, code: str, description: str) -> None:
+        super().__init__(description)
+        self.code = code
+        self.description = description
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,17 @@ def parse_text(text: str) -> ControlMessage:
         raise SchemaError(
             f"unknown message type {_show(message['type'])} "
             "(use CloseStream, ForceEndTurn or Configure)"
+        )
+    if kind is Configure:
+        thresholds = message.get("thresholds") or {}
+        if not isinstance(thresholds, dict):
+            raise SchemaError("Configure's thresholds must be an object")
+        return Configure(
+            eot_threshold=thresholds.get("eot_threshold"),
+            eager_eot_threshold=thresholds.get("eager_eot_threshold"),
+            eot_timeout_ms=thresholds.get("eot_timeout_ms"),
+            keyterms=message.get("keyterms"),
+            language_hints=message.get("language_hints"),
         )
     return kind()
 
@@ -303,7 +318,6 @@ class FluxTurns:
     _forced: bool = False  # ForceEndTurn sent during this turn
     _utterance: int = -1  # the latest utterance heard of
     _speaking: bool = False  # between the server's SPEECH_STARTED and SPEECH_ENDED
-    _closing: bool = False  # the client sent CloseStream
 
     def stamp(self, events: list[Event]) -> list[Event]:
         """Number the messages in the order they are sent (Flux's ``sequence_id``)."""
@@ -314,11 +328,6 @@ class FluxTurns:
 
     def connected(self) -> list[Event]:
         return [{"type": "Connected", "request_id": self.request_id}]
-
-    def close_stream(self) -> None:
-        """The client sent CloseStream: the server ends the stream, and with it the
-        utterance under way; as in Flux, that is no end of the turn."""
-        self._closing = True
 
     def force_end_turn(self) -> None:
         """The client sent ForceEndTurn (the bridge finalizes the server's utterance): the
@@ -335,10 +344,7 @@ class FluxTurns:
                 self._speaking = True
             elif e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
                 self._speaking = False
-                # after CloseStream a speech end with no reason given (SILENCE streams,
-                # eot_threshold=1) is taken for the end of the audio, not of the turn
-                if not self._closing or self.options.semantic:
-                    self._ending = _Ending(e.utterance_id)
+                self._ending = _Ending(e.utterance_id)
             elif e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED and self._eager is not None:
                 self._eager = None
                 out.append(self._turn_info("TurnResumed"))
@@ -493,13 +499,78 @@ class FluxTurns:
             "description": description,
         }
 
-    def configure_failure(self) -> Event:
+    def configure(self, c: Configure) -> tuple[asr_pb2.StreamingUpdate, Event]:
+        """The server's update for a client's Configure, and the ConfigureSuccess to send
+        once it is on its way (the settings now in effect); raises ``ConfigureError``."""
+        o = self.options
+        if c.language_hints is not None:
+            raise ConfigureError(
+                "CONFIGURE_NOT_SUPPORTED", "language hints cannot change on a running stream here"
+            )
+        eot = _configured(c.eot_threshold, "eot_threshold", 0.5, 1.0, o.eot_threshold)
+        eager = _configured(
+            c.eager_eot_threshold, "eager_eot_threshold", 0.3, 0.9, o.eager_eot_threshold
+        )
+        if (eager is None) != (o.eager_eot_threshold is None):
+            raise ConfigureError(
+                "CONFIGURE_NOT_SUPPORTED",
+                "eager_eot_threshold can be changed here, not turned on or off: set it when "
+                "connecting",
+            )
+        if eager is not None and eager > eot:
+            raise ConfigureError(
+                "CONFIGURE_INVALID", "eager_eot_threshold must not be above eot_threshold"
+            )
+        timeout = _configured(c.eot_timeout_ms, "eot_timeout_ms", 500, 60_000, o.eot_timeout_ms)
+        keyterms = o.hotwords
+        if c.keyterms is not None:
+            if not isinstance(c.keyterms, list) or not all(isinstance(k, str) for k in c.keyterms):
+                raise ConfigureError("CONFIGURE_INVALID", "keyterms must be a list of strings")
+            keyterms = tuple(k.strip() for k in c.keyterms if k.strip())
+        self.options = replace(
+            o,
+            eot_threshold=eot,
+            eager_eot_threshold=eager,
+            eot_timeout_ms=None if timeout is None else int(timeout),
+            hotwords=keyterms,
+        )
+        update = asr_pb2.StreamingUpdate(
+            turn_threshold=eot,
+            max_silence_ms=_max_silence_ms(self.options.eot_timeout_ms),
+            replace_hotwords=c.keyterms is not None,
+            hotwords=list(keyterms) if c.keyterms is not None else [],
+        )
+        if eager is not None:
+            update.eager_threshold = eager
+        thresholds: Event = {"eot_threshold": eot}
+        if eager is not None:
+            thresholds["eager_eot_threshold"] = eager
+        if self.options.eot_timeout_ms is not None:
+            thresholds["eot_timeout_ms"] = self.options.eot_timeout_ms
+        success: Event = {
+            "type": "ConfigureSuccess",
+            "request_id": self.request_id,
+            "thresholds": thresholds,
+            "keyterms": list(keyterms),
+        }
+        return update, success
+
+    def configure_failure(self, error: ConfigureError) -> Event:
         return {
             "type": "ConfigureFailure",
             "request_id": self.request_id,
-            "code": "CONFIGURE_NOT_SUPPORTED",
-            "description": "this server does not change a stream's settings once it is open",
+            "code": error.code,
+            "description": error.description,
         }
+
+
+def _configured(value: object, name: str, low: float, high: float, current: float | None) -> Any:
+    """A Configure threshold: the current value when not supplied, else checked."""
+    if value is None:
+        return current
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigureError("CONFIGURE_INVALID", f"{name} must be a number from {low} to {high}")
+    return value
 
 
 def fatal_error(code: str, description: str) -> Event:

@@ -21,6 +21,7 @@ from asr_bridge.deepgram_session import DeepgramRelay, send_refusal
 from asr_bridge.flux import (
     CloseStream,
     Configure,
+    ConfigureError,
     FluxOptions,
     FluxTurns,
     ForceEndTurn,
@@ -106,9 +107,14 @@ class FluxSession(DeepgramRelay):
             self.turns.force_end_turn()
             await stream.finalize()
         elif isinstance(command, CloseStream):
-            self.turns.close_stream()
             await self._close_stream(stream)
         elif isinstance(command, Configure):
-            await self._send([self.turns.configure_failure()])
+            try:
+                update, success = self.turns.configure(command)
+            except ConfigureError as exc:
+                await self._send([self.turns.configure_failure(exc)])
+                return
+            await stream.update(update)  # in order with the audio around it
+            await self._send([success])
         else:
             assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive

@@ -170,7 +170,7 @@ async def test_bad_text_messages_get_a_warning_and_lose_nothing(make_server, mak
         await ws.send(pcm[: len(pcm) // 2 + 1])  # an odd cut: the bridge holds the half sample
         await ws.send("{not json")
         await ws.send(json.dumps({"type": "Finalize"}))
-        await ws.send(json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 0.9}}))
+        await ws.send(json.dumps({"type": "Configure", "thresholds": {"eot_threshold": 2}}))
         await ws.send(pcm[len(pcm) // 2 + 1 :])
         await ws.send(json.dumps({"type": "CloseStream"}))
         messages = await events_until_close(ws)
@@ -179,10 +179,32 @@ async def test_bad_text_messages_get_a_warning_and_lose_nothing(make_server, mak
     warnings = [m for m in messages if m["type"] == "Warning"]
     assert [w["code"] for w in warnings] == ["UNPARSABLE_CLIENT_MESSAGE"] * 2
     assert "unknown message type 'Finalize'" in warnings[1]["description"]
-    assert [m["type"] for m in messages].count("ConfigureFailure") == 1
+    (failure,) = [m for m in messages if m["type"] == "ConfigureFailure"]
+    assert failure["code"] == "CONFIGURE_INVALID" and "eot_threshold" in failure["description"]
     # the tone's 0.7 s of silence is over the 500 ms timeout: the turn ended on it
     (end,) = [m for m in messages if m.get("event") == "EndOfTurn"]
     assert end["transcript"] == "w0 w1 w2 w3" and end["trigger"] in ("model", "timeout")
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_configure_changes_the_running_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = flux_url(bridge, f"{GOOD}&eot_timeout_ms=500")
+    async with connect(url, additional_headers=auth()) as ws:
+        # turns are the client's from here on: the turn model is not even asked
+        configure = {"type": "Configure", "thresholds": {"eot_threshold": 1}, "keyterms": ["x"]}
+        await ws.send(json.dumps(configure))
+        await ws.send(speech_pcm(1.0).tobytes())  # a second of speech, 0.7 s of silence
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    check_flux_rules(messages)
+    (success,) = [m for m in messages if m["type"] == "ConfigureSuccess"]
+    assert success["thresholds"] == {"eot_threshold": 1, "eot_timeout_ms": 500}
+    assert success["keyterms"] == ["x"]
+    (end,) = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert end["trigger"] == "timeout" and end["transcript"] == "w0 w1 w2 w3"
+    assert end["end_of_turn_confidence"] == 0.0  # never asked
     await eventually(lambda: server.servicer.active == 0)
 
 

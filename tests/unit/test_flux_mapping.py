@@ -11,6 +11,7 @@ from asr_bridge.deepgram import ListenQueryError, SchemaError
 from asr_bridge.flux import (
     CloseStream,
     Configure,
+    ConfigureError,
     FluxOptions,
     FluxTurns,
     ForceEndTurn,
@@ -71,10 +72,12 @@ def test_every_supported_parameter_maps() -> None:
 
 
 def test_eot_threshold_one_leaves_turns_to_the_client() -> None:
-    # Flux's "bring your own turn detection": only ForceEndTurn (or the timeout) ends one
+    # Flux's "bring your own turn detection": only ForceEndTurn (or the timeout) ends one;
+    # the server's turn threshold 1 (the model is not asked; see test_session.py)
     config = streaming_config(query(("eot_threshold", "1.0"), ("eot_timeout_ms", "60000")))
-    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SILENCE
-    assert config.endpointing.silence_ms == 10_000  # the server's longest, for Flux's 60 s
+    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    assert config.endpointing.turn_threshold == 1.0
+    assert config.endpointing.max_silence_ms == 10_000  # the server's longest, for Flux's 60 s
 
 
 @pytest.mark.parametrize(
@@ -106,7 +109,9 @@ def test_refusals_say_what_is_wrong(params: list[tuple[str, str]], phrase: str) 
 def test_text_messages() -> None:
     assert parse_text('{"type": "CloseStream"}') == CloseStream()
     assert parse_text('{"type": "ForceEndTurn"}') == ForceEndTurn()
-    assert parse_text('{"type": "Configure", "thresholds": {"eot_threshold": 0.8}}') == Configure()
+    assert parse_text('{"type": "Configure", "thresholds": {"eot_threshold": 0.8}}') == Configure(
+        eot_threshold=0.8
+    )
     with pytest.raises(SchemaError, match="unknown message type 'Finalize'"):
         parse_text('{"type": "Finalize"}')  # v1's; Flux has ForceEndTurn
     with pytest.raises(SchemaError, match="must be JSON"):
@@ -310,3 +315,52 @@ def test_multilingual_turns_name_their_languages() -> None:
     r.result.language = "de"
     (start,) = feed(turns, r)
     assert start["languages"] == ["de"] and start["languages_hinted"] == ["de"]
+
+
+def test_configure_becomes_an_update_of_the_stream() -> None:
+    turns = FluxTurns(query(("eager_eot_threshold", "0.4"), ("keyterm", "old")))
+    update, success = turns.configure(
+        parse_text(
+            '{"type": "Configure", "thresholds": {"eot_threshold": 0.85, "eot_timeout_ms": 3000},'
+            ' "keyterms": ["Ishmael", " Queequeg "]}'
+        )  # type: ignore[arg-type]
+    )
+    assert update.turn_threshold == pytest.approx(0.85)
+    assert update.eager_threshold == pytest.approx(0.4)  # unchanged, and still in effect
+    assert update.max_silence_ms == 3000
+    assert update.replace_hotwords and list(update.hotwords) == ["Ishmael", "Queequeg"]
+    assert success == {
+        "type": "ConfigureSuccess",
+        "request_id": turns.request_id,
+        "thresholds": {"eot_threshold": 0.85, "eager_eot_threshold": 0.4, "eot_timeout_ms": 3000},
+        "keyterms": ["Ishmael", "Queequeg"],
+    }
+    # thresholds alone leave the keyterms as they are
+    update, success = turns.configure(Configure(eot_threshold=0.6))
+    assert not update.replace_hotwords and success["keyterms"] == ["Ishmael", "Queequeg"]
+    # and the options follow: a later check compares with the settings now in effect
+    with pytest.raises(ConfigureError, match="must not be above eot_threshold"):
+        turns.configure(Configure(eager_eot_threshold=0.7))
+
+
+@pytest.mark.parametrize(
+    ("configure", "code", "phrase"),
+    [
+        (Configure(eot_threshold=1.5), "CONFIGURE_INVALID", "eot_threshold must be a number"),
+        (Configure(eot_threshold="0.8"), "CONFIGURE_INVALID", "eot_threshold must be a number"),
+        (Configure(eot_timeout_ms=10), "CONFIGURE_INVALID", "eot_timeout_ms must be a number"),
+        (Configure(keyterms="x"), "CONFIGURE_INVALID", "keyterms must be a list of strings"),
+        (Configure(eager_eot_threshold=0.5), "CONFIGURE_NOT_SUPPORTED", "not turned on or off"),
+        (Configure(language_hints=["de"]), "CONFIGURE_NOT_SUPPORTED", "language hints"),
+    ],
+)
+def test_a_configure_this_server_cannot_apply_is_a_failure(
+    configure: Configure, code: str, phrase: str
+) -> None:
+    turns = FluxTurns(query())
+    with pytest.raises(ConfigureError, match=phrase) as refused:
+        turns.configure(configure)
+    assert refused.value.code == code
+    failure = turns.configure_failure(refused.value)
+    assert failure["type"] == "ConfigureFailure" and failure["code"] == code
+    assert turns.options == query()  # nothing changed
