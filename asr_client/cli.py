@@ -54,6 +54,16 @@ class ClientError(Exception):
 # -- argument parsing ---------------------------------------------------------------------
 
 
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value <= 1.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and at most 1, not {text!r}")
+    return value
+
+
 def _chunk_ms(text: str) -> int:
     value = int(text)
     if not 10 <= value <= 5000:
@@ -122,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="silence",
         help="semantic: a turn model ends utterances when the speaker is done and holds them "
         "open over mid-sentence pauses (the server needs `asr-server turn-model` once)",
+    )
+    streaming.add_argument(
+        "--turn-threshold",
+        type=_probability,
+        default=0.0,
+        metavar="P",
+        help="semantic: how sure the turn model must be to end a turn (server default 0.7 "
+        "at its second ask; 1 = never: turns end at the longest pause or a finalize)",
     )
     streaming.add_argument(
         "--eager",
@@ -339,6 +357,7 @@ def streaming_config(
         silence_ms=args.silence_ms,
         endpointing=args.endpointing,
         eager_finals=args.eager,
+        turn_threshold=args.turn_threshold,
         hotwords=args.hotword,
         initial_prompt=args.prompt,
         word_timestamps=args.word_timestamps,

@@ -240,13 +240,31 @@ async def test_unreadable_file_is_a_readable_error(tmp_path: Path, capsys):
 
 
 @pytest.mark.parametrize(
-    "flags", [["--fast", "--speed", "2"], ["--speed", "0"], ["--chunk-ms", "1"]]
+    "flags",
+    [
+        ["--fast", "--speed", "2"],
+        ["--speed", "0"],
+        ["--chunk-ms", "1"],
+        ["--turn-threshold", "1.5"],
+        ["--turn-threshold", "nan"],
+    ],
 )
 def test_usage_errors_exit_2(flags: list[str], capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["file", "x.wav", *flags])
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_turn_threshold_reaches_the_config() -> None:
+    from asr_client.cli import streaming_config
+
+    args = build_parser().parse_args(
+        ["file", "x.wav", "--endpointing", "semantic", "--turn-threshold", "0.9"]
+    )
+    config = streaming_config(args, sample_rate_hz=16_000, channels=1)
+    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    assert config.endpointing.turn_threshold == pytest.approx(0.9)
 
 
 # -- pieces -------------------------------------------------------------------------------
