@@ -307,6 +307,26 @@ def sweep_two_stage(
     ]
 
 
+STREAM_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+
+
+def sweep_stream_threshold(
+    pauses: list[Pause],
+    n_turns: int,
+    server_probes: list[tuple[float, float]],
+    model_s: float,
+    max_silence_s: float,
+) -> list[dict[str, float]]:
+    """A stream's own ``turn_threshold`` (EndpointingConfig) as the server applies it: the
+    second ask's threshold, and the first ask's where it is above the server's."""
+    (first_s, first), (second_s, _) = server_probes
+    return [
+        {"turn_threshold": t}
+        | score(pauses, n_turns, [(first_s, max(first, t)), (second_s, t)], model_s, max_silence_s)
+        for t in STREAM_THRESHOLDS
+    ]
+
+
 EAGER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95)
 
 
@@ -442,6 +462,9 @@ def main() -> None:
         (defaults.second_probe_ms / 1000, defaults.second_threshold),
     ]
     eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
+    stream_thresholds = sweep_stream_threshold(
+        all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000
+    )
     gated = (
         [
             {"first_gate": gate}
@@ -466,6 +489,7 @@ def main() -> None:
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "eager_with_server_probes": eager,
+        "stream_turn_threshold": stream_thresholds,
         "punctuation_gates": gated,
         "turn_end_above_inner_pause": {
             "turn_model_first_ask": separation(all_pauses, lambda p: p.asked.get(probe_s, 0.0)),
