@@ -92,6 +92,30 @@ async def test_semantic_endpointing_holds_a_mid_sentence_pause_and_ends_finished
     assert not any(r.HasField("end_of_turn") for r in silence)
 
 
+async def test_a_high_turn_threshold_keeps_jfk_one_sentence(make_server) -> None:  # type: ignore[no-untyped-def]
+    # the model is 0.93-0.98 sure that "And so my fellow Americans" ends the turn: at the
+    # defaults that pause ends it; a stream that asks for 0.99 holds it (and the others)
+    server = await make_server()
+    rec = corpus()["jfk"]
+    pcm, sr = read_pcm16(rec.path)
+    received = await stream_audio(
+        server.port,
+        pcm.mean(axis=1).astype(np.int16).reshape(-1, 1),
+        sr,
+        speed=2.0,
+        config=audio_config(
+            sample_rate_hz=sr, endpointing="semantic", turn_threshold=0.99, interim_results=False
+        ),
+    )
+    finals = [
+        r.response.result.text
+        for r in received
+        if r.response.HasField("result") and r.response.result.is_final
+    ]
+    assert len(finals) == 1, finals
+    assert normalize(finals[0]) == normalize(rec.transcript), finals
+
+
 async def test_semantic_without_the_model_is_a_clear_refusal(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
