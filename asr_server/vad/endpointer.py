@@ -69,8 +69,7 @@ class Endpointer:
         self.detector = detector
         self.config = config
         frame = detector.frame_samples
-        ms_to_frames = lambda ms: max(1, round(ms * 16 / frame))  # noqa: E731
-        self._start_frames = ms_to_frames(config.start_ms)
+        self._start_frames = self._frames(config.start_ms)
         self._start_window = self._start_frames + max(1, self._start_frames // 2)
         self._silence_frames = self._frames(config.silence_ms)
         self._pre_roll_frames = round(config.pre_roll_ms * 16 / frame)
@@ -83,6 +82,7 @@ class Endpointer:
         self._last_voiced_end = 0
 
     def _frames(self, ms: int) -> int:
+        """Whole detector frames in ``ms`` (at least one)."""
         return max(1, round(ms * 16 / self.detector.frame_samples))
 
     def set_silence_ms(self, silence_ms: int) -> None:
