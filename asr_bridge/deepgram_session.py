@@ -9,6 +9,9 @@ for that, so the client simply sees the transcript go on.
 
 The socket is accepted here, after the query string has been checked: a refused query is
 an HTTP 400 on the handshake, as Deepgram's API answers it.
+
+``DeepgramRelay`` is that relay, shared with Flux (``flux_session.py``); ``DeepgramSession``
+fills in the live API's messages.
 """
 
 from __future__ import annotations
