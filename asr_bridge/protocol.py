@@ -62,6 +62,8 @@ class Start:
     silence_ms: int = 0
     endpointing: Literal["silence", "semantic"] = "silence"
     eager_finals: bool = False
+    #: semantic: the stream's turn threshold (0: the server's)
+    turn_threshold: float = 0.0
     hotwords: tuple[str, ...] = ()
     word_timestamps: bool = False
     events: EventShape | None = None  # None: as the query string said, else streamasr
@@ -131,6 +133,15 @@ def _parse_start(m: dict[str, Any]) -> Start:
     endpointing = m.get("endpointing", "silence")
     if endpointing not in ("silence", "semantic"):
         raise ProtocolError('"endpointing" must be "silence" or "semantic"')
+    turn_threshold = m.get("turn_threshold", 0.0)
+    if (
+        isinstance(turn_threshold, bool)
+        or not isinstance(turn_threshold, int | float)
+        or not 0.0 <= turn_threshold <= 1.0
+    ):
+        raise ProtocolError(
+            f'"turn_threshold" must be a number from 0 to 1, got {turn_threshold!r}'
+        )
     languages = m.get("languages", [])
     if not isinstance(languages, list) or not all(isinstance(c, str) for c in languages):
         raise ProtocolError('"languages" must be a list of language codes, e.g. ["de", "fr"]')
@@ -142,6 +153,7 @@ def _parse_start(m: dict[str, Any]) -> Start:
         silence_ms=_typed(m, "silence_ms", int, 0),
         endpointing=endpointing,
         eager_finals=_typed(m, "eager_finals", bool, False),
+        turn_threshold=float(turn_threshold),
         hotwords=tuple(hotwords),
         word_timestamps=_typed(m, "word_timestamps", bool, False),
         events=events,
@@ -168,6 +180,7 @@ def streaming_config(start: Start) -> asr_pb2.StreamingConfig:
             silence_ms=start.silence_ms,
             mode=start.endpointing.upper(),
             eager_finals=start.eager_finals,
+            turn_threshold=start.turn_threshold,
         ),
         hotwords=list(start.hotwords),
         word_timestamps=start.word_timestamps,

@@ -45,6 +45,15 @@ def test_start_message_becomes_a_linear16_mono_config() -> None:
     assert list(config.languages) == ["en", "de"]
 
 
+def test_a_semantic_start_may_set_its_turn_threshold() -> None:
+    start = parse_text(
+        '{"type": "start", "sample_rate": 16000, "endpointing": "semantic", "turn_threshold": 0.9}'
+    )
+    config = streaming_config(start)  # type: ignore[arg-type]
+    assert config.endpointing.mode == asr_pb2.EndpointingConfig.SEMANTIC
+    assert config.endpointing.turn_threshold == pytest.approx(0.9)
+
+
 @pytest.mark.parametrize(
     ("text", "phrase"),
     [
@@ -58,6 +67,8 @@ def test_start_message_becomes_a_linear16_mono_config() -> None:
         ('{"type": "start", "sample_rate": 16000, "events": "grpc"}', "events"),
         ('{"type": "start", "sample_rate": 16000, "hotwords": "a"}', "hotwords"),
         ('{"type": "start", "sample_rate": 16000, "languages": "de,fr"}', "languages"),
+        ('{"type": "start", "sample_rate": 16000, "turn_threshold": 2}', "turn_threshold"),
+        ('{"type": "start", "sample_rate": 16000, "turn_threshold": true}', "turn_threshold"),
         ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "base64"),
     ],
 )
