@@ -8,6 +8,7 @@ engine for ForceEndTurn, bad messages and every refusal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from typing import Any
 
@@ -17,7 +18,16 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from asr_client.scoring import wer
-from tests.helpers import corpus, eventually, read_pcm16, serve_fake, speech_pcm
+from asr_server.vad.turn import TurnDetection, TurnVerdict
+from tests.helpers import (
+    corpus,
+    eventually,
+    read_pcm16,
+    serve_fake,
+    silence,
+    speech_pcm,
+    tone,
+)
 from tests.integration.test_bridge import events_until_close
 
 pytestmark = pytest.mark.timeout(120)
@@ -158,6 +168,55 @@ async def test_force_end_turn_ends_the_turn_at_once(make_server, make_bridge) ->
     # (a StartOfTurn when the final is the turn's first result, else an Update)
     assert last["event"] in ("StartOfTurn", "Update") and last["turn_index"] == 1
     assert last["transcript"] == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
+class SureOf:
+    """A turn model that gives the same answer at every pause."""
+
+    def __init__(self, probability: float) -> None:
+        self.probability = probability
+
+    def predict(self, audio: np.ndarray) -> TurnVerdict:
+        return TurnVerdict(self.probability)
+
+
+async def test_eager_ends_are_withdrawn_and_confirmed_end_to_end(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    # the server's SEMANTIC endpointing with a turn model 0.8 sure at every pause: each
+    # pause gets an eager end at the first ask (0.8 is under 0.98); the one inside the
+    # turn is withdrawn when speech resumes, the last is confirmed at the second ask
+    server = await serve_fake(make_server)
+    server.servicer.services = dataclasses.replace(
+        server.servicer.services,
+        turn=TurnDetection(SureOf(0.8), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
+    )
+    bridge = await make_bridge(server.port, token=TOKEN)
+    audio = np.concatenate([tone(2.0), silence(0.35), tone(1.0), silence(1.5)])
+    pcm = (audio * 32767).astype("<i2").tobytes()
+    async with connect(
+        flux_url(bridge, f"{GOOD}&eager_eot_threshold=0.5"), additional_headers=auth()
+    ) as ws:
+        for i in range(0, len(pcm), 2_560):  # 80 ms chunks at 4x real time
+            await ws.send(pcm[i : i + 2_560])
+            await asyncio.sleep(0.02)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    check_flux_rules(messages)
+    turns = [(m["event"], m["transcript"]) for m in messages if m["type"] == "TurnInfo"]
+    events = [e for e, _ in turns if e != "Update"]
+    assert events == [
+        "StartOfTurn",
+        "EagerEndOfTurn",
+        "TurnResumed",
+        "EagerEndOfTurn",
+        "EndOfTurn",
+    ], turns
+    eager = [m for m in messages if m.get("event") == "EagerEndOfTurn"]
+    assert [m["end_of_turn_confidence"] for m in eager] == [0.8, 0.8]
+    assert eager[0]["transcript"] == " ".join(f"w{i}" for i in range(8))
+    (end,) = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert end["transcript"] == eager[1]["transcript"] == " ".join(f"w{i}" for i in range(12))
+    assert end["trigger"] == "model" and end["end_of_turn_confidence"] == 0.8
     await eventually(lambda: server.servicer.active == 0)
 
 
