@@ -382,7 +382,7 @@ class DeepgramMessages:
             if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
                 self._ended.add((e.channel, e.utterance_id))
                 return []
-            if not self.options.vad_events:
+            if e.type != asr_pb2.SpeechEvent.SPEECH_STARTED or not self.options.vad_events:
                 return []
             return [
                 {

@@ -348,6 +348,8 @@ class FluxTurns:
             elif e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED and self._eager is not None:
                 self._eager = None
                 out.append(self._turn_info("TurnResumed"))
+            elif e.type == asr_pb2.SpeechEvent.NO_WORDS:
+                out += self._no_final(e.utterance_id)
             return out
         if kind == "end_of_turn":
             t = response.end_of_turn
@@ -369,14 +371,23 @@ class FluxTurns:
 
     def _next_utterance(self, utterance_id: int) -> list[Event]:
         """An event of a later utterance: one whose speech ended and whose final has not
-        come had no words (the server sends finals in order), so its turn ends now."""
+        come had no words (the server sends finals in order; servers that predate
+        NO_WORDS say no more), so its turn ends now."""
         out: list[Event] = []
         if utterance_id > self._utterance:
             if self._ending is not None and self._ending.utterance_id < utterance_id:
-                self._partial = ""  # words only a partial heard, which no final confirmed
-                out = self._end_turn() if self._open else []
-                self._reset()
+                out = self._no_final(self._ending.utterance_id)
             self._utterance = utterance_id
+        return out
+
+    def _no_final(self, utterance_id: int) -> list[Event]:
+        """The utterance ended without words (a noise): if it ended the turn, the turn
+        ends now, with the words of its finals only."""
+        self._partial = ""  # words only a partial heard, which no final confirmed
+        if self._ending is None or self._ending.utterance_id != utterance_id:
+            return []  # (a split part without words: the turn goes on)
+        out = self._end_turn() if self._open else []
+        self._reset()
         return out
 
     def _result(self, r: asr_pb2.Result) -> list[Event]:

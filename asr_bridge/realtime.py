@@ -443,6 +443,10 @@ class ServerEvents:
             ]
         if self._dropped(e.utterance_id, self._started.get(e.utterance_id, e.offset_s)):
             return []
+        if e.type == asr_pb2.SpeechEvent.NO_WORDS:
+            return self._no_words(e.utterance_id)
+        if e.type != asr_pb2.SpeechEvent.SPEECH_ENDED:
+            return []  # (SPEECH_RESUMED: this API has no eager results)
         self._committed.add(e.utterance_id)
         out = []
         if server_vad:
@@ -456,6 +460,26 @@ class ServerEvents:
         )
         self._previous_item = item
         return out
+
+    def _no_words(self, utterance_id: int) -> list[Event]:
+        """An utterance without words: a committed item still gets its ``completed``, with
+        an empty transcript, as OpenAI sends one for audio without speech (clients wait
+        for it)."""
+        self._sent.pop(utterance_id, None)
+        self._started.pop(utterance_id, None)
+        if utterance_id not in self._committed:
+            return []
+        self._committed.discard(utterance_id)
+        return [
+            self.event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=self.item(utterance_id),
+                content_index=0,
+                transcript="",
+                logprobs=None,
+                usage={"type": "duration", "seconds": 0.0},
+            )
+        ]
 
     def _result(self, r: asr_pb2.Result) -> list[Event]:
         if self._dropped(r.utterance_id, self._started.get(r.utterance_id, r.start_s)):

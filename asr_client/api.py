@@ -29,6 +29,7 @@ SPEECH_EVENT_TYPES = {
     asr_pb2.SpeechEvent.SPEECH_STARTED: "speech_started",
     asr_pb2.SpeechEvent.SPEECH_ENDED: "speech_ended",
     asr_pb2.SpeechEvent.SPEECH_RESUMED: "speech_resumed",
+    asr_pb2.SpeechEvent.NO_WORDS: "no_words",
 }
 #: EndOfTurn.reason as JSON and logs name it ("" from servers that predate it)
 TURN_END_REASONS = {

@@ -334,6 +334,10 @@ class ResumableStream:
             self._seen_utterance(ch, ev.utterance_id)
             if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                 self._utterance_open(ch, ev.utterance_id)
+            elif ev.type == asr_pb2.SpeechEvent.NO_WORDS:
+                # over, with no final to say so: a boundary as a final is
+                if ev.utterance_id >= self._open_utterance[ch]:
+                    self._speaking[ch] = False
         elif kind == "result":
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)

@@ -155,10 +155,12 @@ class SpeechEvent(_message.Message):
         SPEECH_STARTED: _ClassVar[SpeechEvent.Type]
         SPEECH_ENDED: _ClassVar[SpeechEvent.Type]
         SPEECH_RESUMED: _ClassVar[SpeechEvent.Type]
+        NO_WORDS: _ClassVar[SpeechEvent.Type]
     TYPE_UNSPECIFIED: SpeechEvent.Type
     SPEECH_STARTED: SpeechEvent.Type
     SPEECH_ENDED: SpeechEvent.Type
     SPEECH_RESUMED: SpeechEvent.Type
+    NO_WORDS: SpeechEvent.Type
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]

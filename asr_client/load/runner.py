@@ -152,7 +152,7 @@ class _Stream:
                 key = (ev.channel, ev.utterance_id)
                 if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                     self._speech_start[key] = ev.offset_s
-                else:
+                elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
                     self._speech_end[key] = ev.offset_s
             elif response.HasField("result"):
                 self._result(response.result, now)

@@ -40,6 +40,7 @@ from asr_server.session.types import (
     ChannelStart,
     ConfigUpdate,
     EndOfTurn,
+    NoWords,
     OutEvent,
     RecognitionResult,
     SpeechBoundary,
@@ -698,7 +699,16 @@ class ChannelRecognizer:
         utt.drop_first_answer()  # the final is on its way: an eager result is moot now
         if len(utt.audio) == 0:
             utt.drop_speculation()
+        elif await self._final_of(utt):
             return
+        # no final comes for this utterance: say so, so that nobody waits for one (an
+        # agent whose turn began with a partial's words, an OpenAI client's item)
+        await self._emit(
+            NoWords(utt.audio.end_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
+        )
+
+    async def _final_of(self, utt: UtteranceState) -> bool:
+        """Decode and send the utterance's final; False if it has no words."""
         early = utt.take_early_final(utt.audio.end_sample)
         # decoded while the endpoint was being confirmed (None: set aside before it was
         # done, and it needs another decode)
@@ -707,8 +717,7 @@ class ChannelRecognizer:
             hyp = await self._finals.decode(utt, *self._finals.request(utt))
         if hyp is not None:
             hyp = await self._in_stream_language(utt, hyp)
-        if hyp is not None:
-            await self._emit_final(utt, hyp)
+        return hyp is not None and await self._emit_final(utt, hyp)
 
     async def _in_stream_language(self, utt: UtteranceState, hyp: Hypothesis) -> Hypothesis | None:
         """The final in the language the stream keeps: detection on this final updates
@@ -724,10 +733,11 @@ class ChannelRecognizer:
             return hyp
         return dataclasses.replace(hyp, language_scores=scores)
 
-    async def _emit_final(self, utt: UtteranceState, hyp: Hypothesis) -> None:
+    async def _emit_final(self, utt: UtteranceState, hyp: Hypothesis) -> bool:
+        """Send ``hyp`` as the utterance's final; False if it has no words."""
         utt.finalizing = True
         if hyp.rejected or not hyp.text:
-            return
+            return False
         offset = utt.audio.start_sample / SAMPLE_RATE
         words = [
             WordTiming(w.word, offset + w.start_s, offset + w.end_s, w.probability)
@@ -774,6 +784,7 @@ class ChannelRecognizer:
             utt.partial_samples / SAMPLE_RATE,
             utt.last_partial_text,
         )
+        return True
 
     # -- partials -------------------------------------------------------------------------
 

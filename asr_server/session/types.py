@@ -95,6 +95,15 @@ class SpeechBoundary:
 
 
 @dataclass(frozen=True)
+class NoWords:
+    """The utterance ended without words: no final comes for it."""
+
+    offset_s: float  # where its audio ended
+    channel: int
+    utterance_id: int
+
+
+@dataclass(frozen=True)
 class SpeechResumed:
     """Speech went on after an eager result: that eager text is withdrawn."""
 
@@ -179,4 +188,12 @@ class GoingAway:
     reason: str
 
 
-OutEvent = SpeechBoundary | SpeechResumed | RecognitionResult | StreamDone | GoingAway | EndOfTurn
+OutEvent = (
+    SpeechBoundary
+    | SpeechResumed
+    | NoWords
+    | RecognitionResult
+    | StreamDone
+    | GoingAway
+    | EndOfTurn
+)

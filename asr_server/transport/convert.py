@@ -11,6 +11,7 @@ from asr_server.errors import AsrError
 from asr_server.session.types import (
     EndOfTurn,
     GoingAway,
+    NoWords,
     OutEvent,
     Progress,
     RecognitionResult,
@@ -303,8 +304,10 @@ def event_to_proto(
             ),
             progress=progress_msg,
         )
-    if isinstance(event, SpeechBoundary | SpeechResumed):
-        if isinstance(event, SpeechResumed):
+    if isinstance(event, SpeechBoundary | SpeechResumed | NoWords):
+        if isinstance(event, NoWords):
+            kind = asr_pb2.SpeechEvent.NO_WORDS
+        elif isinstance(event, SpeechResumed):
             kind = asr_pb2.SpeechEvent.SPEECH_RESUMED
         elif event.started:
             kind = asr_pb2.SpeechEvent.SPEECH_STARTED

@@ -42,3 +42,10 @@ async def test_applause_after_the_last_word_gives_no_final(make_server) -> None:
     assert wer([rec.transcript], [" ".join(finals)]) <= 0.1  # the speech's words all came
     assert sample(server, "asr_finals_without_speech_total") == 1
     assert len(ended) == len(finals) + 1  # the crowd's utterance ended, without words
+    # and the stream said so, where that utterance's final would have come
+    no_words = [
+        e
+        for e in events
+        if e.HasField("speech_event") and e.speech_event.type == e.speech_event.NO_WORDS
+    ]
+    assert [e.speech_event.utterance_id for e in no_words] == [ended[-1].speech_event.utterance_id]

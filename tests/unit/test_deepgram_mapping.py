@@ -228,6 +228,9 @@ def test_vad_events_and_channels() -> None:
     assert started == {"type": "SpeechStarted", "channel": [1, 2], "timestamp": 0.5}
     (r,) = messages.response(result(True, " Hi.", channel=1))
     assert r["channel_index"] == [1, 2]
+    # only a start of speech is a SpeechStarted
+    for other in (asr_pb2.SpeechEvent.SPEECH_RESUMED, asr_pb2.SpeechEvent.NO_WORDS):
+        assert messages.response(speech(other, channel=1)) == []
 
 
 def test_finalize_marks_the_next_final_of_each_channel() -> None:

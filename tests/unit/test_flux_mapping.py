@@ -279,6 +279,24 @@ def test_an_utterance_without_words_ends_its_turn_with_the_next_speech() -> None
     assert [m["turn_index"] for m in out] == [0, 0, 1]
 
 
+def test_no_words_ends_the_turn_that_was_waiting_for_its_final() -> None:
+    turns = FluxTurns(FluxOptions())
+    out = feed(
+        turns,
+        partial("The first part"),
+        final("The first part,"),  # a split: the turn goes on
+        partial("Thank you.", 1),  # a noise's partial read words
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        end_of_turn(1, 0.9, asr_pb2.EndOfTurn.MODEL),
+        speech(SpeechEvent.NO_WORDS, 1),  # its final had none
+    )
+    assert events(out)[-1] == ("EndOfTurn", "The first part,")
+    assert out[-1]["trigger"] == "model" and turns.turn_index == 1
+    # a split part without words leaves the turn as it is
+    more = feed(turns, partial("Next", 2), speech(SpeechEvent.NO_WORDS, 2), partial("Next one", 3))
+    assert events(more) == [("StartOfTurn", "Next"), ("Update", "Next one")]
+
+
 def test_force_end_turn_in_manual_mode() -> None:
     options = parse_flux_query([*BASE, ("eot_threshold", "1")])
     turns = FluxTurns(options)

@@ -114,3 +114,23 @@ def test_a_clear_drops_what_was_not_committed_and_nothing_else() -> None:
         "conversation.item.input_audio_transcription.completed",
     ]
     assert out[0]["previous_item_id"] == ev.item(0)
+
+
+def test_an_utterance_without_words_still_completes_its_item() -> None:
+    # a noise: committed at its speech end, then the server's NO_WORDS instead of a final;
+    # an OpenAI client waits for the item's completed, which comes with no transcript
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    kinds = lambda out: [e["type"] for e in out]  # noqa: E731
+    ev.response(_speech(SpeechEvent.SPEECH_STARTED, 0.2, 0), server_vad=True)
+    assert kinds(ev.response(_speech(SpeechEvent.SPEECH_ENDED, 0.6, 0), server_vad=True)) == [
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+    ]
+    (done,) = ev.response(_speech(SpeechEvent.NO_WORDS, 0.8, 0), server_vad=True)
+    assert done["type"] == "conversation.item.input_audio_transcription.completed"
+    assert done["item_id"] == ev.item(0) and done["transcript"] == ""
+    # a split part without words was never committed: nothing to complete; and a
+    # resumed speech (eager finals, which this API does not ask for) says nothing
+    assert ev.response(_speech(SpeechEvent.NO_WORDS, 9.0, 1), server_vad=True) == []
+    assert ev.response(_speech(SpeechEvent.SPEECH_RESUMED, 9.5, 2), server_vad=True) == []

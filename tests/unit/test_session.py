@@ -35,7 +35,7 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
-from asr_server.session.types import ConfigUpdate, EndOfTurn, TurnEndReason
+from asr_server.session.types import ConfigUpdate, EndOfTurn, NoWords, TurnEndReason
 from asr_server.session.utterance import UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
@@ -1064,11 +1064,18 @@ async def test_a_noise_after_a_final_gets_no_words(second_opinion: bool) -> None
     finals = [f.text for f in results(events, final=True)]
     # its utterance begins and ends, as the voice detector heard it, either way
     assert [e.started for e in events if isinstance(e, SpeechBoundary)] == [True, False] * 2
+    no_words = [e for e in events if isinstance(e, NoWords)]
     if second_opinion:  # decoded after the first final, it had no new words: none
         assert finals == ["w0 w1 w2 w3"]
         assert h.metrics.finals_without_speech._value.get() == 1
         assert final_decodes(h) == 2
+        # and the stream says so where its final would have come, after its speech end
+        (nothing,) = no_words
+        ended = [e for e in events if isinstance(e, SpeechBoundary) and not e.started][-1]
+        assert nothing.utterance_id == ended.utterance_id == 1
+        assert events.index(nothing) > events.index(ended)
     else:  # then decoded alone, as before, and made up
+        assert no_words == []
         assert finals == ["w0 w1 w2 w3", "Thank you."]
         assert h.metrics.finals_without_speech._value.get() == 0
         assert final_decodes(h) == 3
