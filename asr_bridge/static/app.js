@@ -126,6 +126,9 @@ function onEvent(s, ev) {
     case "final":
       addFinal(ev);
       break;
+    case "no_words":
+      showPartial("", ""); // a noise's partial: no final will replace it
+      break;
     case "error":
       fail(s, `${ev.code}: ${ev.message}`);
       break;
