@@ -212,6 +212,11 @@ class LiveRenderer(Renderer):
             self._partials[r.channel] = r
         elif kind == "final":
             self._partials.pop(r.channel, None)
+        elif kind == "no_words":  # a noise's partial: no final will replace it
+            e = response.speech_event
+            shown = self._partials.get(e.channel)
+            if shown is not None and shown.utterance_id == e.utterance_id:
+                del self._partials[e.channel]
         elif kind == "progress":
             return
         # redraw before printing: printing redraws the last drawn live lines, and the

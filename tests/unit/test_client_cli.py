@@ -424,3 +424,21 @@ def test_every_event_gets_its_own_name_and_line() -> None:
         "[00:01.5] ch0  (speech resumed)",
         "[00:02.0] ch0  (end of turn)",
     ]
+
+
+def test_the_live_view_drops_a_partial_that_no_final_will_replace() -> None:
+    from rich.console import Console
+
+    from asr_client.render import LiveRenderer
+
+    Response = asr_pb2.StreamingRecognizeResponse
+    no_words = asr_pb2.SpeechEvent.NO_WORDS
+    renderer = LiveRenderer(Console(file=io.StringIO(), force_terminal=True))
+    with renderer:
+        renderer.event(Response(result=asr_pb2.Result(text="Thank you.", utterance_id=3)))
+        # another utterance's NO_WORDS (or none shown at all) leaves it alone
+        renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=2)))
+        assert renderer._partials[0].text == "Thank you."
+        renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=3)))
+        assert renderer._partials == {}
+        renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=4)))
