@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from asr_client import api
 from asr_client.retry import retry_service_config
 from asr_server.transport import servicer
@@ -20,3 +22,17 @@ def test_grpc_retries_only_the_one_message_call() -> None:
     names = [name for method in config["methodConfig"] for name in method["name"]]
     assert names == [{"service": "asr.v1.Recognizer", "method": "Recognize"}]
     assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+
+
+def test_a_stream_update_names_only_what_changes_and_a_new_call_starts_from_it() -> None:
+    update = api.stream_update(turn_threshold=0.9, hotwords=["Ishmael"])
+    assert update.HasField("turn_threshold") and not update.HasField("max_silence_ms")
+    assert update.replace_hotwords and list(update.hotwords) == ["Ishmael"]
+    assert not api.stream_update(turn_threshold=0.9).replace_hotwords  # hotwords unchanged
+    assert api.stream_update(hotwords=[]).replace_hotwords  # cleared
+    config = api.audio_config(endpointing="semantic", max_silence_ms=3000, hotwords=["old"])
+    merged = api.updated_config(config, update)
+    assert merged.endpointing.turn_threshold == pytest.approx(0.9)  # (a float32 on the wire)
+    assert merged.endpointing.max_silence_ms == 3000
+    assert list(merged.hotwords) == ["Ishmael"]
+    assert list(config.hotwords) == ["old"]  # the original is left as it was
