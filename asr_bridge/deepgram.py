@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,7 +35,7 @@ MAX_FRAME_BYTES = 256 * 1024
 MODEL_INFO = {"name": "streamasr", "version": "1", "arch": "whisper"}
 MODEL_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/streamasr/whisper"))
 
-_ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
+ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
 _BYTES_PER_SAMPLE = {"linear16": 2, "mulaw": 1, "alaw": 1}
 #: accepted and without effect here: model choice, billing and bookkeeping options
 _IGNORED = {"model", "version", "tag", "mip_opt_out", "extra", "token"}
@@ -118,41 +118,72 @@ class ListenOptions:
         return self.frame_bytes * self.sample_rate
 
 
-def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
-    """The options of a ``/v1/listen`` URL's query (repeated keys allowed for keywords)."""
+def split_query(
+    params: Iterable[tuple[str, str]],
+    *,
+    repeatable: Collection[str],
+    handled: Collection[str],
+    ignored: Collection[str],
+    unsupported: Collection[str],
+) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """A Deepgram query's options, as both routes take them: each ``handled`` or
+    ``ignored`` key once (or repeated alike), the ``repeatable`` keys' (key, value) pairs
+    in order, an ``unsupported`` feature only when off; anything else is refused."""
     single: dict[str, str] = {}
-    hotwords: list[str] = []
+    repeated: list[tuple[str, str]] = []
     for key, value in params:
-        if key in ("keywords", "keyterm"):
-            # keywords carry an optional boost ("word:2"); the server's hotwords take none
-            term = re.sub(r":-?\d+(\.\d+)?$", "", value).strip() if key == "keywords" else value
-            if term.strip():
-                hotwords.append(term.strip())
-        elif key in _UNSUPPORTED_FEATURES:
+        if key in repeatable:
+            repeated.append((key, value))
+        elif key in unsupported:
             if value.lower() not in ("false", ""):
                 raise ListenQueryError(f"{key} is not supported by this server")
-        elif key in _HANDLED or key in _IGNORED:
+        elif key in handled or key in ignored:
             if key in single and single[key] != value:
                 raise ListenQueryError(f"{key} is given twice with different values")
             single[key] = value
         else:
-            raise ListenQueryError(f"unknown query parameter {_show(key)}")
+            raise ListenQueryError(f"unknown query parameter {shown(key)}")
+    return single, repeated
+
+
+def raw_audio(single: dict[str, str]) -> tuple[str, int]:
+    """The query's ``encoding`` and ``sample_rate``: both required, raw audio only."""
     encoding = single.get("encoding")
     if encoding is None:
         raise ListenQueryError(
             "encoding is required: this server takes raw audio (linear16, mulaw or alaw), "
             "not containers"
         )
-    if encoding not in _ENCODINGS:
+    if encoding not in ENCODINGS:
         raise ListenQueryError(
-            f"encoding {_show(encoding)} is not supported (use linear16, mulaw or alaw)"
+            f"encoding {shown(encoding)} is not supported (use linear16, mulaw or alaw)"
         )
     if "sample_rate" not in single:
         raise ListenQueryError("sample_rate is required with encoding")
-    rate = _integer(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
-    channels = _integer(single, "channels", 1, MAX_CHANNELS, default=1)
+    return encoding, integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
+
+
+def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
+    """The options of a ``/v1/listen`` URL's query (repeated keys allowed for keywords)."""
+    single, repeated = split_query(
+        params,
+        repeatable=("keywords", "keyterm"),
+        handled=_HANDLED,
+        ignored=_IGNORED,
+        unsupported=_UNSUPPORTED_FEATURES,
+    )
+    hotwords: list[str] = []
+    for key, value in repeated:
+        # keywords carry an optional boost ("word:2"); the server's hotwords take none
+        term = re.sub(r":-?\d+(\.\d+)?$", "", value) if key == "keywords" else value
+        if term.strip():
+            hotwords.append(term.strip())
+    encoding, rate = raw_audio(single)
+    channels = integer_option(single, "channels", 1, MAX_CHANNELS, default=1)
     utterance_end_ms = (
-        _integer(single, "utterance_end_ms", 1, 60_000) if "utterance_end_ms" in single else None
+        integer_option(single, "utterance_end_ms", 1, 60_000)
+        if "utterance_end_ms" in single
+        else None
     )
     return ListenOptions(
         encoding=encoding,
@@ -170,7 +201,7 @@ def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
     )
 
 
-def _show(value: str) -> str:
+def shown(value: str) -> str:
     return repr(value[:40] + ("…" if len(value) > 40 else ""))
 
 
@@ -180,15 +211,15 @@ def _boolean(single: dict[str, str], key: str, default: bool) -> bool:
         return default
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ListenQueryError(f"{key} must be true or false, got {_show(value)}")
+    raise ListenQueryError(f"{key} must be true or false, got {shown(value)}")
 
 
-def _integer(single: dict[str, str], key: str, low: int, high: int, default: int = 0) -> int:
+def integer_option(single: dict[str, str], key: str, low: int, high: int, default: int = 0) -> int:
     value = single.get(key)
     if value is None:
         return default
     if not re.fullmatch(r"\d{1,9}", value) or not low <= int(value) <= high:
-        raise ListenQueryError(f"{key} must be an integer from {low} to {high}, got {_show(value)}")
+        raise ListenQueryError(f"{key} must be an integer from {low} to {high}, got {shown(value)}")
     return int(value)
 
 
@@ -198,7 +229,7 @@ def _endpointing(value: str | None) -> int | None:
     if value.lower() == "false":
         return MAX_SILENCE_MS  # no endpointing: only the longest silence ends an utterance
     if not re.fullmatch(r"\d{1,9}", value):
-        raise ListenQueryError(f"endpointing must be milliseconds or false, got {_show(value)}")
+        raise ListenQueryError(f"endpointing must be milliseconds or false, got {shown(value)}")
     return min(MAX_SILENCE_MS, max(MIN_SILENCE_MS, int(value)))
 
 
@@ -207,12 +238,12 @@ def _language(value: str) -> str:
     if value.lower() == "multi":
         return ""
     if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", value):
-        raise ListenQueryError(f"language must be a BCP-47 tag such as en-US, got {_show(value)}")
+        raise ListenQueryError(f"language must be a BCP-47 tag such as en-US, got {shown(value)}")
     return value.split("-")[0].lower()
 
 
 def streaming_config(options: ListenOptions) -> asr_pb2.StreamingConfig:
-    encoding = "LINEAR16" if options.downmix else _ENCODINGS[options.encoding]
+    encoding = "LINEAR16" if options.downmix else ENCODINGS[options.encoding]
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
             encoding=encoding,  # type: ignore[arg-type]
@@ -287,20 +318,23 @@ _CONTROL: dict[str, type[ControlMessage]] = {
 }
 
 
-def parse_text(text: str) -> ControlMessage:
+def control_message(text: str, types: Collection[str], hint: str) -> dict[str, Any]:
+    """A client text message of one of ``types`` (``hint`` names the ones to use), as a
+    JSON object; ``SchemaError`` otherwise."""
     try:
         message = json.loads(text)
     except json.JSONDecodeError:
         raise SchemaError("a text message must be JSON") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise SchemaError('a text message must be a JSON object with a "type"')
-    kind = _CONTROL.get(message["type"])
-    if kind is None:
-        raise SchemaError(
-            f"unknown message type {_show(message['type'])} "
-            "(use KeepAlive, Finalize, CloseStream or Configure)"
-        )
-    return kind()
+    if message["type"] not in types:
+        raise SchemaError(f"unknown message type {shown(message['type'])} (use {hint})")
+    return message
+
+
+def parse_text(text: str) -> ControlMessage:
+    message = control_message(text, _CONTROL, "KeepAlive, Finalize, CloseStream or Configure")
+    return _CONTROL[message["type"]]()
 
 
 # -- server messages ---------------------------------------------------------------------

@@ -15,7 +15,6 @@ and refused is documented in ``docs/compat.md``.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Iterable
@@ -24,18 +23,20 @@ from typing import Any
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
-    MAX_RATE_HZ,
-    MIN_RATE_HZ,
+    ENCODINGS,
     Event,
     ListenOptions,
     ListenQueryError,
     SchemaError,
-    _show,
+    control_message,
+    integer_option,
+    raw_audio,
+    shown,
+    split_query,
 )
 
 #: Flux's models → the server's language ("" = detect; language_hint narrows it)
 MODELS = {"flux-general-en": "en", "flux-general-multi": ""}
-_ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
 #: the server's range for the longest pause a SEMANTIC stream holds open (Flux allows up
 #: to 60 s; longer values are capped, which only ends a silent turn sooner)
 MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 300, 10_000
@@ -78,75 +79,49 @@ class FluxOptions:
 def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
     """The options of a ``/v2/listen`` URL's query (``keyterm`` and ``language_hint`` may
     repeat). Raises ``ListenQueryError`` (HTTP 400 on the handshake, as Deepgram answers)."""
-    single: dict[str, str] = {}
-    hotwords: list[str] = []
-    hints: list[str] = []
-    for key, value in params:
-        if key == "keyterm":
-            if value.strip():
-                hotwords.append(value.strip())
-        elif key == "language_hint":
-            hints.extend(h.strip() for h in value.split(",") if h.strip())
-        elif key in _UNSUPPORTED_FEATURES:
-            if value.lower() not in ("false", ""):
-                raise ListenQueryError(f"{key} is not supported by this server")
-        elif key in _HANDLED or key in _IGNORED:
-            if key in single and single[key] != value:
-                raise ListenQueryError(f"{key} is given twice with different values")
-            single[key] = value
-        else:
-            raise ListenQueryError(f"unknown query parameter {_show(key)}")
+    single, repeated = split_query(
+        params,
+        repeatable=("keyterm", "language_hint"),
+        handled=_HANDLED,
+        ignored=_IGNORED,
+        unsupported=_UNSUPPORTED_FEATURES,
+    )
+    hotwords = [v.strip() for k, v in repeated if k == "keyterm" and v.strip()]
+    hints = [
+        h.strip() for k, v in repeated if k == "language_hint" for h in v.split(",") if h.strip()
+    ]
     model = single.get("model")
     if model is None:
         raise ListenQueryError("model is required (flux-general-en or flux-general-multi)")
     if model not in MODELS:
         raise ListenQueryError(
-            f"model {_show(model)} is not a Flux model (use flux-general-en or flux-general-multi)"
+            f"model {shown(model)} is not a Flux model (use flux-general-en or flux-general-multi)"
         )
-    encoding = single.get("encoding")
-    if encoding is None:
-        raise ListenQueryError(
-            "encoding is required: this server takes raw audio (linear16, mulaw or alaw), "
-            "not containers"
-        )
-    if encoding not in _ENCODINGS:
-        raise ListenQueryError(
-            f"encoding {_show(encoding)} is not supported (use linear16, mulaw or alaw)"
-        )
-    rate = _integer(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ, required=True)
+    encoding, rate = raw_audio(single)
     eot = _number(single, "eot_threshold", 0.5, 1.0)
     eager = _number(single, "eager_eot_threshold", 0.3, 0.9)
     if eager is not None and eager > (eot if eot is not None else 0.7):
         raise ListenQueryError("eager_eot_threshold must not be above eot_threshold")
-    timeout = _integer(single, "eot_timeout_ms", 500, 60_000)
+    timeout = (
+        integer_option(single, "eot_timeout_ms", 500, 60_000)
+        if "eot_timeout_ms" in single
+        else None
+    )
     if hints and not MODELS[model] == "":
         raise ListenQueryError("language_hint is only for flux-general-multi")
     for hint in hints:
         if not re.fullmatch(r"[A-Za-z]{2,3}(-[A-Za-z0-9]{1,8})*", hint):
-            raise ListenQueryError(f"language_hint must be a language code, got {_show(hint)}")
+            raise ListenQueryError(f"language_hint must be a language code, got {shown(hint)}")
     return FluxOptions(
         model=model,
         encoding=encoding,
-        sample_rate=rate or 16_000,
+        sample_rate=rate,
         eot_threshold=eot if eot is not None else 0.7,
         eager_eot_threshold=eager,
         eot_timeout_ms=None if timeout is None else min(MAX_TIMEOUT_MS, timeout),
         hotwords=tuple(hotwords),
         language_hints=tuple(dict.fromkeys(h.split("-")[0].lower() for h in hints)),
     )
-
-
-def _integer(
-    single: dict[str, str], key: str, low: int, high: int, *, required: bool = False
-) -> int | None:
-    value = single.get(key)
-    if value is None:
-        if required:
-            raise ListenQueryError(f"{key} is required with encoding")
-        return None
-    if not re.fullmatch(r"\d{1,9}", value) or not low <= int(value) <= high:
-        raise ListenQueryError(f"{key} must be an integer from {low} to {high}, got {_show(value)}")
-    return int(value)
 
 
 def _number(single: dict[str, str], key: str, low: float, high: float) -> float | None:
@@ -158,7 +133,7 @@ def _number(single: dict[str, str], key: str, low: float, high: float) -> float 
     except ValueError:
         number = float("nan")
     if not low <= number <= high:  # NaN fails too
-        raise ListenQueryError(f"{key} must be a number from {low} to {high}, got {_show(value)}")
+        raise ListenQueryError(f"{key} must be a number from {low} to {high}, got {shown(value)}")
     return number
 
 
@@ -168,7 +143,7 @@ def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
     turns end only on ForceEndTurn or the timeout (Flux's "bring your own turn detection")."""
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
-            encoding=_ENCODINGS[options.encoding],  # type: ignore[arg-type]
+            encoding=ENCODINGS[options.encoding],  # type: ignore[arg-type]
             sample_rate_hz=options.sample_rate,
             channels=1,
         ),
@@ -243,18 +218,8 @@ _CONTROL: dict[str, type[ControlMessage]] = {
 
 
 def parse_text(text: str) -> ControlMessage:
-    try:
-        message = json.loads(text)
-    except json.JSONDecodeError:
-        raise SchemaError("a text message must be JSON") from None
-    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
-        raise SchemaError('a text message must be a JSON object with a "type"')
-    kind = _CONTROL.get(message["type"])
-    if kind is None:
-        raise SchemaError(
-            f"unknown message type {_show(message['type'])} "
-            "(use CloseStream, ForceEndTurn or Configure)"
-        )
+    message = control_message(text, _CONTROL, "CloseStream, ForceEndTurn or Configure")
+    kind = _CONTROL[message["type"]]
     if kind is Configure:
         thresholds = message.get("thresholds") or {}
         if not isinstance(thresholds, dict):
