@@ -20,7 +20,8 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 from starlette.responses import JSONResponse
@@ -57,6 +58,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+Options = TypeVar("Options")
+
 CLOSE_NORMAL = 1000
 #: Deepgram closes with 1008 and "DATA-0000" for data it cannot use; 1011 for its own faults
 CLOSE_POLICY = 1008
@@ -85,19 +88,37 @@ async def serve(
     ws: WebSocket, client: AsrClient, session_id: str, metrics: BridgeMetrics, config: BridgeConfig
 ) -> None:
     """``app.ServeSession`` for ``/v1/listen``: check the query, accept, relay."""
-    try:
-        options = parse_listen_query(ws.query_params.multi_items())
-    except ListenQueryError as exc:
-        metrics.session_errors.labels("INVALID_ARGUMENT").inc()
-        logger.info("session %s: refused: %s", session_id, exc)
-        await send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+    options = await query_or_refusal(ws, session_id, metrics, parse_listen_query)
+    if options is None:
         return
     messages = DeepgramMessages(options)
-    await ws.accept(headers=[(b"dg-request-id", messages.request_id.encode())])
+    await accept(ws, messages.request_id)
     await DeepgramSession(ws, client, session_id, metrics, options, messages).run()
 
 
-async def send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
+async def query_or_refusal(
+    ws: WebSocket,
+    session_id: str,
+    metrics: BridgeMetrics,
+    parse: Callable[[Iterable[tuple[str, str]]], Options],
+) -> Options | None:
+    """The handshake's query as ``parse`` reads it, or None once it was refused: an HTTP
+    400 on the handshake, as Deepgram's API answers it."""
+    try:
+        return parse(ws.query_params.multi_items())
+    except ListenQueryError as exc:
+        metrics.session_errors.labels("INVALID_ARGUMENT").inc()
+        logger.info("session %s: refused: %s", session_id, exc)
+        await _send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+        return None
+
+
+async def accept(ws: WebSocket, request_id: str) -> None:
+    """Accept the socket, with the request id in a header as Deepgram sends it."""
+    await ws.accept(headers=[(b"dg-request-id", request_id.encode())])
+
+
+async def _send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
     with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
         if "websocket.http.response" in ws.scope.get("extensions", {}):
             await ws.send_denial_response(refusal_response(refusal))

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from starlette.websockets import WebSocket
 
 from asr_api.v1 import asr_pb2
-from asr_bridge.deepgram import Event, ListenQueryError, SchemaError, handshake_refusal
-from asr_bridge.deepgram_session import DeepgramRelay, send_refusal
+from asr_bridge.deepgram import Event, SchemaError
+from asr_bridge.deepgram_session import DeepgramRelay, accept, query_or_refusal
 from asr_bridge.flux import (
     CloseStream,
     Configure,
@@ -44,15 +44,11 @@ async def serve(
     ws: WebSocket, client: AsrClient, session_id: str, metrics: BridgeMetrics, config: BridgeConfig
 ) -> None:
     """``app.ServeSession`` for ``/v2/listen``: check the query, accept, relay."""
-    try:
-        options = parse_flux_query(ws.query_params.multi_items())
-    except ListenQueryError as exc:
-        metrics.session_errors.labels("INVALID_ARGUMENT").inc()
-        logger.info("session %s: refused: %s", session_id, exc)
-        await send_refusal(ws, handshake_refusal("INVALID_ARGUMENT", str(exc)))
+    options = await query_or_refusal(ws, session_id, metrics, parse_flux_query)
+    if options is None:
         return
     turns = FluxTurns(options)
-    await ws.accept(headers=[(b"dg-request-id", turns.request_id.encode())])
+    await accept(ws, turns.request_id)
     await FluxSession(ws, client, session_id, metrics, options, turns).run()
 
 
