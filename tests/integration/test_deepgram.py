@@ -37,20 +37,34 @@ def auth(token: str = TOKEN) -> dict[str, str]:
 # -- the official SDK, the real model ----------------------------------------------------
 
 
-async def sdk_transcribe(port: int, audio: bytes, chunk: int, seconds_per_chunk: float, **query):  # type: ignore[no-untyped-def]
-    """Stream ``audio`` through the official SDK at about 4× real time, CloseStream, and
-    return every message the SDK parsed, in order."""
+def sdk_client(port: int, key: str = TOKEN) -> Any:
+    """The official SDK's async client, pointed at the bridge on ``port``: the only two
+    things a Deepgram user changes are the base URL and the key."""
     from deepgram import AsyncDeepgramClient
     from deepgram.environment import DeepgramClientEnvironment
 
-    # the only two things a Deepgram user changes: the base URL and the key
     environment = DeepgramClientEnvironment(
         base=f"http://127.0.0.1:{port}",
         production=f"ws://127.0.0.1:{port}",
         agent=f"ws://127.0.0.1:{port}",
         agent_rest=f"http://127.0.0.1:{port}",
     )
-    client = AsyncDeepgramClient(api_key=TOKEN, environment=environment)
+    return AsyncDeepgramClient(api_key=key, environment=environment)
+
+
+async def handshake_refused(url: str, token: str) -> tuple[int, dict[str, Any], Any]:
+    """Connect to ``url`` expecting the handshake to be refused: status, JSON body, headers."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(url, additional_headers=auth(token)):
+            pass
+    response = refused.value.response
+    return response.status_code, json.loads(response.body), response.headers
+
+
+async def sdk_transcribe(port: int, audio: bytes, chunk: int, seconds_per_chunk: float, **query):  # type: ignore[no-untyped-def]
+    """Stream ``audio`` through the official SDK at about 4× real time, CloseStream, and
+    return every message the SDK parsed, in order."""
+    client = sdk_client(port)
     received: list[Any] = []
     async with client.listen.v1.connect(model="nova-3", **query) as socket:
 
@@ -152,17 +166,11 @@ async def test_official_sdk_transcribes_8khz_mulaw(make_server, make_bridge) -> 
 
 
 async def test_official_sdk_reports_a_wrong_key_as_401(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
-    from deepgram import AsyncDeepgramClient
     from deepgram.core.api_error import ApiError
-    from deepgram.environment import DeepgramClientEnvironment
 
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
-    url = f"127.0.0.1:{bridge.port}"
-    environment = DeepgramClientEnvironment(
-        base=f"http://{url}", production=f"ws://{url}", agent=f"ws://{url}", agent_rest=""
-    )
-    client = AsyncDeepgramClient(api_key="wrong", environment=environment)
+    client = sdk_client(bridge.port, key="wrong")
     with pytest.raises(ApiError) as refused:
         async with client.listen.v1.connect(model="nova-3", encoding="linear16", sample_rate=16000):
             pass
@@ -199,15 +207,11 @@ async def test_refusals_are_http_errors_on_the_handshake(
 ) -> None:
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
-    with pytest.raises(InvalidStatus) as refused:
-        async with connect(listen_url(bridge, query), additional_headers=auth(token)):
-            pass
-    response = refused.value.response
-    assert response.status_code == status
-    body = json.loads(response.body)
+    code, body, headers = await handshake_refused(listen_url(bridge, query), token)
+    assert code == status
     assert phrase in body["err_msg"]
-    assert body["request_id"] == response.headers["dg-request-id"]
-    assert phrase in response.headers["dg-error"]
+    assert body["request_id"] == headers["dg-request-id"]
+    assert phrase in headers["dg-error"]
     assert server.servicer.active == 0
     # the refused sockets gave their slot back
     assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0

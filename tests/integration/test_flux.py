@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pytest
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
 
 from asr_client.scoring import wer
 from asr_server.vad.turn import TurnDetection, TurnVerdict
@@ -29,10 +28,10 @@ from tests.helpers import (
     tone,
 )
 from tests.integration.test_bridge import events_until_close
+from tests.integration.test_deepgram import TOKEN, auth, handshake_refused, sdk_client
 
 pytestmark = pytest.mark.timeout(120)
 
-TOKEN = "flux-s3cret"
 # two read sentences with a pause between, then silence: at least one turn ends
 RECORDINGS = ("libri_1089-134686-0000", "libri_1995-1837-0001")
 GOOD = "model=flux-general-en&encoding=linear16&sample_rate=16000"
@@ -40,10 +39,6 @@ GOOD = "model=flux-general-en&encoding=linear16&sample_rate=16000"
 
 def flux_url(bridge: Any, query: str) -> str:
     return f"ws://127.0.0.1:{bridge.port}/v2/listen?{query}"
-
-
-def auth(token: str = TOKEN) -> dict[str, str]:
-    return {"Authorization": f"Token {token}"}
 
 
 def check_flux_rules(messages: list[dict[str, Any]]) -> None:
@@ -81,16 +76,7 @@ def check_flux_rules(messages: list[dict[str, Any]]) -> None:
 async def sdk_turns(port: int, audio: bytes, **query: str) -> list[Any]:
     """Stream ``audio`` through the official SDK at about 2× real time, in Flux's
     recommended 80 ms chunks, then CloseStream; every message the SDK parsed, in order."""
-    from deepgram import AsyncDeepgramClient
-    from deepgram.environment import DeepgramClientEnvironment
-
-    environment = DeepgramClientEnvironment(
-        base=f"http://127.0.0.1:{port}",
-        production=f"ws://127.0.0.1:{port}",
-        agent=f"ws://127.0.0.1:{port}",
-        agent_rest=f"http://127.0.0.1:{port}",
-    )
-    client = AsyncDeepgramClient(api_key=TOKEN, environment=environment)
+    client = sdk_client(port)
     received: list[Any] = []
     chunk = 2_560  # 80 ms of 16 kHz linear16
     async with client.listen.v2.connect(
@@ -287,14 +273,10 @@ async def test_refusals_are_http_errors_on_the_handshake(
 ) -> None:
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
-    with pytest.raises(InvalidStatus) as refused:
-        async with connect(flux_url(bridge, query), additional_headers=auth(token)):
-            pass
-    response = refused.value.response
-    assert response.status_code == status
-    body = json.loads(response.body)
+    code, body, headers = await handshake_refused(flux_url(bridge, query), token)
+    assert code == status
     assert phrase in body["err_msg"]
-    assert body["request_id"] == response.headers["dg-request-id"]
+    assert body["request_id"] == headers["dg-request-id"]
     assert server.servicer.active == 0
 
 
