@@ -24,7 +24,9 @@ from typing import Any
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
     ENCODINGS,
+    CloseStream,
     Event,
+    KeepAlive,
     ListenOptions,
     ListenQueryError,
     SchemaError,
@@ -173,11 +175,6 @@ def _max_silence_ms(eot_timeout_ms: int | None) -> int:
 
 
 @dataclass(frozen=True)
-class CloseStream:
-    pass
-
-
-@dataclass(frozen=True)
 class ForceEndTurn:
     pass
 
@@ -203,11 +200,8 @@ class ConfigureError(ValueError):
         self.description = description
 
 
-@dataclass(frozen=True)
-class KeepAlive:
-    """Not one of Flux's messages, but Deepgram's v1 clients send it; nothing to do."""
-
-
+# CloseStream and KeepAlive are the live API's (KeepAlive is not one of Flux's messages,
+# but Deepgram's clients send it; there is nothing to do)
 ControlMessage = CloseStream | ForceEndTurn | Configure | KeepAlive
 _CONTROL: dict[str, type[ControlMessage]] = {
     "CloseStream": CloseStream,
