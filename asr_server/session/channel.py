@@ -191,12 +191,10 @@ class ChannelRecognizer:
         self._turn = (
             turn.for_stream(config.turn_threshold, config.eager_threshold) if turn else None
         )
-        # SEMANTIC: (pause in samples, threshold) of each question to the turn model; one
-        # whose answer could never end the turn (a threshold over 1) is not asked
+        # SEMANTIC: (pause in samples, threshold) of each question to the turn model
         self._turn_probes = [
             (int(ms * SAMPLE_RATE / 1000), threshold)
             for ms, threshold in (self._turn.probes() if self._turn else [])
-            if threshold <= 1.0
         ]
 
     def _reconfigure(self, config: StreamConfig) -> None:

@@ -195,11 +195,12 @@ class TurnDetection:
         )
 
     def probes(self) -> list[tuple[int, float]]:
-        """(pause in ms, threshold) of each question, in order."""
+        """(pause in ms, threshold) of each question, in order; one whose answer could
+        never end the turn (a stream's threshold 1) is not asked."""
         probes = [(self.probe_ms, self.threshold)]
         if self.second_probe_ms > self.probe_ms:
             probes.append((self.second_probe_ms, self.second_threshold))
-        return probes
+        return [(ms, threshold) for ms, threshold in probes if threshold <= 1.0]
 
 
 def load_turn_detection(settings: Settings) -> TurnDetection:
