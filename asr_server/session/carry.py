@@ -4,8 +4,9 @@ what came before it, and the checks that decide whether the carried decode is tr
 A final is decoded after the previous final's audio, with that final's text forced as
 the prefix (README, "Accuracy"). Whisper now and then stops right after a forced
 prefix, skips what follows it, or hears other words in another speaker's context; the
-checks here compare the carried final with the utterance's latest partial, which heard
-it alone, and say when it must be decoded again alone and which of the two is kept.
+checks here compare the carried final with the utterance's partial, which heard it
+alone (the latest partial, unless it stopped short: ``UtteranceState.hear``), and say
+when it must be decoded again alone and which of the two is kept.
 """
 
 from __future__ import annotations
@@ -21,16 +22,27 @@ from asr_server.engine.text import looped_tail, same_word, spoken_words
 from asr_server.session.utterance import SAMPLE_RATE
 
 CLOSING_PUNCTUATION = ".,;:!?…"
-#: a carried final with fewer words than this share of the latest partial's (rounded)
+#: a carried final with fewer words than this share of the partial's (rounded)
 #: lost some (with more than 1.25 times as many and 2, for the same length of audio, it
 #: read something twice): it is decoded again without the carry
 CARRY_MIN_KEPT = 0.6
-#: a carried final with this many words the latest partial does not have is decoded
+#: a carried final with this many words the partial does not have is decoded
 #: alone too (see Carry.doubtful for which one is kept)
 CARRY_DOUBT_WORDS = 3
+#: ... if that partial heard at least this share of the utterance's audio: one of its
+#: first tenth of a second ("Thank you." for 0.12 s of 1.6) has no say on the rest
+DOUBT_MIN_HEARD_SHARE = 0.5
 #: a carried final that begins with the carried passage's last this-many words, where
-#: the latest partial does not, read them again (see Carry.restarts)
+#: the partial does not, read them again (see Carry.restarts)
 RESTART_WORDS = 2
+
+
+def spells_out(heard: list[str], words: list[str]) -> bool:
+    """``words`` begin with every letter and digit of ``heard``, written as fewer words:
+    the partial's digits grouped into a numeral ("01803" for "0 1 8 0"). Counted in
+    words that looks like words lost; nothing is."""
+    said = "".join(heard)
+    return bool(said) and "".join(words).startswith(said)
 
 
 def read_alike(heard: list[str], words: list[str]) -> list[int]:
@@ -81,17 +93,21 @@ class Carry:
         leave." it dropped "my native country" that continued it)."""
         return self.text.rstrip(CLOSING_PUNCTUATION)
 
-    def went_wrong(self, carried: Hypothesis, heard: int, heard_share: float = 1.0) -> bool:
+    def went_wrong(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """Whisper now and then ends right after a forced prefix, skips what follows it,
         or reads the carried passage again before the new one. ``carried``: the stripped
-        hypothesis; ``heard``: the number of ``spoken_words`` of the utterance's latest
-        partial (0: none), which heard ``heard_share`` of its audio (a partial of the
-        first half has about half the words)."""
+        hypothesis; ``heard``: the ``spoken_words`` of the utterance's partial (none: no
+        partial), which heard ``heard_share`` of its audio (a partial of the first half
+        has about half the words)."""
         if carried.rejected:
             return True
         words = spoken_words(carried.text)
-        most = heard / max(heard_share, 0.1) * 1.25 + 2
-        if heard and not round(heard * CARRY_MIN_KEPT) <= len(words) <= most:
+        n = len(heard)
+        if n and len(words) < round(n * CARRY_MIN_KEPT) and not spells_out(heard, words):
+            return True  # words lost (not the partial's digits written as one numeral)
+        if n and len(words) > n / max(heard_share, 0.1) * 1.25 + 2:
+            # read something twice; or digits the partial wrote as one numeral, written
+            # apart: the decode alone writes numerals as a reader wants them ("90210")
             return True
         # it begins with three words of the carried passage: reading it again
         before = spoken_words(self.text)
@@ -103,17 +119,17 @@ class Carry:
         """The carried decode went wrong in one of the ways below, and this utterance must
         be decoded again alone: it lost words or read the carried passage again
         (``went_wrong``), went back over the carried end (``restarts``) or looped at its
-        own (``reads_its_end_twice``). ``heard``: the latest partial's ``spoken_words``,
+        own (``reads_its_end_twice``). ``heard``: the partial's ``spoken_words``,
         which heard ``heard_share`` of this utterance's audio."""
         return (
-            self.went_wrong(carried, len(heard), heard_share)
+            self.went_wrong(carried, heard, heard_share)
             or self.restarts(carried, heard)
             or self.reads_its_end_twice(carried, heard)
         )
 
     def restarts(self, carried: Hypothesis, heard: list[str]) -> bool:
         """It begins by reading the carried passage's last RESTART_WORDS words again,
-        and the latest partial (its ``spoken_words`` ``heard``), which heard this
+        and the partial (its ``spoken_words`` ``heard``), which heard this
         utterance alone, does not begin with them: Whisper, forced through the carried
         text, went back over its end ("But the first Bible actually dated," then
         "actually dated, and also was printed…" for "which also was printed…"; LJ
@@ -158,7 +174,7 @@ class Carry:
         span = max((j + 1 for j, h in enumerate(had) if h), default=len(words))
         return matched, span - matched
 
-    def doubtful(self, carried: Hypothesis, heard: list[str]) -> bool:
+    def doubtful(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried final reads this utterance unlike the partials, which heard it
         alone: CARRY_DOUBT_WORDS or more of its words, before the last one they share, are
         not theirs. Carrying mends a word or two at a cut ("S not" -> "ask not"), now and
@@ -167,9 +183,14 @@ class Carry:
         ("ladies and gentlemen" -> "they didn't get to me", the Picovoice clip on a phone
         line). The final decoded alone decides: it replaces the carried one only if it
         reads every word the partials did, and nothing else before the last of them.
-        (The latest partial covers less audio than the final: new words at its end are
-        not held against it.)"""
-        return bool(heard) and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
+        (The partial covers less audio than the final: new words at its end are not held
+        against it; and one that heard less than DOUBT_MIN_HEARD_SHARE of the audio does
+        not judge it at all.)"""
+        return (
+            bool(heard)
+            and heard_share >= DOUBT_MIN_HEARD_SHARE
+            and self.agreement(carried, heard)[1] >= CARRY_DOUBT_WORDS
+        )
 
     def alone_is_right(self, alone: Hypothesis | None, heard: list[str]) -> bool:
         """After ``doubtful``: the final decoded alone reads exactly what the partials

@@ -827,6 +827,7 @@ class ChannelRecognizer:
         if not text or text == utt.last_partial_text:
             return
         utt.last_partial_text = text
+        utt.hear(text, request.audio.size)
         if utt.partials_sent == 0:
             self.metrics.time_to_first_partial.observe(max(0.0, now() - utt.speech_arrived))
         utt.partials_sent += 1

@@ -32,7 +32,7 @@ from asr_server.vad.base import SpeechCheck
 
 logger = logging.getLogger(__name__)
 
-#: a final's looped tail is cut only where the latest partial heard all but this much
+#: a final's looped tail is cut only where the partial heard all but this much
 #: of its audio (the final's 0.2 s of pause included): a phrase the speaker said again
 #: at the very end would be missing from a partial that stopped earlier
 LOOP_CHECK_UNHEARD_S = 0.8
@@ -146,10 +146,11 @@ class FinalDecoder:
     def _without_unheard_loops(
         self, utt: UtteranceState, hyp: Hypothesis, own_audio: int
     ) -> Hypothesis:
-        """``hyp`` without what it reads twice where the utterance's latest partial, which
-        heard (nearly) all its speech, read it once (engine/text.py,
-        ``without_unheard_loops``). Whisper, its audio run out mid-sentence (an
-        utterance split at a pause), now and then jumps back a few words and reads on:
+        """``hyp`` without what it reads twice where the utterance's partial
+        (``heard_text``: the latest, unless it stopped short), which heard (nearly) all
+        its speech, read it once (engine/text.py, ``without_unheard_loops``). Whisper,
+        its audio run out mid-sentence (an utterance split at a pause), now and then
+        jumps back a few words and reads on:
         "...has never been surpassed. Printing, then, for our purpose, has never been
         surpassed." (LJ Speech, 231 s; finals decoded alone, which the carry's checks do
         not see), says a phrase twice ("actually dated, actually dated, and"), or,
@@ -157,16 +158,16 @@ class FinalDecoder:
         ("...brought calligraphy to perfection—the middle ages brought calligraphee to
         perfection."). The decode's own loop checks (engine/text.py) do not cut so short
         a repeat: on its own it could be the speaker's. Here the partial tells."""
-        unheard = own_audio - utt.partial_samples
+        unheard = own_audio - utt.heard_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
-        text = without_unheard_loops(hyp.text, spoken_words(utt.last_partial_text))
+        text = without_unheard_loops(hyp.text, spoken_words(utt.heard_text))
         if text == hyp.text:
             return hyp
         logger.debug(
-            "final %r read words twice (latest partial %r): kept %r",
+            "final %r read words twice (partial %r): kept %r",
             hyp.text,
-            utt.last_partial_text,
+            utt.heard_text,
             text,
         )
         self._metrics.looped_tails_trimmed.inc()
@@ -196,10 +197,11 @@ class FinalDecoder:
             # applause after a speech.)
             self._metrics.finals_without_speech.inc()
             return carried
-        heard = spoken_words(utt.last_partial_text)
+        heard = spoken_words(utt.heard_text)
         own_audio = max(1, request.audio.size - carry.audio.size)
-        wrong = carry.misread(carried, heard, min(1.0, utt.partial_samples / own_audio))
-        if not wrong and not carry.doubtful(carried, heard):
+        heard_share = min(1.0, utt.heard_samples / own_audio)
+        wrong = carry.misread(carried, heard, heard_share)
+        if not wrong and not carry.doubtful(carried, heard, heard_share):
             return carried
         if early is not None and early.set_aside:
             return None
@@ -215,10 +217,10 @@ class FinalDecoder:
         )
         keep_carried = not wrong and not carry.alone_is_right(alone, heard)
         logger.debug(
-            "carried final %r, latest partial %r (of %.2f s of %.2f s), alone %r: kept %s",
+            "carried final %r, partial %r (of %.2f s of %.2f s), alone %r: kept %s",
             carried.text,
-            utt.last_partial_text,
-            utt.partial_samples / SAMPLE_RATE,
+            utt.heard_text,
+            utt.heard_samples / SAMPLE_RATE,
             own_audio / SAMPLE_RATE,
             alone.text if alone else None,
             "carried" if keep_carried else "alone",

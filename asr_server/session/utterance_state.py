@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from asr_server.engine.base import Hypothesis
+from asr_server.engine.text import spoken_words
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.utterance import UtteranceAudio
 
@@ -50,6 +51,9 @@ class UtteranceState:
     last_partial_text: str = ""
     #: audio covered by the newest partial decoded; an older one finishing later is stale
     partial_samples: int = 0
+    #: the partial the final's checks compare it with (``heard``), and the audio it covered
+    heard_text: str = ""
+    heard_samples: int = 0
     finalizing: bool = False
     partial_language: str = ""
     #: where the endpointer heard speech end (for the latency metric); None = end of audio
@@ -75,6 +79,16 @@ class UtteranceState:
     #: SEMANTIC with eager finals: the turn model's first answer in the speculation's
     #: pause; the eager result waits for it and goes out only if the turn may be over
     first_answer: asyncio.Future[float] | None = None
+
+    def hear(self, text: str, samples: int) -> None:
+        """A partial of the first ``samples`` of the utterance read ``text``. It becomes
+        what the final is checked against (the newest partial heard the most), unless it
+        has fewer than half the words of the one before: then Whisper's greedy decode
+        stopped short ("The" for 2 s of "the aforementioned Gutenberg Bible", after a
+        partial of 1.5 s had it), and the fuller one is the better witness."""
+        if len(spoken_words(text)) * 2 < len(spoken_words(self.heard_text)):
+            return
+        self.heard_text, self.heard_samples = text, samples
 
     def drop_speculation(self) -> None:
         """Every early final is moot (and cancelled, if its decode has not started)."""
