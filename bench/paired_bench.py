@@ -11,7 +11,11 @@ machine state. Figures are those of ``streaming_bench.py`` with ``--finalize-at-
 Usage: python bench/paired_bench.py "" "ASR_TURN__SPECULATE_MS=90" [--json out.json]
 (each argument: comma-separated NAME=VALUE pairs; "" is the defaults; CODE=DIR runs that
 configuration's server from another checkout, e.g. a ``git worktree`` of the commit
-before a change: "CODE=/tmp/before" "")
+before a change: "CODE=/tmp/before" ""; VIA=deepgram streams that configuration through
+an asr-bridge's Deepgram endpoint, as pipecat's DeepgramSTTService does, with Finalize at
+the same VAD stops: ``paired_bench.py --endpointing silence "" "VIA=deepgram"`` sets the
+bridge's path beside the direct one; the bridge asks for silence endpointing, so compare
+it with ``--endpointing silence``)
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import deepgram_stream as dg  # noqa: E402
 import streaming_bench as sb  # noqa: E402
 
 
@@ -36,18 +41,28 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
     configs = [environment(spec) for spec in a.configs]
     items = [i for i in sb.load_items(a.limit, a.ids) if len(sb.references(i)) == 1]
     client_ends = {i.id: sb.client_vad_speech_ends(i) for i in items}
-    servers = []
+    servers: list[tuple[asyncio.subprocess.Process, int, int]] = []
+    bridges: dict[int, tuple[asyncio.subprocess.Process, int]] = {}  # config → its bridge
     try:
         for env in configs:
             code = Path(env["CODE"]) if "CODE" in env else sb.ROOT
-            settings = {k: v for k, v in env.items() if k != "CODE"}
+            settings = {k: v for k, v in env.items() if k not in ("CODE", "VIA")}
             log = a.server_logs / f"server{len(servers)}.log" if a.server_logs else None
             servers.append(await sb.start_server(a.model, [], settings, code, log))
+            if env.get("VIA") == "deepgram":
+                bridges[len(servers) - 1] = await dg.start_bridge(servers[-1][1])
+            elif "VIA" in env:
+                raise SystemExit(f"VIA={env['VIA']}: only VIA=deepgram is known")
         outcomes: list[list[sb.Outcome]] = [[] for _ in configs]
         for k, item in enumerate(items):
             order = [(k + j) % len(configs) for j in range(len(configs))]
             for i in order:
                 _, port, _ = servers[i]
+                if i in bridges:
+                    outcomes[i].append(
+                        await dg.stream_one(bridges[i][1], item, a.chunk_ms, client_ends[item.id])
+                    )
+                    continue
                 outcomes[i].append(
                     await sb.stream_one(
                         port,
@@ -91,6 +106,9 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
             "configs": figures,
         }
     finally:
+        for proc, _ in bridges.values():
+            proc.terminate()
+            await proc.wait()
         for proc, _, _ in servers:
             proc.terminate()
             await proc.wait()
