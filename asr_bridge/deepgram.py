@@ -401,11 +401,46 @@ class DeepgramMessages:
     )
     #: (channel, utterance) whose speech ended: their final is ``speech_final``
     _ended: set[tuple[int, int]] = field(default_factory=set)
-    #: channels with a Finalize not yet answered by a final: that final is ``from_finalize``
-    _finalizing: set[int] = field(default_factory=set)
+    #: channels with a Finalize not yet answered, and how many seconds of audio had been
+    #: sent when it came: the channel's next final is ``from_finalize``
+    _finalizing: dict[int, float] = field(default_factory=dict)
+    #: (channel, utterance) whose speech began and that have had no final (or NO_WORDS)
+    _open: set[tuple[int, int]] = field(default_factory=set)
 
-    def finalize_requested(self) -> None:
-        self._finalizing.update(range(self.options.reported_channels))
+    def finalize_requested(self, at_s: float) -> None:
+        """A Finalize came after ``at_s`` seconds of audio."""
+        for channel in range(self.options.reported_channels):
+            self._finalizing[channel] = at_s
+
+    def _began(self, channel: int, utterance: int, offset_s: float) -> None:
+        """Speech began at ``offset_s``. If that is after a pending Finalize and nothing
+        else of the channel is open, that Finalize came with nothing to finalize (pipecat
+        sends one at every stop of its VAD, also after a noise): nothing answers it, as
+        Deepgram does not promise to either, and this utterance's final is no answer."""
+        at = self._finalizing.get(channel)
+        if at is not None and offset_s >= at and not self._open_on(channel):
+            del self._finalizing[channel]
+        self._open.add((channel, utterance))
+
+    def _open_on(self, channel: int) -> bool:
+        return any(c == channel for c, _ in self._open)
+
+    def _no_words(self, e: asr_pb2.SpeechEvent) -> list[Event]:
+        """An utterance ended without words. If a Finalize ended it, it is answered with an
+        empty final (``from_finalize``), as Deepgram answers a Finalize with nothing new:
+        pipecat stops waiting for it."""
+        self._open.discard((e.channel, e.utterance_id))
+        if e.channel not in self._finalizing or self._open_on(e.channel):
+            self._ended.discard((e.channel, e.utterance_id))
+            return []
+        empty = asr_pb2.Result(
+            is_final=True,
+            start_s=e.offset_s,
+            end_s=e.offset_s,
+            utterance_id=e.utterance_id,
+            channel=e.channel,
+        )
+        return self._results(empty)
 
     def _channel(self, channel: int) -> list[int]:
         return [channel, self.options.reported_channels]
@@ -416,6 +451,10 @@ class DeepgramMessages:
             if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
                 self._ended.add((e.channel, e.utterance_id))
                 return []
+            if e.type == asr_pb2.SpeechEvent.NO_WORDS:
+                return self._no_words(e)
+            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                self._began(e.channel, e.utterance_id, e.offset_s)
             if e.type != asr_pb2.SpeechEvent.SPEECH_STARTED or not self.options.vad_events:
                 return []
             return [
@@ -434,7 +473,11 @@ class DeepgramMessages:
         self._ended.discard((r.channel, r.utterance_id))
         from_finalize = r.is_final and r.channel in self._finalizing
         if from_finalize:
-            self._finalizing.discard(r.channel)
+            del self._finalizing[r.channel]
+        if r.is_final:
+            self._open.discard((r.channel, r.utterance_id))
+            if not speech_final:  # split: the speech goes on under the next id, unannounced
+                self._open.add((r.channel, r.utterance_id + 1))
         words = [
             {
                 "word": _plain(w.word),

@@ -324,7 +324,7 @@ class DeepgramSession(DeepgramRelay):
             await self._send([error_message(str(exc), message=text)])
             return
         if isinstance(command, Finalize):
-            self.messages.finalize_requested()
+            self.messages.finalize_requested(self.audio_bytes / self.options.bytes_per_second)
             await stream.finalize()
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)

@@ -278,6 +278,36 @@ async def test_finalize_ends_the_utterance_and_keeps_the_stream(make_server, mak
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_a_finalize_in_silence_is_no_answer_to_the_next_speech(
+    make_server, make_bridge
+) -> None:  # type: ignore[no-untyped-def]
+    """pipecat sends Finalize at every stop of its VAD, also after a noise the server did
+    not take for speech: the final of the speech that follows seconds later must not
+    claim to answer it (``from_finalize``), nor may the real Finalize after it go
+    unanswered."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    quiet = np.zeros(16_000, np.int16).tobytes()
+    tone = speech_pcm(1.0)[:16_000].tobytes()
+    async with connect(listen_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(quiet)
+        await ws.send(json.dumps({"type": "Finalize"}))  # nothing to finalize
+        await ws.send(quiet + tone + quiet)  # speech, ended by the server's endpointing
+        first = None
+        while first is None:
+            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if m["type"] == "Results" and m["is_final"]:
+                first = m
+        await ws.send(tone)
+        await ws.send(json.dumps({"type": "Finalize"}))  # ends this one
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    finals = [first] + [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert [f["from_finalize"] for f in finals] == [False, True], finals
+    assert all(f["channel"]["alternatives"][0]["transcript"] for f in finals)
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_stereo_without_multichannel_is_one_transcript(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)

@@ -235,10 +235,68 @@ def test_vad_events_and_channels() -> None:
 
 def test_finalize_marks_the_next_final_of_each_channel() -> None:
     messages = DeepgramMessages(query())
-    messages.finalize_requested()
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=1.0))
+    messages.finalize_requested(at_s=3.0)
     (first,) = messages.response(result(True, " One.", WORDS))
     (second,) = messages.response(result(True, " Two.", WORDS, utterance=1))
     assert first["from_finalize"] and not second["from_finalize"]
+
+
+def test_a_finalize_with_nothing_to_finalize_marks_no_later_final() -> None:
+    """pipecat sends Finalize at each stop of its VAD, also after a noise its VAD took for
+    speech and the server did not. Nothing answers that one (Deepgram does not promise
+    to either); the final of the next speech, seconds later, is no answer to it."""
+    messages = DeepgramMessages(query())
+    messages.finalize_requested(at_s=3.0)  # nothing open
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=5.0))
+    (later,) = messages.response(result(True, " Later.", WORDS, utterance=1))
+    assert not later["from_finalize"]
+
+
+def test_a_finalize_answers_speech_that_began_before_it() -> None:
+    # the start of speech is reported after the Finalize was sent, from audio before it
+    messages = DeepgramMessages(query())
+    messages.finalize_requested(at_s=3.0)
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=2.8))
+    (final,) = messages.response(result(True, " Quick.", WORDS))
+    assert final["from_finalize"]
+    # the Finalize ended utterance 0; utterance 1 began before its final came
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=3.1))
+    messages.finalize_requested(at_s=4.0)
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=2, offset=4.5))
+    (first,) = messages.response(result(True, " One.", WORDS, utterance=1))
+    (second,) = messages.response(result(True, " Two.", WORDS, utterance=2))
+    assert first["from_finalize"] and not second["from_finalize"]
+
+
+def test_a_finalize_answers_the_rest_of_a_split_utterance() -> None:
+    # the server split utterance 0 (its length limit): the speech goes on as utterance 1,
+    # which no start of speech announces; the Finalize ends that one
+    messages = DeepgramMessages(query())
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=0.2))
+    (split,) = messages.response(result(True, " First part,", WORDS))
+    messages.finalize_requested(at_s=20.0)
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=2, offset=20.3))
+    (rest,) = messages.response(result(True, " the rest.", WORDS, utterance=1))
+    assert not split["from_finalize"] and rest["from_finalize"]
+
+
+def test_a_finalized_utterance_without_words_is_answered_with_an_empty_final() -> None:
+    """A Finalize that ends an utterance in which Whisper heard no words gets an empty
+    final with ``from_finalize``, as Deepgram answers a Finalize with nothing new to say
+    (pipecat then stops waiting for it); without a Finalize, such an utterance says
+    nothing, as before."""
+    messages = DeepgramMessages(query(utterance_end_ms="1000"))
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=1.0))
+    messages.finalize_requested(at_s=2.0)
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, offset=1.6))
+    (empty,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, offset=1.8))
+    assert empty["type"] == "Results" and empty["is_final"] and empty["from_finalize"]
+    assert empty["speech_final"] and empty["channel"]["alternatives"][0]["transcript"] == ""
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=3.0))
+    assert messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, utterance=1)) == []
+    (final,) = messages.response(result(True, " Next.", WORDS, utterance=2))
+    assert not final["from_finalize"]
 
 
 def test_metadata_summarises_the_stream() -> None:
