@@ -189,6 +189,10 @@ class Configure:
     eot_timeout_ms: object = None
     keyterms: object = None
     language_hints: object = None
+    #: features the server lacks, which a Configure may turn off (as pipecat's Flux
+    #: service sends them whenever its settings change) but not on
+    numerals: object = None
+    profanity_filter: object = None
 
 
 class ConfigureError(ValueError):
@@ -224,6 +228,8 @@ def parse_text(text: str) -> ControlMessage:
             eot_timeout_ms=thresholds.get("eot_timeout_ms"),
             keyterms=message.get("keyterms"),
             language_hints=message.get("language_hints"),
+            numerals=message.get("numerals"),
+            profanity_filter=message.get("profanity_filter"),
         )
     return kind()
 
@@ -477,6 +483,11 @@ class FluxTurns:
             raise ConfigureError(
                 "CONFIGURE_NOT_SUPPORTED", "language hints cannot change on a running stream here"
             )
+        for name, value in (("numerals", c.numerals), ("profanity_filter", c.profanity_filter)):
+            if value is True:
+                raise ConfigureError("CONFIGURE_NOT_SUPPORTED", f"{name} is not supported here")
+            if value not in (None, False):
+                raise ConfigureError("CONFIGURE_INVALID", f"{name} must be true or false")
         eot = _configured(c.eot_threshold, "eot_threshold", 0.5, 1.0, o.eot_threshold)
         eager = _configured(
             c.eager_eot_threshold, "eager_eot_threshold", 0.3, 0.9, o.eager_eot_threshold

@@ -306,3 +306,27 @@ def test_metadata_summarises_the_stream() -> None:
     assert metadata["duration"] == 1.5 and metadata["channels"] == 1
     assert metadata["created"] == "2025-01-01T00:00:00.000Z"
     assert metadata["request_id"] == "r-1" and metadata["sha256"] == "ab"
+
+
+def test_pipecat_deepgram_service_default_query_is_accepted() -> None:
+    """pipecat-ai 1.14's DeepgramSTTService sends every setting it has a value for (read
+    from its source; pipecat cannot be installed beside grpcio here, docs/compat.md)."""
+    options = parse_listen_query(
+        [
+            ("detect_entities", "false"),
+            ("diarize", "false"),
+            ("dictation", "false"),
+            ("interim_results", "true"),
+            ("numerals", "false"),
+            ("punctuate", "true"),
+            ("smart_format", "false"),
+            ("model", "nova-3-general"),
+            ("language", "en"),
+            ("encoding", "linear16"),
+            ("channels", "1"),
+            ("multichannel", "false"),
+            ("sample_rate", "16000"),
+        ]
+    )
+    assert options.interim_results and options.punctuate and options.language == "en"
+    assert options.sample_rate == 16_000 and options.channels == 1

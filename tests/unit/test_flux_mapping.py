@@ -370,6 +370,8 @@ def test_configure_becomes_an_update_of_the_stream() -> None:
         (Configure(keyterms="x"), "CONFIGURE_INVALID", "keyterms must be a list of strings"),
         (Configure(eager_eot_threshold=0.5), "CONFIGURE_NOT_SUPPORTED", "not turned on or off"),
         (Configure(language_hints=["de"]), "CONFIGURE_NOT_SUPPORTED", "language hints"),
+        (Configure(numerals=True), "CONFIGURE_NOT_SUPPORTED", "numerals is not supported"),
+        (Configure(profanity_filter="yes"), "CONFIGURE_INVALID", "must be true or false"),
     ],
 )
 def test_a_configure_this_server_cannot_apply_is_a_failure(
@@ -382,3 +384,20 @@ def test_a_configure_this_server_cannot_apply_is_a_failure(
     failure = turns.configure_failure(refused.value)
     assert failure["type"] == "ConfigureFailure" and failure["code"] == code
     assert turns.options == query()  # nothing changed
+
+
+def test_pipecat_flux_service_connects_and_configures() -> None:
+    """pipecat-ai 1.14's DeepgramFluxSTTService (read from its source; pipecat cannot be
+    installed beside grpcio here, docs/compat.md): its query names model, sample rate and
+    encoding, and eager_eot_threshold 0.5 when eager ends are on; its Configure carries
+    only the fields that changed, numerals and profanity_filter among them."""
+    options = parse_flux_query([*BASE, ("eager_eot_threshold", "0.5"), ("mip_opt_out", "false")])
+    assert options.eager_eot_threshold == 0.5 and options.eot_threshold == 0.7
+    turns = FluxTurns(options)
+    message = (
+        '{"type": "Configure", "keyterms": ["streamasr"], "numerals": false,'
+        ' "profanity_filter": false, "thresholds": {"eot_threshold": 0.8}}'
+    )
+    update, success = turns.configure(parse_text(message))  # type: ignore[arg-type]
+    assert update.turn_threshold == pytest.approx(0.8) and list(update.hotwords) == ["streamasr"]
+    assert success["type"] == "ConfigureSuccess"
