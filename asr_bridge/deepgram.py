@@ -296,7 +296,7 @@ class KeepAlive:
 
 @dataclass(frozen=True)
 class Finalize:
-    pass
+    channel: int | None = None  # only this channel (Deepgram's optional "channel")
 
 
 @dataclass(frozen=True)
@@ -334,6 +334,13 @@ def control_message(text: str, types: Collection[str], hint: str) -> dict[str, A
 
 def parse_text(text: str) -> ControlMessage:
     message = control_message(text, _CONTROL, "KeepAlive, Finalize, CloseStream or Configure")
+    if message["type"] == "Finalize" and message.get("channel") is not None:
+        channel = message["channel"]
+        if isinstance(channel, bool) or not isinstance(channel, int) or channel < 0:
+            raise SchemaError(
+                f"Finalize's channel must be a channel index, not {json.dumps(channel)}"
+            )
+        return Finalize(channel)
     return _CONTROL[message["type"]]()
 
 
@@ -401,37 +408,17 @@ class DeepgramMessages:
     )
     #: (channel, utterance) whose speech ended: their final is ``speech_final``
     _ended: set[tuple[int, int]] = field(default_factory=set)
-    #: channels with a Finalize not yet answered, and how many seconds of audio had been
-    #: sent when it came: the channel's next final is ``from_finalize``
-    _finalizing: dict[int, float] = field(default_factory=dict)
-    #: (channel, utterance) whose speech began and that have had no final (or NO_WORDS)
-    _open: set[tuple[int, int]] = field(default_factory=set)
+    #: channels whose latest Finalize a final ended (``from_finalize``) before the
+    #: server's acknowledgement (FINALIZED) came
+    _answered: set[int] = field(default_factory=set)
 
-    def finalize_requested(self, at_s: float) -> None:
-        """A Finalize came after ``at_s`` seconds of audio."""
-        for channel in range(self.options.reported_channels):
-            self._finalizing[channel] = at_s
-
-    def _began(self, channel: int, utterance: int, offset_s: float) -> None:
-        """Speech began at ``offset_s``. If that is after a pending Finalize and nothing
-        else of the channel is open, that Finalize came with nothing to finalize (pipecat
-        sends one at every stop of its VAD, also after a noise): nothing answers it, as
-        Deepgram does not promise to either, and this utterance's final is no answer."""
-        at = self._finalizing.get(channel)
-        if at is not None and offset_s >= at and not self._open_on(channel):
-            del self._finalizing[channel]
-        self._open.add((channel, utterance))
-
-    def _open_on(self, channel: int) -> bool:
-        return any(c == channel for c, _ in self._open)
-
-    def _no_words(self, e: asr_pb2.SpeechEvent) -> list[Event]:
-        """An utterance ended without words. If a Finalize ended it, it is answered with an
-        empty final (``from_finalize``), as Deepgram answers a Finalize with nothing new:
-        pipecat stops waiting for it."""
-        self._open.discard((e.channel, e.utterance_id))
-        if e.channel not in self._finalizing or self._open_on(e.channel):
-            self._ended.discard((e.channel, e.utterance_id))
+    def _finalized(self, e: asr_pb2.SpeechEvent) -> list[Event]:
+        """The server acknowledged a Finalize on this channel. If no final answered it
+        (nothing was open, or what was open held no words), the answer is an empty final
+        with ``from_finalize``, as Deepgram's is when it has nothing new: pipecat, which
+        sends Finalize at every stop of its VAD, stops waiting on it then."""
+        if e.channel in self._answered:
+            self._answered.discard(e.channel)
             return []
         empty = asr_pb2.Result(
             is_final=True,
@@ -439,6 +426,7 @@ class DeepgramMessages:
             end_s=e.offset_s,
             utterance_id=e.utterance_id,
             channel=e.channel,
+            from_finalize=True,
         )
         return self._results(empty)
 
@@ -452,9 +440,10 @@ class DeepgramMessages:
                 self._ended.add((e.channel, e.utterance_id))
                 return []
             if e.type == asr_pb2.SpeechEvent.NO_WORDS:
-                return self._no_words(e)
-            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
-                self._began(e.channel, e.utterance_id, e.offset_s)
+                self._ended.discard((e.channel, e.utterance_id))
+                return []
+            if e.type == asr_pb2.SpeechEvent.FINALIZED:
+                return self._finalized(e)
             if e.type != asr_pb2.SpeechEvent.SPEECH_STARTED or not self.options.vad_events:
                 return []
             return [
@@ -471,13 +460,9 @@ class DeepgramMessages:
     def _results(self, r: asr_pb2.Result) -> list[Event]:
         speech_final = r.is_final and (r.channel, r.utterance_id) in self._ended
         self._ended.discard((r.channel, r.utterance_id))
-        from_finalize = r.is_final and r.channel in self._finalizing
-        if from_finalize:
-            del self._finalizing[r.channel]
-        if r.is_final:
-            self._open.discard((r.channel, r.utterance_id))
-            if not speech_final:  # split: the speech goes on under the next id, unannounced
-                self._open.add((r.channel, r.utterance_id + 1))
+        from_finalize = r.is_final and r.from_finalize
+        if from_finalize and r.text:  # (the empty answer above is no final of the server's)
+            self._answered.add(r.channel)
         words = [
             {
                 "word": _plain(w.word),

@@ -324,8 +324,12 @@ class DeepgramSession(DeepgramRelay):
             await self._send([error_message(str(exc), message=text)])
             return
         if isinstance(command, Finalize):
-            self.messages.finalize_requested(self.audio_bytes / self.options.bytes_per_second)
-            await stream.finalize()
+            channels = self.options.reported_channels
+            if command.channel is not None and command.channel >= channels:
+                error = f"Finalize's channel {command.channel} does not exist ({channels} here)"
+                await self._send([error_message(error, message=text)])
+                return
+            await stream.finalize(command.channel)
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):

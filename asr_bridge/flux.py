@@ -304,6 +304,8 @@ class FluxTurns:
         kind = response.WhichOneof("event")
         if kind == "speech_event":
             e = response.speech_event
+            if e.type == asr_pb2.SpeechEvent.FINALIZED:
+                return []  # a ForceEndTurn's end of turn is told by its EndOfTurn
             out = self._next_utterance(e.utterance_id)
             if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                 self._speaking = True

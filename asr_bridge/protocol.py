@@ -275,6 +275,8 @@ class StreamasrEvents:
             event["language"] = r.language
             if r.language_probability:
                 event["language_probability"] = round(r.language_probability, 3)
+            if r.from_finalize:
+                event["from_finalize"] = True
             if r.words:
                 event["words"] = [
                     {

@@ -432,6 +432,8 @@ class ServerEvents:
         return []
 
     def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
+        if e.type == asr_pb2.SpeechEvent.FINALIZED:
+            return []  # a commit is answered by its item's events
         item = self.item(e.utterance_id)
         ms = round(e.offset_s * 1000)
         if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:

@@ -30,6 +30,7 @@ SPEECH_EVENT_TYPES = {
     asr_pb2.SpeechEvent.SPEECH_ENDED: "speech_ended",
     asr_pb2.SpeechEvent.SPEECH_RESUMED: "speech_resumed",
     asr_pb2.SpeechEvent.NO_WORDS: "no_words",
+    asr_pb2.SpeechEvent.FINALIZED: "finalized",
 }
 #: EndOfTurn.reason as JSON and logs name it ("" from servers that predate it)
 TURN_END_REASONS = {
@@ -167,13 +168,14 @@ class RecognitionStream:
         """Send audio bytes in the configured encoding; waits while the server pushes back."""
         await self._write(asr_pb2.StreamingRecognizeRequest(audio=data))
 
-    async def finalize(self) -> None:
-        """Ask the server to finalize the current utterance now; the stream stays open."""
-        await self._write(
-            asr_pb2.StreamingRecognizeRequest(
-                control=asr_pb2.Control(action=asr_pb2.Control.FINALIZE)
-            )
-        )
+    async def finalize(self, channel: int | None = None) -> None:
+        """Ask the server to finalize the current utterance now (of ``channel`` only, or of
+        every channel); the stream stays open. Each channel answers with a ``FINALIZED``
+        speech event once the results for the audio sent before it are out."""
+        control = asr_pb2.Control(action=asr_pb2.Control.FINALIZE)
+        if channel is not None:
+            control.channel = channel
+        await self._write(asr_pb2.StreamingRecognizeRequest(control=control))
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         """Change the stream's settings from this point of its audio on (``stream_update``

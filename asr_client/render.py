@@ -44,8 +44,8 @@ def words_line(result: asr_pb2.Result) -> str:
 
 
 def event_type(response: Response) -> str:
-    """speech_started, speech_ended, speech_resumed, end_of_turn, partial, eager, final, or
-    progress (the stream's last response)."""
+    """speech_started, speech_ended, speech_resumed, no_words, finalized, end_of_turn,
+    partial, eager, final, or progress (the stream's last response)."""
     if response.HasField("end_of_turn"):
         return "end_of_turn"
     if response.HasField("speech_event"):
@@ -70,6 +70,7 @@ def result_record(result: asr_pb2.Result) -> dict[str, Any]:
         "utterance_id": result.utterance_id,
         "channel": result.channel,
         "language": result.language,
+        "from_finalize": result.from_finalize,
         "words": [
             {
                 "word": w.word,

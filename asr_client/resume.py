@@ -139,6 +139,16 @@ def is_resumable(error: StreamClosedError) -> bool:
 _REFUSALS = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
 
 
+@dataclass(frozen=True)
+class FinalizeRequest:
+    """A FINALIZE among the kept audio (``channel``: of that channel only; None: all)."""
+
+    channel: int | None = None
+
+    def applies_to(self, channel: int) -> bool:
+        return self.channel is None or self.channel == channel
+
+
 class KeptAudio:
     """The audio sent since the settled point, and FINALIZE requests among it."""
 
@@ -149,7 +159,7 @@ class KeptAudio:
         self.start = 0  # first frame kept
         self.end = 0  # frames sent so far
         self.lost_until = 0  # audio before this frame was dropped for the bound, unsettled
-        self._items: deque[tuple[int, bytes | None]] = deque()  # (first frame, audio | FINALIZE)
+        self._items: deque[tuple[int, bytes | FinalizeRequest]] = deque()  # (first frame, what)
 
     def append(self, data: bytes) -> None:
         if len(data) % self.frame_bytes:
@@ -164,25 +174,26 @@ class KeptAudio:
             self.lost_until = self.end - self.max_frames
             self.trim(self.lost_until)
 
-    def append_finalize(self) -> None:
-        self._items.append((self.end, None))
+    def append_finalize(self, request: FinalizeRequest) -> None:
+        self._items.append((self.end, request))
 
     def trim(self, frame: int) -> None:
         """Forget everything before ``frame``."""
         frame = min(frame, self.end)
         while self._items:
             first, data = self._items[0]
-            last = first + (len(data) // self.frame_bytes if data else 0)
-            if last > frame and data is not None:
-                if first < frame:
-                    self._items[0] = (frame, data[(frame - first) * self.frame_bytes :])
-                break
-            if data is None and first >= frame:
-                break
+            if isinstance(data, FinalizeRequest):
+                if first >= frame:
+                    break
+            else:
+                if first + len(data) // self.frame_bytes > frame:
+                    if first < frame:
+                        self._items[0] = (frame, data[(frame - first) * self.frame_bytes :])
+                    break
             self._items.popleft()
         self.start = max(self.start, frame)
 
-    def replay(self) -> list[bytes | None]:
+    def replay(self) -> list[bytes | FinalizeRequest]:
         return [data for _, data in self._items]
 
 
@@ -215,6 +226,12 @@ class ResumableStream:
         self._language = [""] * channels  # of the last final: the language the channel keeps
         self._speaking = [False] * channels
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
+        # FINALIZE requests sent per channel, and FINALIZED acknowledgements delivered; a
+        # replay sends again those among the kept audio, and the acknowledgements of the
+        # ones already acknowledged are not delivered twice
+        self._finalizes_sent = [0] * channels
+        self._finalizes_acked = [0] * channels
+        self._acks_to_skip = [0] * channels
         self._processed_s = 0.0
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
@@ -241,10 +258,13 @@ class ResumableStream:
             self._kept.append(data)
             await self._write(lambda call: call.send_audio(data))
 
-    async def finalize(self) -> None:
+    async def finalize(self, channel: int | None = None) -> None:
         async with self._write_lock:
-            self._kept.append_finalize()
-            await self._write(lambda call: call.finalize())
+            request = FinalizeRequest(channel)
+            self._kept.append_finalize(request)
+            for ch in range(len(self._finalizes_sent)):
+                self._finalizes_sent[ch] += request.applies_to(ch)
+            await self._write(lambda call: call.finalize(channel))
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         async with self._write_lock:
@@ -276,8 +296,8 @@ class ResumableStream:
                         # is the sign that it took the stream
                         self._resumed()
                     self._admitted = True
-                    self._observe(response)
-                    yield response
+                    if self._observe(response):
+                        yield response
                     if self._should_migrate():
                         migrate = True
                         break
@@ -319,7 +339,9 @@ class ResumableStream:
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def _observe(self, response: asr_pb2.StreamingRecognizeResponse) -> None:
+    def _observe(self, response: asr_pb2.StreamingRecognizeResponse) -> bool:
+        """Note what ``response`` says of the stream; False: it repeats what the caller
+        has had (the acknowledgement of a FINALIZE replayed after a resume)."""
         progress = response.progress
         self._processed_s = max(self._processed_s, progress.audio_processed_s)
         if progress.HasField("settled_s"):
@@ -338,6 +360,11 @@ class ResumableStream:
                 # over, with no final to say so: a boundary as a final is
                 if ev.utterance_id >= self._open_utterance[ch]:
                     self._speaking[ch] = False
+            elif ev.type == asr_pb2.SpeechEvent.FINALIZED:
+                if self._acks_to_skip[ch]:
+                    self._acks_to_skip[ch] -= 1
+                    return False
+                self._finalizes_acked[ch] += 1
         elif kind == "result":
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)
@@ -357,6 +384,7 @@ class ResumableStream:
             self._going_away_at = time.monotonic() + deadline
             logger.info("server is going away in %.1f s; moving at the next boundary", deadline)
         self._kept.trim(self._replay_frame())
+        return True
 
     def _utterance_open(self, channel: int, utterance_id: int) -> None:
         if utterance_id >= self._open_utterance[channel]:
@@ -457,6 +485,7 @@ class ResumableStream:
             self._call = call
             self._going_away_at = None
             items = self._kept.replay()
+            self._skip_acks_of_replayed(items)
             replayed_s = (self._kept.end - self._kept.start) / self._rate
             # the replay runs beside the receiver, which reads the new call's results;
             # the write lock keeps new audio behind the replayed audio. The task's done
@@ -497,11 +526,19 @@ class ResumableStream:
         if self._on_resume is not None:
             self._on_resume(info)
 
-    async def _replay(self, call: RecognitionStream, items: list[bytes | None]) -> None:
+    def _skip_acks_of_replayed(self, items: list[bytes | FinalizeRequest]) -> None:
+        """The first FINALIZE requests of a replay may have been acknowledged on the old
+        call (every channel acknowledges its FINALIZEs in order): their acknowledgements
+        on the new call are not delivered again."""
+        for ch, sent in enumerate(self._finalizes_sent):
+            replayed = sum(isinstance(i, FinalizeRequest) and i.applies_to(ch) for i in items)
+            self._acks_to_skip[ch] = max(0, self._finalizes_acked[ch] - (sent - replayed))
+
+    async def _replay(self, call: RecognitionStream, items: list[bytes | FinalizeRequest]) -> None:
         try:
             for data in items:
-                if data is None:
-                    await call.finalize()
+                if isinstance(data, FinalizeRequest):
+                    await call.finalize(data.channel)
                 else:
                     await call.send_audio(data)
             if self._ended:

@@ -98,7 +98,8 @@ class Metrics:
         )
         self.speech_events = Counter(
             "asr_speech_events_total",
-            "Speech events sent: started, ended, resumed (after an eager result).",
+            "Speech events sent: started, ended, resumed (after an eager result), finalized "
+            "(a client's finalize done).",
             ["type"],
             registry=r,
         )

@@ -124,7 +124,7 @@ class StreamingUpdate(_message.Message):
     def __init__(self, turn_threshold: _Optional[float] = ..., eager_threshold: _Optional[float] = ..., max_silence_ms: _Optional[int] = ..., silence_ms: _Optional[int] = ..., replace_hotwords: _Optional[bool] = ..., hotwords: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Control(_message.Message):
-    __slots__ = ("action",)
+    __slots__ = ("action", "channel")
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[Control.Action]
@@ -132,8 +132,10 @@ class Control(_message.Message):
     ACTION_UNSPECIFIED: Control.Action
     FINALIZE: Control.Action
     ACTION_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
     action: Control.Action
-    def __init__(self, action: _Optional[_Union[Control.Action, str]] = ...) -> None: ...
+    channel: int
+    def __init__(self, action: _Optional[_Union[Control.Action, str]] = ..., channel: _Optional[int] = ...) -> None: ...
 
 class StreamingRecognizeRequest(_message.Message):
     __slots__ = ("config", "audio", "control", "update")
@@ -156,11 +158,13 @@ class SpeechEvent(_message.Message):
         SPEECH_ENDED: _ClassVar[SpeechEvent.Type]
         SPEECH_RESUMED: _ClassVar[SpeechEvent.Type]
         NO_WORDS: _ClassVar[SpeechEvent.Type]
+        FINALIZED: _ClassVar[SpeechEvent.Type]
     TYPE_UNSPECIFIED: SpeechEvent.Type
     SPEECH_STARTED: SpeechEvent.Type
     SPEECH_ENDED: SpeechEvent.Type
     SPEECH_RESUMED: SpeechEvent.Type
     NO_WORDS: SpeechEvent.Type
+    FINALIZED: SpeechEvent.Type
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
@@ -210,7 +214,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager", "turn_probability")
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager", "turn_probability", "from_finalize")
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -225,6 +229,7 @@ class Result(_message.Message):
     LANGUAGE_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     EAGER_FIELD_NUMBER: _ClassVar[int]
     TURN_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
+    FROM_FINALIZE_FIELD_NUMBER: _ClassVar[int]
     is_final: bool
     text: str
     stability: float
@@ -239,7 +244,8 @@ class Result(_message.Message):
     language_probability: float
     eager: bool
     turn_probability: float
-    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ..., turn_probability: _Optional[float] = ...) -> None: ...
+    from_finalize: bool
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ..., turn_probability: _Optional[float] = ..., from_finalize: _Optional[bool] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")

@@ -40,6 +40,7 @@ from asr_server.session.types import (
     ChannelStart,
     ConfigUpdate,
     EndOfTurn,
+    Finalized,
     NoWords,
     OutEvent,
     RecognitionResult,
@@ -298,10 +299,20 @@ class ChannelRecognizer:
             elif isinstance(item, ConfigUpdate):
                 self._reconfigure(item.config)
             else:  # Finalize
-                # from now on the final's decode starts early in each pause
-                self._client_finalizes = True
-                await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
+                await self._client_finalize()
             self._settle()
+
+    async def _client_finalize(self) -> None:
+        """The client's finalize: the utterance open now ends here, its final is sent,
+        and then the acknowledgement, so that a client (a bridge answering Deepgram's
+        ``from_finalize``, a push-to-talk app) need not guess which final answered it."""
+        # from now on the final's decode starts early in each pause
+        self._client_finalizes = True
+        await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
+        await self._emit(
+            Finalized(self.position / SAMPLE_RATE, self.channel, max(0, self._next_id - 1))
+        )
+        self.metrics.speech_events.labels("finalized").inc()
 
     async def _vad(self, fn, *args):  # type: ignore[no-untyped-def]
         if self.endpointer.detector.blocking:
@@ -521,6 +532,7 @@ class ChannelRecognizer:
         utt = self._utt
         if utt is None:
             return
+        utt.ended_by_finalize = reason is TurnEndReason.FINALIZE
         final_end = min(utt.audio.end_sample, end_sample + self._trailing_pad)
         kept = utt.set_aside if await self._no_speech_after_set_aside(utt, final_end) else None
         if kept is not None:  # what was heard since was no speech: speech ended before it
@@ -761,6 +773,7 @@ class ChannelRecognizer:
                 language=hyp.language,
                 language_probability=LanguageTracker.probability(hyp.language_scores, hyp.language),
                 words=words,
+                from_finalize=utt.ended_by_finalize,
             )
         )
         self.metrics.results.labels("final").inc()

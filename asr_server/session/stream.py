@@ -189,12 +189,22 @@ class StreamSession:
         self._partial_tasks.add(task)
         task.add_done_callback(self._partial_tasks.discard)
 
+    def _inboxes_for(self, request: Finalize | ConfigUpdate) -> list[AudioInbox]:
+        if not isinstance(request, Finalize) or request.channel is None:
+            return self._inboxes
+        if request.channel >= len(self._inboxes):
+            raise AsrError.invalid(
+                f"control.channel {request.channel} does not exist: the stream has "
+                f"{len(self._inboxes)} channel(s), numbered from 0"
+            )
+        return [self._inboxes[request.channel]]
+
     async def _read(self, requests: AsyncIterator[bytes | Finalize | ConfigUpdate]) -> None:
         limits = self.services.settings.streaming
         rate = self.config.format.sample_rate_hz
         async for request in requests:
             if isinstance(request, Finalize | ConfigUpdate):
-                for inbox in self._inboxes:  # in order with the audio around it
+                for inbox in self._inboxes_for(request):  # in order with the audio around it
                     await inbox.put(request)
                 continue
             if len(request) > limits.max_audio_message_bytes:

@@ -78,6 +78,8 @@ class StreamConfig:
 class Finalize:
     """The client asked to finalize the current utterance now."""
 
+    channel: int | None = None  # only this channel; None: every channel
+
 
 @dataclass(frozen=True)
 class ConfigUpdate:
@@ -101,6 +103,16 @@ class NoWords:
     offset_s: float  # where its audio ended
     channel: int
     utterance_id: int
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """The client's finalize is done on this channel: every result for the audio
+    before ``offset_s`` has been sent."""
+
+    offset_s: float  # where the finalize came in the channel's audio
+    channel: int
+    utterance_id: int  # the channel's latest utterance (0: none yet)
 
 
 @dataclass(frozen=True)
@@ -129,6 +141,8 @@ class RecognitionResult:
     eager: bool = False
     #: SEMANTIC eager results: the turn model's first answer at this pause
     turn_probability: float = 0.0
+    #: a final that the client's finalize ended (not the endpointer)
+    from_finalize: bool = False
 
     @property
     def text(self) -> str:
@@ -192,6 +206,7 @@ OutEvent = (
     SpeechBoundary
     | SpeechResumed
     | NoWords
+    | Finalized
     | RecognitionResult
     | StreamDone
     | GoingAway

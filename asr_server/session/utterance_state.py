@@ -55,6 +55,8 @@ class UtteranceState:
     heard_text: str = ""
     heard_samples: int = 0
     finalizing: bool = False
+    #: the client's finalize ended it (its final says so: Result.from_finalize)
+    ended_by_finalize: bool = False
     partial_language: str = ""
     #: where the endpointer heard speech end (for the latency metric); None = end of audio
     speech_end: int | None = None

@@ -10,6 +10,7 @@ from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
 from asr_server.errors import AsrError
 from asr_server.session.types import (
     EndOfTurn,
+    Finalized,
     GoingAway,
     NoWords,
     OutEvent,
@@ -275,6 +276,7 @@ def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2
         unstable_text=result.unstable_text,
         eager=result.eager,
         turn_probability=result.turn_probability,
+        from_finalize=result.from_finalize,
     )
 
 
@@ -304,8 +306,10 @@ def event_to_proto(
             ),
             progress=progress_msg,
         )
-    if isinstance(event, SpeechBoundary | SpeechResumed | NoWords):
-        if isinstance(event, NoWords):
+    if isinstance(event, SpeechBoundary | SpeechResumed | NoWords | Finalized):
+        if isinstance(event, Finalized):
+            kind = asr_pb2.SpeechEvent.FINALIZED
+        elif isinstance(event, NoWords):
             kind = asr_pb2.SpeechEvent.NO_WORDS
         elif isinstance(event, SpeechResumed):
             kind = asr_pb2.SpeechEvent.SPEECH_RESUMED

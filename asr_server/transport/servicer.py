@@ -286,7 +286,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             elif kind == "control":
                 if request.control.action != asr_pb2.Control.FINALIZE:
                     raise AsrError.invalid("control.action must be FINALIZE")
-                yield Finalize()
+                control = request.control
+                yield Finalize(control.channel if control.HasField("channel") else None)
             elif kind == "update":
                 config = stream_update_from_proto(request.update, config, services.settings)
                 yield ConfigUpdate(config)

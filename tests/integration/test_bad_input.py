@@ -236,6 +236,12 @@ CASES = [
     ("control action 7", [CONFIG, control(7)], Code.INVALID_ARGUMENT, "FINALIZE"),
     ("control action -1", [CONFIG, control(-1)], Code.INVALID_ARGUMENT, "FINALIZE"),
     (
+        "finalize of channel 1 in a mono stream",
+        [CONFIG, req(control=asr_pb2.Control(action=asr_pb2.Control.FINALIZE, channel=1))],
+        Code.INVALID_ARGUMENT,
+        "control.channel 1 does not exist",
+    ),
+    (
         "config after control",
         [CONFIG, control(1), CONFIG],
         Code.FAILED_PRECONDITION,

@@ -278,13 +278,12 @@ async def test_finalize_ends_the_utterance_and_keeps_the_stream(make_server, mak
     await eventually(lambda: server.servicer.active == 0)
 
 
-async def test_a_finalize_in_silence_is_no_answer_to_the_next_speech(
-    make_server, make_bridge
-) -> None:  # type: ignore[no-untyped-def]
+async def test_every_finalize_is_answered_once_and_in_order(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     """pipecat sends Finalize at every stop of its VAD, also after a noise the server did
-    not take for speech: the final of the speech that follows seconds later must not
-    claim to answer it (``from_finalize``), nor may the real Finalize after it go
-    unanswered."""
+    not take for speech: that one gets an empty ``from_finalize`` final (as Deepgram's
+    answer with nothing new), the speech after it is no answer to it, and the real
+    Finalize later gets the final it ended. All sent at once, far faster than real time:
+    the server's acknowledgements, not timing, pair each Finalize with its answer."""
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
     quiet = np.zeros(16_000, np.int16).tobytes()
@@ -293,18 +292,19 @@ async def test_a_finalize_in_silence_is_no_answer_to_the_next_speech(
         await ws.send(quiet)
         await ws.send(json.dumps({"type": "Finalize"}))  # nothing to finalize
         await ws.send(quiet + tone + quiet)  # speech, ended by the server's endpointing
-        first = None
-        while first is None:
-            m = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if m["type"] == "Results" and m["is_final"]:
-                first = m
         await ws.send(tone)
-        await ws.send(json.dumps({"type": "Finalize"}))  # ends this one
+        await ws.send(json.dumps({"type": "Finalize", "channel": 1}))  # no such channel
+        await ws.send(json.dumps({"type": "Finalize", "channel": 0}))  # ends this one
         await ws.send(json.dumps({"type": "CloseStream"}))
         messages = await events_until_close(ws)
-    finals = [first] + [m for m in messages if m["type"] == "Results" and m["is_final"]]
-    assert [f["from_finalize"] for f in finals] == [False, True], finals
-    assert all(f["channel"]["alternatives"][0]["transcript"] for f in finals)
+    finals = [
+        (m["channel"]["alternatives"][0]["transcript"], m["from_finalize"])
+        for m in messages
+        if m["type"] == "Results" and m["is_final"]
+    ]
+    assert finals == [("", True), ("w0 w1 w2 w3", False), ("w0 w1 w2 w3", True)], messages
+    (error,) = [m for m in messages if m["type"] == "Error"]
+    assert "channel 1 does not exist" in error["description"]
     await eventually(lambda: server.servicer.active == 0)
 
 

@@ -11,6 +11,7 @@ import asyncio
 import numpy as np
 import pytest
 
+from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, audio_config
 from asr_client.load.calls import telephone_band
 from asr_client.scoring import wer
@@ -161,6 +162,14 @@ async def test_word_timestamps_and_finalize(make_server) -> None:  # type: ignor
     results = [e.result for e in events if e.HasField("result") and e.result.is_final]
     assert len(results) >= 2
     assert results[0].end_s <= pcm.shape[0] / 2 / sr + 0.05  # the FINALIZE cut
+    # the final the FINALIZE ended says so, and the acknowledgement comes right after it
+    (ack,) = [
+        i for i, e in enumerate(events) if e.speech_event.type == asr_pb2.SpeechEvent.FINALIZED
+    ]
+    assert events[ack].speech_event.offset_s == pytest.approx(pcm.shape[0] // 2 / sr, abs=1e-3)
+    answer = events[ack - 1].result
+    assert answer.is_final and answer.from_finalize and answer.text
+    assert [r.from_finalize for r in results].count(True) == 1
     for r in results:
         assert r.words, r
         starts = [w.start_s for w in r.words]

@@ -16,7 +16,13 @@ import pytest
 
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
-from asr_client.resume import KeptAudio, ResumeError, ResumeInfo, ResumePolicy
+from asr_client.resume import (
+    FinalizeRequest,
+    KeptAudio,
+    ResumeError,
+    ResumeInfo,
+    ResumePolicy,
+)
 from asr_server.engine.base import DecodeKind
 from asr_server.engine.fake import FakeEngine
 from tests.faultproxy import FaultProxy
@@ -361,13 +367,18 @@ def test_kept_audio_is_trimmed_and_bounded() -> None:
     kept = KeptAudio(frame_bytes=2, sample_rate=10, max_frames=30)
     for _ in range(5):
         kept.append(bytes(20))  # 10 frames each
-    kept.append_finalize()
+    kept.append_finalize(FinalizeRequest(channel=1))
     assert (kept.start, kept.end, kept.lost_until) == (20, 50, 20)  # bounded at 30 frames
     kept.trim(35)
     assert kept.start == 35
-    assert [len(x) if x else x for x in kept.replay()] == [10, 20, None]
+    finalize = FinalizeRequest(channel=1)
+    assert [x if isinstance(x, FinalizeRequest) else len(x) for x in kept.replay()] == [
+        10,
+        20,
+        finalize,
+    ]
     kept.trim(50)
-    assert kept.replay() == [None]  # a FINALIZE at the end stays for the replay
+    assert kept.replay() == [finalize]  # a FINALIZE at the end stays for the replay
     with pytest.raises(ValueError, match="whole 2-byte frames"):
         kept.append(b"\0")
 
@@ -560,3 +571,45 @@ async def test_an_update_holds_across_a_resume(make_server) -> None:  # type: ig
     prompts = [r.prompt for call in engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert "Ishmael" not in prompts[0]
     assert all("Ishmael" in p for p in prompts[1:]), prompts
+
+
+async def test_each_finalize_is_acknowledged_once_across_a_resume(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A FINALIZE acknowledged just before a break is still among the kept audio (the
+    settled point is before it), so the new call hears it again: the caller gets its
+    FINALIZED once, and the next FINALIZE's on the new call."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    received: list[asr_pb2.StreamingRecognizeResponse] = []
+
+    def acks() -> list[asr_pb2.SpeechEvent]:
+        return [
+            r.speech_event for r in received if r.speech_event.type == asr_pb2.SpeechEvent.FINALIZED
+        ]
+
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                reader = asyncio.create_task(_collect(stream, received))
+                await stream.send_audio(speech)
+                await stream.finalize()
+                await eventually(lambda: len(acks()) == 1)
+                proxy.cut()
+                await stream.send_audio(speech)
+                await stream.finalize()
+                await stream.end()
+                await asyncio.wait_for(reader, 30)
+    finally:
+        await proxy.close()
+    assert stream.resumes == 1  # type: ignore[attr-defined]
+    assert [round(a.offset_s, 2) for a in acks()] == [1.0, 2.0]
+    assert [(r.result.text, r.result.from_finalize) for r in received if r.result.is_final] == [
+        ("w0 w1 w2 w3", True),
+        ("w0 w1 w2 w3", True),
+    ]
+
+
+async def _collect(stream, into: list) -> None:  # type: ignore[no-untyped-def]
+    async for response in stream:
+        into.append(response)

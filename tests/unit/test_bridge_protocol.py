@@ -141,6 +141,23 @@ def test_streamasr_events_flatten_the_responses() -> None:
     assert events.response(asr_pb2.StreamingRecognizeResponse()) == []
 
 
+def test_a_finalize_and_its_acknowledgement_reach_the_browser() -> None:
+    events = StreamasrEvents()
+    answer = final("hello world")
+    (f,) = events.response(final("hello world"))
+    assert "from_finalize" not in f  # ended by the server's endpointing
+    answer.result.from_finalize = True
+    (f,) = events.response(answer)
+    assert f["type"] == "final" and f["from_finalize"] is True
+    done = asr_pb2.StreamingRecognizeResponse(
+        speech_event=asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.FINALIZED, offset_s=2.75, utterance_id=4
+        )
+    )
+    (d,) = events.response(done)
+    assert d == {"type": "finalized", "utterance_id": 4, "offset_s": 2.75, "lag_s": 0.0}
+
+
 def test_eager_finals_are_asked_for_and_reach_the_browser() -> None:
     start = parse_text(json.dumps({"type": "start", "sample_rate": 16000, "eager_finals": True}))
     assert isinstance(start, Start) and streaming_config(start).endpointing.eager_finals

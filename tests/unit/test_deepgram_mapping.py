@@ -154,9 +154,17 @@ def speech(kind: int, channel: int = 0, utterance: int = 0, offset: float = 0.5)
     return asr_pb2.StreamingRecognizeResponse(speech_event=event)
 
 
-def result(is_final: bool, text: str, words=(), channel: int = 0, utterance: int = 0):  # type: ignore[no-untyped-def]
+def result(
+    is_final: bool,
+    text: str,
+    words=(),
+    channel: int = 0,
+    utterance: int = 0,
+    from_finalize: bool = False,
+):  # type: ignore[no-untyped-def]
     r = asr_pb2.Result(
         is_final=is_final,
+        from_finalize=from_finalize,
         text=text,
         start_s=1.0,
         end_s=2.5,
@@ -233,70 +241,54 @@ def test_vad_events_and_channels() -> None:
         assert messages.response(speech(other, channel=1)) == []
 
 
-def test_finalize_marks_the_next_final_of_each_channel() -> None:
+FINALIZED = asr_pb2.SpeechEvent.FINALIZED
+
+
+def test_the_final_a_finalize_ended_answers_it() -> None:
+    """The server marks the final its FINALIZE ended and then acknowledges the FINALIZE:
+    the final is ``from_finalize``, and the acknowledgement adds nothing."""
     messages = DeepgramMessages(query())
     messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=1.0))
-    messages.finalize_requested(at_s=3.0)
-    (first,) = messages.response(result(True, " One.", WORDS))
-    (second,) = messages.response(result(True, " Two.", WORDS, utterance=1))
-    assert first["from_finalize"] and not second["from_finalize"]
-
-
-def test_a_finalize_with_nothing_to_finalize_marks_no_later_final() -> None:
-    """pipecat sends Finalize at each stop of its VAD, also after a noise its VAD took for
-    speech and the server did not. Nothing answers that one (Deepgram does not promise
-    to either); the final of the next speech, seconds later, is no answer to it."""
-    messages = DeepgramMessages(query())
-    messages.finalize_requested(at_s=3.0)  # nothing open
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=5.0))
-    (later,) = messages.response(result(True, " Later.", WORDS, utterance=1))
+    (answer,) = messages.response(result(True, " One.", WORDS, from_finalize=True))
+    assert answer["from_finalize"] and answer["is_final"]
+    assert messages.response(speech(FINALIZED, offset=2.6)) == []
+    (later,) = messages.response(result(True, " Two.", WORDS, utterance=1))
     assert not later["from_finalize"]
 
 
-def test_a_finalize_answers_speech_that_began_before_it() -> None:
-    # the start of speech is reported after the Finalize was sent, from audio before it
-    messages = DeepgramMessages(query())
-    messages.finalize_requested(at_s=3.0)
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=2.8))
-    (final,) = messages.response(result(True, " Quick.", WORDS))
-    assert final["from_finalize"]
-    # the Finalize ended utterance 0; utterance 1 began before its final came
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=3.1))
-    messages.finalize_requested(at_s=4.0)
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=2, offset=4.5))
-    (first,) = messages.response(result(True, " One.", WORDS, utterance=1))
-    (second,) = messages.response(result(True, " Two.", WORDS, utterance=2))
-    assert first["from_finalize"] and not second["from_finalize"]
-
-
-def test_a_finalize_answers_the_rest_of_a_split_utterance() -> None:
-    # the server split utterance 0 (its length limit): the speech goes on as utterance 1,
-    # which no start of speech announces; the Finalize ends that one
-    messages = DeepgramMessages(query())
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=0.2))
-    (split,) = messages.response(result(True, " First part,", WORDS))
-    messages.finalize_requested(at_s=20.0)
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=2, offset=20.3))
-    (rest,) = messages.response(result(True, " the rest.", WORDS, utterance=1))
-    assert not split["from_finalize"] and rest["from_finalize"]
-
-
-def test_a_finalized_utterance_without_words_is_answered_with_an_empty_final() -> None:
-    """A Finalize that ends an utterance in which Whisper heard no words gets an empty
-    final with ``from_finalize``, as Deepgram answers a Finalize with nothing new to say
-    (pipecat then stops waiting for it); without a Finalize, such an utterance says
-    nothing, as before."""
+def test_a_finalize_no_final_answered_gets_an_empty_final() -> None:
+    """pipecat sends Finalize at every stop of its VAD: after the server's endpointing
+    already sent the final, in a noise that held no words, or in silence. Deepgram then
+    answers with an empty ``from_finalize`` final (pipecat stops waiting for it), once
+    per Finalize."""
     messages = DeepgramMessages(query(utterance_end_ms="1000"))
     messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=1.0))
-    messages.finalize_requested(at_s=2.0)
     messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, offset=1.6))
-    (empty,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, offset=1.8))
-    assert empty["type"] == "Results" and empty["is_final"] and empty["from_finalize"]
-    assert empty["speech_final"] and empty["channel"]["alternatives"][0]["transcript"] == ""
-    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, utterance=1, offset=3.0))
-    assert messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, utterance=1)) == []
-    (final,) = messages.response(result(True, " Next.", WORDS, utterance=2))
-    assert not final["from_finalize"]
+    (final, _) = messages.response(result(True, " Done.", WORDS))
+    assert final["speech_final"] and not final["from_finalize"]
+    for _ in range(2):  # two Finalize requests, each acknowledged
+        (empty,) = messages.response(speech(FINALIZED, offset=2.0))
+        assert empty["type"] == "Results" and empty["is_final"] and empty["from_finalize"]
+        assert empty["channel"]["alternatives"][0]["transcript"] == ""
+        assert empty["start"] == 2.0 and empty["duration"] == 0.0
+        assert not empty["speech_final"]  # no UtteranceEnd either: nothing was said
+
+
+def test_a_finalize_is_answered_per_channel() -> None:
+    messages = DeepgramMessages(query(channels="2", multichannel="true"))
+    (answer,) = messages.response(result(True, " Agent.", WORDS, channel=1, from_finalize=True))
+    assert answer["from_finalize"] and answer["channel_index"] == [1, 2]
+    (empty,) = messages.response(speech(FINALIZED, channel=0))
+    assert empty["from_finalize"] and empty["channel_index"] == [0, 2]
+    assert messages.response(speech(FINALIZED, channel=1)) == []
+
+
+def test_finalize_may_name_a_channel() -> None:
+    assert parse_text('{"type": "Finalize", "channel": 1}') == Finalize(channel=1)
+    assert parse_text('{"type": "Finalize", "channel": null}') == Finalize()
+    for bad in ('"1"', "-1", "true", "1.5"):
+        with pytest.raises(SchemaError, match="channel must be a channel index"):
+            parse_text(f'{{"type": "Finalize", "channel": {bad}}}')
 
 
 def test_metadata_summarises_the_stream() -> None:

@@ -312,6 +312,9 @@ def test_force_end_turn_in_manual_mode() -> None:
     out = feed(turns, speech(SpeechEvent.SPEECH_STARTED, 1), partial("two", 1))
     turns.force_end_turn()
     out += feed(turns, speech(SpeechEvent.SPEECH_ENDED, 1), final("Two.", 1))
+    # the server's acknowledgement of the finalize (naming the latest utterance, or a
+    # later one) neither ends nor opens a turn
+    out += feed(turns, speech(SpeechEvent.FINALIZED, 1), speech(SpeechEvent.FINALIZED, 5))
     assert events(out) == [("StartOfTurn", "two"), ("EndOfTurn", "Two.")]
     assert out[-1]["trigger"] == "manual" and out[-1]["turn_index"] == 1
 

@@ -134,3 +134,5 @@ def test_an_utterance_without_words_still_completes_its_item() -> None:
     # resumed speech (eager finals, which this API does not ask for) says nothing
     assert ev.response(_speech(SpeechEvent.NO_WORDS, 9.0, 1), server_vad=True) == []
     assert ev.response(_speech(SpeechEvent.SPEECH_RESUMED, 9.5, 2), server_vad=True) == []
+    # a commit's acknowledgement: the item's own events already answered it
+    assert ev.response(_speech(SpeechEvent.FINALIZED, 9.6, 2), server_vad=True) == []

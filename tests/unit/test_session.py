@@ -35,7 +35,13 @@ from asr_server.session import (
     StreamDone,
     StreamSession,
 )
-from asr_server.session.types import ConfigUpdate, EndOfTurn, NoWords, TurnEndReason
+from asr_server.session.types import (
+    ConfigUpdate,
+    EndOfTurn,
+    Finalized,
+    NoWords,
+    TurnEndReason,
+)
 from asr_server.session.utterance import UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
@@ -886,6 +892,73 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     finals = results(events, final=True)
     assert [f.text for f in finals] == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
+    # the first final answers the finalize, and the acknowledgement follows it; the
+    # second ended on silence
+    assert [f.from_finalize for f in finals] == [True, False]
+    acks = [e for e in events if isinstance(e, Finalized)]
+    assert acks == [Finalized(pytest.approx(1.0, abs=1e-3), 0, 0)]
+    assert events.index(acks[0]) == events.index(finals[0]) + 1
+
+
+async def test_a_finalize_with_nothing_open_is_acknowledged_at_once() -> None:
+    """Every finalize gets its acknowledgement, so a client can wait for it: in silence
+    (a voice agent's VAD stopped on a noise) and after a final the endpointer sent."""
+    speech = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
+
+    async def source() -> AsyncIterator[object]:
+        yield Finalize()  # before any audio
+        async for c in chunks(speech):
+            yield c
+        yield Finalize()  # the utterance ended on silence already
+
+    h = Harness()
+    events = await h.run(h.lockstep(source()), interim=False)
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == [
+        "Finalized",
+        "SpeechBoundary",
+        "SpeechBoundary",
+        "RecognitionResult",
+        "Finalized",
+        "StreamDone",
+    ]
+    first, second = (e for e in events if isinstance(e, Finalized))
+    assert first == Finalized(0.0, 0, 0)
+    assert second == Finalized(pytest.approx(2.0, abs=1e-3), 0, 0)
+    assert not results(events, final=True)[0].from_finalize
+
+
+async def test_a_finalize_of_one_channel_leaves_the_other_speaking() -> None:
+    """A stereo call: the agent's side (channel 1) is finalized on its own; the
+    customer's utterance (channel 0) runs on to its own end."""
+    both = np.stack([tone(2.0), tone(2.0)], axis=1).reshape(-1)
+    rest = np.stack([silence(1.0), silence(1.0)], axis=1).reshape(-1)
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(pcm16(both)):
+            yield c
+        yield Finalize(channel=1)
+        async for c in chunks(pcm16(rest)):
+            yield c
+
+    h = Harness()
+    events = await h.run(h.lockstep(source()), channels=2, interim=False)
+    finals = {f.channel: f for f in results(events, final=True)}
+    assert finals[1].from_finalize and finals[1].end_s == pytest.approx(2.0, abs=0.05)
+    assert not finals[0].from_finalize and finals[0].end_s > 2.1
+    assert [e.channel for e in events if isinstance(e, Finalized)] == [1]
+
+
+async def test_a_finalize_of_a_channel_the_stream_lacks_is_invalid() -> None:
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(pcm16(tone(0.5))):
+            yield c
+        yield Finalize(channel=1)
+
+    with pytest.raises(AsrError) as err:
+        await Harness().run(source())
+    assert err.value.status is Status.INVALID_ARGUMENT
+    assert "control.channel 1" in str(err.value) and "1 channel(s)" in str(err.value)
 
 
 @pytest.mark.parametrize(
