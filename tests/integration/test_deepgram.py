@@ -308,6 +308,34 @@ async def test_every_finalize_is_answered_once_and_in_order(make_server, make_br
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_official_sdk_reads_each_finalize_answer(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """What pipecat's DeepgramSTTService does: the SDK's ``send_finalize`` at each stop of
+    its VAD, and ``from_finalize`` read from the SDK's parsed results: the final the
+    Finalize ended, then an empty answer to one sent in silence."""
+    from deepgram.listen.v1.types import ListenV1Finalize
+
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    tone = speech_pcm(1.0)[:16_000].tobytes()
+    received: list[Any] = []
+    async with sdk_client(bridge.port).listen.v1.connect(
+        model="nova-3", encoding="linear16", sample_rate=16_000
+    ) as socket:
+        await socket.send_media(tone)
+        await socket.send_finalize(ListenV1Finalize(type="Finalize"))
+        await socket.send_media(bytes(16_000))
+        await socket.send_finalize()
+        await socket.send_close_stream()
+        async for message in socket:
+            received.append(message)
+    finals = [m for m in received if type(m).__name__ == "ListenV1Results" and m.is_final]
+    assert [(m.channel.alternatives[0].transcript, m.from_finalize) for m in finals] == [
+        ("w0 w1 w2 w3", True),
+        ("", True),
+    ]
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_stereo_without_multichannel_is_one_transcript(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
