@@ -27,6 +27,7 @@ import binascii
 import copy
 import itertools
 import json
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +52,6 @@ MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10_000
 #: turn_detection null: the client commits; the server only ends an utterance on long silence
 MANUAL_SILENCE_MS = MAX_SILENCE_MS
 DEFAULT_TRANSCRIPTION_MODEL = "whisper-1"
-#: how much earlier than its stream time a commit or clear takes effect on the server: the
-#: resampler's delay (about 20 ms) plus the voice detector's unfinished frame (up to 32 ms)
-CUT_SLACK_S = 0.1
 #: semantic_vad's eagerness → the longest pause held open (OpenAI documents 8 s, 4 s and
 #: 2 s as the maximum waits of low, medium and high; auto is medium)
 SEMANTIC_MAX_SILENCE_MS = {"low": 8000, "medium": 4000, "auto": 4000, "high": 2000}
@@ -371,30 +369,24 @@ class ServerEvents:
     session_id: str
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _sent: dict[int, str] = field(default_factory=dict)  # stable text sent, per utterance
-    _started: dict[int, float] = field(default_factory=dict)  # utterance → start (s)
     _previous_item: str | None = None
-    _committed: set[int] = field(default_factory=set)  # by the server's VAD
-    _committed_until_s: float = 0.0  # by the client: input_audio_buffer.commit
-    #: cleared stretches of stream time, and the utterances the VAD had committed then
-    _cleared: list[tuple[float, float, frozenset[int]]] = field(default_factory=list)
+    _committed: set[int] = field(default_factory=set)  # items committed, not yet completed
+    #: the client's commits and clears sent to the server as FINALIZE, not yet acknowledged
+    #: (FINALIZED), oldest first; and whether the oldest commit has committed an item
+    _pending: deque[str] = field(default_factory=deque)
+    _pending_answered: bool = False
+    #: utterances a clear ended: nothing of them reaches the client
+    _cleared: set[int] = field(default_factory=set)
+    _empty_items: itertools.count[int] = field(default_factory=itertools.count)
 
-    def commit(self, at_s: float) -> None:
-        """The client committed the buffer at stream time ``at_s``."""
-        self._committed_until_s = at_s
+    def commit(self) -> None:
+        """The client committed the buffer (call before sending its FINALIZE)."""
+        self._pending.append("commit")
 
-    def clear(self, at_s: float) -> None:
-        """``input_audio_buffer.clear`` at stream time ``at_s``: audio appended since the last
-        commit produces nothing, unless the VAD had already committed its utterance."""
-        self._cleared.append((self._committed_until_s, at_s, frozenset(self._committed)))
-        self._committed_until_s = at_s
-
-    def _dropped(self, utterance_id: int, start_s: float) -> bool:
-        # a commit or clear takes effect a moment before its stream time (CUT_SLACK_S):
-        # both ends of the window move back by that
-        return any(
-            since - CUT_SLACK_S <= start_s < until - CUT_SLACK_S and utterance_id not in committed
-            for since, until, committed in self._cleared
-        )
+    def clear(self) -> None:
+        """``input_audio_buffer.clear`` (call before sending its FINALIZE): the utterance
+        that FINALIZE ends produces nothing; what the VAD committed before stays."""
+        self._pending.append("clear")
 
     def event(self, kind: str, **fields: Any) -> Event:
         return {"event_id": f"event_{self.session_id}_{next(self._ids)}", "type": kind, **fields}
@@ -433,22 +425,29 @@ class ServerEvents:
 
     def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
         if e.type == asr_pb2.SpeechEvent.FINALIZED:
-            return []  # a commit is answered by its item's events
+            return self._finalized()
         item = self.item(e.utterance_id)
         ms = round(e.offset_s * 1000)
         if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
-            self._started[e.utterance_id] = e.offset_s
-            if self._dropped(e.utterance_id, e.offset_s) or not server_vad:
+            if not server_vad:
                 return []
             return [
                 self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item)
             ]
-        if self._dropped(e.utterance_id, self._started.get(e.utterance_id, e.offset_s)):
+        if e.utterance_id in self._cleared:
+            if e.type == asr_pb2.SpeechEvent.NO_WORDS:
+                self._cleared.discard(e.utterance_id)
             return []
         if e.type == asr_pb2.SpeechEvent.NO_WORDS:
             return self._no_words(e.utterance_id)
         if e.type != asr_pb2.SpeechEvent.SPEECH_ENDED:
             return []  # (SPEECH_RESUMED: this API has no eager results)
+        if e.from_finalize and self._pending:
+            if self._pending[0] == "clear":
+                self._cleared.add(e.utterance_id)
+                self._sent.pop(e.utterance_id, None)
+                return []
+            self._pending_answered = True
         self._committed.add(e.utterance_id)
         out = []
         if server_vad:
@@ -463,34 +462,53 @@ class ServerEvents:
         self._previous_item = item
         return out
 
+    def _finalized(self) -> list[Event]:
+        """The server acknowledged the oldest commit or clear: everything of the audio
+        before it has been answered. A commit that committed no item (the buffer held no
+        speech, or the VAD had already committed it) commits an empty one now, completed
+        with no transcript, as OpenAI does with audio without speech: clients wait for
+        both."""
+        if not self._pending:
+            return []
+        action, answered = self._pending.popleft(), self._pending_answered
+        self._pending_answered = False
+        if action != "commit" or answered:
+            return []
+        item = f"item_{self.session_id}_empty_{next(self._empty_items)}"
+        committed = self.event(
+            "input_audio_buffer.committed", item_id=item, previous_item_id=self._previous_item
+        )
+        self._previous_item = item
+        return [committed, self._completed(item, "", 0.0)]
+
+    def _completed(self, item: str, transcript: str, seconds: float) -> Event:
+        return self.event(
+            "conversation.item.input_audio_transcription.completed",
+            item_id=item,
+            content_index=0,
+            transcript=transcript,
+            logprobs=None,
+            usage={"type": "duration", "seconds": round(seconds, 3)},
+        )
+
     def _no_words(self, utterance_id: int) -> list[Event]:
         """An utterance without words: a committed item still gets its ``completed``, with
         an empty transcript, as OpenAI sends one for audio without speech (clients wait
         for it)."""
         self._sent.pop(utterance_id, None)
-        self._started.pop(utterance_id, None)
         if utterance_id not in self._committed:
             return []
         self._committed.discard(utterance_id)
-        return [
-            self.event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=self.item(utterance_id),
-                content_index=0,
-                transcript="",
-                logprobs=None,
-                usage={"type": "duration", "seconds": 0.0},
-            )
-        ]
+        return [self._completed(self.item(utterance_id), "", 0.0)]
 
     def _result(self, r: asr_pb2.Result) -> list[Event]:
-        if self._dropped(r.utterance_id, self._started.get(r.utterance_id, r.start_s)):
-            self._sent.pop(r.utterance_id, None)
+        if r.utterance_id in self._cleared:
+            if r.is_final:
+                self._cleared.discard(r.utterance_id)
             return []
         item = self.item(r.utterance_id)
         if r.is_final:
             sent = self._sent.pop(r.utterance_id, "")
-            self._started.pop(r.utterance_id, None)
             out = []
             if r.utterance_id not in self._committed:
                 # an utterance cut at the length limit (or by the end of the audio) ends
@@ -515,17 +533,7 @@ class ServerEvents:
                         delta=r.text[len(sent) :],
                     )
                 )
-            return [
-                *out,
-                self.event(
-                    "conversation.item.input_audio_transcription.completed",
-                    item_id=item,
-                    content_index=0,
-                    transcript=r.text,
-                    logprobs=None,
-                    usage={"type": "duration", "seconds": round(max(0.0, r.end_s - r.start_s), 3)},
-                ),
-            ]
+            return [*out, self._completed(item, r.text, max(0.0, r.end_s - r.start_s))]
         sent = self._sent.get(r.utterance_id, "")
         if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
             return []

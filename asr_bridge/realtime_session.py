@@ -70,7 +70,6 @@ class RealtimeSession:
     _stream: RecognitionStream | None = field(default=None, init=False)
     _downstream: asyncio.Task[None] | None = field(default=None, init=False)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
-    _sent_bytes: int = field(default=0, init=False)  # audio sent on the stream
     _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
 
     def __post_init__(self) -> None:
@@ -148,7 +147,6 @@ class RealtimeSession:
             await self._open()
         assert self._stream is not None
         await self._stream.send_audio(audio)  # waits while the server pushes back
-        self._sent_bytes += len(audio)
         self._uncommitted = True
         self.metrics.audio_received.inc(len(audio))
 
@@ -173,20 +171,16 @@ class RealtimeSession:
                 "the input audio buffer is empty: append audio before committing",
                 code="input_audio_buffer_commit_empty",
             )
+        self.events.commit()  # before the FINALIZE: its acknowledgement may come at once
         await self._stream.finalize()  # the server ends the utterance here: committed
-        self.events.commit(self._stream_time_s())
         self._uncommitted = False
 
     async def _clear(self) -> None:
         if self._stream is not None:
-            self.events.clear(self._stream_time_s())
+            self.events.clear()
             await self._stream.finalize()  # what follows starts a new utterance
         self._uncommitted = False
         await self._send([self.events.event("input_audio_buffer.cleared")])
-
-    def _stream_time_s(self) -> float:
-        """Stream time of the end of the audio sent so far."""
-        return self._sent_bytes / self.settings.frame_bytes / self.settings.sample_rate
 
     async def _relay(self, stream: RecognitionStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""

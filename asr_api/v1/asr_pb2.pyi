@@ -150,7 +150,7 @@ class StreamingRecognizeRequest(_message.Message):
     def __init__(self, config: _Optional[_Union[StreamingConfig, _Mapping]] = ..., audio: _Optional[bytes] = ..., control: _Optional[_Union[Control, _Mapping]] = ..., update: _Optional[_Union[StreamingUpdate, _Mapping]] = ...) -> None: ...
 
 class SpeechEvent(_message.Message):
-    __slots__ = ("type", "offset_s", "channel", "utterance_id")
+    __slots__ = ("type", "offset_s", "channel", "utterance_id", "from_finalize")
     class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         TYPE_UNSPECIFIED: _ClassVar[SpeechEvent.Type]
@@ -169,11 +169,13 @@ class SpeechEvent(_message.Message):
     OFFSET_S_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_FINALIZE_FIELD_NUMBER: _ClassVar[int]
     type: SpeechEvent.Type
     offset_s: float
     channel: int
     utterance_id: int
-    def __init__(self, type: _Optional[_Union[SpeechEvent.Type, str]] = ..., offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ...) -> None: ...
+    from_finalize: bool
+    def __init__(self, type: _Optional[_Union[SpeechEvent.Type, str]] = ..., offset_s: _Optional[float] = ..., channel: _Optional[int] = ..., utterance_id: _Optional[int] = ..., from_finalize: _Optional[bool] = ...) -> None: ...
 
 class EndOfTurn(_message.Message):
     __slots__ = ("offset_s", "channel", "utterance_id", "probability", "reason")

@@ -539,7 +539,13 @@ class ChannelRecognizer:
             end_sample, final_end = kept.speech_end, kept.end
             self.metrics.early_finals_kept.inc()
         await self._emit(
-            SpeechBoundary(False, end_sample / SAMPLE_RATE, self.channel, utt.utterance_id)
+            SpeechBoundary(
+                False,
+                end_sample / SAMPLE_RATE,
+                self.channel,
+                utt.utterance_id,
+                from_finalize=utt.ended_by_finalize,
+            )
         )
         self.metrics.speech_events.labels("ended").inc()
         if self._turn is not None:  # SEMANTIC: every utterance that ends ends a turn

@@ -94,6 +94,7 @@ class SpeechBoundary:
     offset_s: float
     channel: int
     utterance_id: int
+    from_finalize: bool = False  # an end the client's finalize made
 
 
 @dataclass(frozen=True)

@@ -323,6 +323,7 @@ def event_to_proto(
                 offset_s=offset_s + event.offset_s,
                 channel=event.channel,
                 utterance_id=event.utterance_id,
+                from_finalize=isinstance(event, SpeechBoundary) and event.from_finalize,
             ),
             progress=progress_msg,
         )

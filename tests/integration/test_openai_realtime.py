@@ -223,6 +223,33 @@ async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None: 
         after = await next_of(ws, "conversation.item.input_audio_transcription.completed")
         assert after["transcript"] == "w0 w1"  # 0.5 s, not the 2 s that were cleared
         # turn detection off: the server says nothing of speech starting or stopping
+        # a push-to-talk press without speech: its commit still gets an item, completed empty
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(0.5))))
+        await send(ws, "input_audio_buffer.commit")
+        quiet = await next_of(ws, "input_audio_buffer.committed")
+        assert quiet["previous_item_id"] == after["item_id"]
+        empty = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert empty["item_id"] == quiet["item_id"] and empty["transcript"] == ""
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_commits_and_clears_sent_at_once_are_each_answered(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """A client far ahead of the server (a file, sent as fast as it goes): each commit and
+    clear takes effect where it came in the audio, whatever the server's lag."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "session.update", session=MANUAL)
+        await next_of(ws, "session.updated")
+        for seconds, action in ((1.0, "commit"), (2.0, "clear"), (0.5, "commit"), (0, "commit")):
+            audio = tone(seconds) if seconds else silence(0.3)
+            await send(ws, "input_audio_buffer.append", audio=b64(pcm24(audio)))
+            await send(ws, f"input_audio_buffer.{action}")
+        transcripts = []
+        while len(transcripts) < 3:
+            event = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+            transcripts.append(event["transcript"])
+    assert transcripts == ["w0 w1 w2 w3", "w0 w1", ""]
     await eventually(lambda: server.servicer.active == 0)
 
 

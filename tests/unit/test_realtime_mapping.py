@@ -71,9 +71,13 @@ def test_bad_settings_name_their_field(session: dict, param: str) -> None:  # ty
     assert err.value.param is not None and err.value.param.endswith(param), err.value.param
 
 
-def _speech(kind: int, t: float, utterance: int) -> asr_pb2.StreamingRecognizeResponse:
+def _speech(
+    kind: int, t: float, utterance: int, *, from_finalize: bool = False
+) -> asr_pb2.StreamingRecognizeResponse:
     return asr_pb2.StreamingRecognizeResponse(
-        speech_event=asr_pb2.SpeechEvent(type=kind, offset_s=t, utterance_id=utterance)
+        speech_event=asr_pb2.SpeechEvent(
+            type=kind, offset_s=t, utterance_id=utterance, from_finalize=from_finalize
+        )
     )
 
 
@@ -87,33 +91,67 @@ def _final(
     )
 
 
-def test_a_clear_drops_what_was_not_committed_and_nothing_else() -> None:
+def test_a_clear_drops_the_utterance_it_ends_and_nothing_else() -> None:
+    """The server acknowledges each commit's and clear's FINALIZE in order, and marks the
+    speech end a FINALIZE made: what a clear ended is dropped, what the VAD committed
+    before it stays, however far the client's sending is ahead of the server."""
     ev = ServerEvents("s")
-    started, ended = asr_pb2.SpeechEvent.SPEECH_STARTED, asr_pb2.SpeechEvent.SPEECH_ENDED
+    SpeechEvent = asr_pb2.SpeechEvent
+    started, ended, done = (
+        SpeechEvent.SPEECH_STARTED,
+        SpeechEvent.SPEECH_ENDED,
+        SpeechEvent.FINALIZED,
+    )
     kinds = lambda out: [e["type"] for e in out]  # noqa: E731
-    assert kinds(ev.response(_speech(started, 0.2, 0), server_vad=False)) == []
-    ev.commit(1.0)  # the client committed utterance 0 …
-    ev.clear(3.0)  # … and cleared utterance 1 (1.0-3.0) before either was finalized
-    assert kinds(ev.response(_speech(ended, 0.98, 0), server_vad=False)) == [
+    respond = lambda r: ev.response(r, server_vad=False)  # noqa: E731
+    assert respond(_speech(started, 0.2, 0)) == []
+    ev.commit()  # the client committed utterance 0 …
+    ev.clear()  # … and cleared what it said next, before either was answered
+    assert kinds(respond(_speech(ended, 0.98, 0, from_finalize=True))) == [
         "input_audio_buffer.committed"
     ]
-    assert ev.response(_final("kept", 0.2, 0.98, 0), server_vad=False)[-1]["transcript"] == "kept"
+    assert respond(_final("kept", 0.2, 0.98, 0))[-1]["transcript"] == "kept"
+    assert respond(_speech(done, 1.0, 0)) == []  # the commit was answered by item 0
+    # utterance 1 ended on the server's silence before the clear came: committed, kept
+    respond(_speech(started, 1.2, 1))
+    assert kinds(respond(_speech(ended, 1.8, 1))) == ["input_audio_buffer.committed"]
+    assert respond(_final("said", 1.2, 1.8, 1))[-1]["transcript"] == "said"
+    # utterance 2 is the one the clear's FINALIZE ended: nothing of it reaches the client
     for response in (
-        _speech(started, 0.96, 1),
-        _speech(ended, 2.97, 1),
-        _final("gone", 0.9, 2.97, 1),
+        _speech(started, 2.0, 2),
+        _speech(ended, 2.97, 2, from_finalize=True),
+        _final("gone", 2.0, 2.97, 2),
+        _speech(done, 3.0, 2),
     ):
-        assert ev.response(response, server_vad=False) == []
-    # the utterance after the clear starts a moment before its stream time: still kept
-    ev.response(_speech(started, 2.95, 2), server_vad=False)
-    out = ev.response(_final("after", 2.9, 3.5, 2), server_vad=False)
+        assert respond(response) == []
+    out = respond(_final("after", 2.9, 3.5, 3))
     # no speech_stopped before this final (split, or the end of audio): committed all the same
     assert kinds(out) == [
         "input_audio_buffer.committed",
         "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
     ]
-    assert out[0]["previous_item_id"] == ev.item(0)
+    assert out[0]["previous_item_id"] == ev.item(1)
+
+
+def test_a_commit_of_audio_without_speech_still_commits_and_completes_an_item() -> None:
+    """OpenAI commits whatever the buffer holds and transcribes it: a push-to-talk client
+    that committed silence waits for ``committed`` and ``completed``. The server's
+    acknowledgement says the commit ended no speech, so the bridge sends both, empty."""
+    ev = ServerEvents("s")
+    ev.commit()
+    committed, completed = ev.response(
+        _speech(asr_pb2.SpeechEvent.FINALIZED, 1.0, 0), server_vad=False
+    )
+    assert committed["type"] == "input_audio_buffer.committed"
+    assert completed["type"] == "conversation.item.input_audio_transcription.completed"
+    assert completed["item_id"] == committed["item_id"] != ev.item(0)
+    assert completed["transcript"] == ""
+    # the next item follows it
+    (then,) = ev.response(_speech(asr_pb2.SpeechEvent.SPEECH_ENDED, 2.0, 0), server_vad=False)
+    assert then["previous_item_id"] == committed["item_id"]
+    (after,) = ev.response(_final("next", 1.5, 2.0, 0), server_vad=False)[-1:]
+    assert after["transcript"] == "next"
 
 
 def test_an_utterance_without_words_still_completes_its_item() -> None:

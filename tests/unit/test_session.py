@@ -895,6 +895,8 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     # the first final answers the finalize, and the acknowledgement follows it; the
     # second ended on silence
     assert [f.from_finalize for f in finals] == [True, False]
+    ends = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    assert [e.from_finalize for e in ends] == [True, False]
     acks = [e for e in events if isinstance(e, Finalized)]
     assert acks == [Finalized(pytest.approx(1.0, abs=1e-3), 0, 0)]
     assert events.index(acks[0]) == events.index(finals[0]) + 1
