@@ -149,6 +149,28 @@ class FinalizeRequest:
         return self.channel is None or self.channel == channel
 
 
+def replay_plan(
+    kept: list[bytes | FinalizeRequest], sent: list[int], acked: list[int]
+) -> tuple[list[bytes | FinalizeRequest], list[int]]:
+    """What a new call replays, and per channel how many of its first acknowledgements
+    (FINALIZED) the caller has had already, from the kept audio and the FINALIZEs sent
+    and acknowledged per channel. Each channel acknowledges its FINALIZEs in order, so
+    counting is enough: of those sent, the ones not among the kept audio came before it.
+    More acknowledgements than those: the first kept ones were acknowledged on the old
+    call, and their second acknowledgements are not delivered. Fewer: a FINALIZE was
+    trimmed (its results settled) before its acknowledgement came; it is sent again at
+    the start of the new call, where nothing is open to finalize, so that no caller waits
+    for an acknowledgement that never comes."""
+    resent: list[bytes | FinalizeRequest] = []
+    skip: list[int] = []
+    for ch, (n_sent, n_acked) in enumerate(zip(sent, acked, strict=True)):
+        kept_here = sum(isinstance(i, FinalizeRequest) and i.applies_to(ch) for i in kept)
+        before = n_sent - kept_here
+        resent += [FinalizeRequest(ch)] * max(0, before - n_acked)
+        skip.append(max(0, n_acked - before))
+    return resent + kept, skip
+
+
 class KeptAudio:
     """The audio sent since the settled point, and FINALIZE requests among it."""
 
@@ -484,8 +506,9 @@ class ResumableStream:
                 await call.open()
             self._call = call
             self._going_away_at = None
-            items = self._kept.replay()
-            self._skip_acks_of_replayed(items)
+            items, self._acks_to_skip = replay_plan(
+                self._kept.replay(), self._finalizes_sent, self._finalizes_acked
+            )
             replayed_s = (self._kept.end - self._kept.start) / self._rate
             # the replay runs beside the receiver, which reads the new call's results;
             # the write lock keeps new audio behind the replayed audio. The task's done
@@ -525,14 +548,6 @@ class ResumableStream:
         )
         if self._on_resume is not None:
             self._on_resume(info)
-
-    def _skip_acks_of_replayed(self, items: list[bytes | FinalizeRequest]) -> None:
-        """The first FINALIZE requests of a replay may have been acknowledged on the old
-        call (every channel acknowledges its FINALIZEs in order): their acknowledgements
-        on the new call are not delivered again."""
-        for ch, sent in enumerate(self._finalizes_sent):
-            replayed = sum(isinstance(i, FinalizeRequest) and i.applies_to(ch) for i in items)
-            self._acks_to_skip[ch] = max(0, self._finalizes_acked[ch] - (sent - replayed))
 
     async def _replay(self, call: RecognitionStream, items: list[bytes | FinalizeRequest]) -> None:
         try:

@@ -22,6 +22,7 @@ from asr_client.resume import (
     ResumeError,
     ResumeInfo,
     ResumePolicy,
+    replay_plan,
 )
 from asr_server.engine.base import DecodeKind
 from asr_server.engine.fake import FakeEngine
@@ -381,6 +382,19 @@ def test_kept_audio_is_trimmed_and_bounded() -> None:
     assert kept.replay() == [finalize]  # a FINALIZE at the end stays for the replay
     with pytest.raises(ValueError, match="whole 2-byte frames"):
         kept.append(b"\0")
+
+
+def test_a_replay_accounts_for_every_finalize_acknowledgement() -> None:
+    every, left = FinalizeRequest(), FinalizeRequest(channel=0)
+    audio = bytes(20)
+    # all acknowledged, none kept: the replay is the audio, nothing skipped
+    assert replay_plan([audio], [2, 2], [2, 2]) == ([audio], [0, 0])
+    # the kept FINALIZE (both channels) was acknowledged on channel 0 only: channel 0's
+    # second acknowledgement is not delivered; channel 1's first one is still to come
+    assert replay_plan([every, audio], [3, 3], [3, 2]) == ([every, audio], [1, 0])
+    # two FINALIZEs of channel 0 were trimmed (settled) before their acknowledgements
+    # came: both are sent again first, where nothing is open
+    assert replay_plan([audio, left], [3, 1], [0, 1]) == ([left, left, audio, left], [0, 0])
 
 
 async def test_the_bridge_keeps_the_browser_through_a_broken_grpc_stream(  # type: ignore[no-untyped-def]
