@@ -280,9 +280,7 @@ class FluxTurns:
     _confidence: float = 0.0  # the turn model's latest answer in this turn
     _languages: list[str] = field(default_factory=list)
     _ending: _Ending | None = None
-    _forced: bool = False  # ForceEndTurn sent during this turn
     _utterance: int = -1  # the latest utterance heard of
-    _speaking: bool = False  # between the server's SPEECH_STARTED and SPEECH_ENDED
 
     def stamp(self, events: list[Event]) -> list[Event]:
         """Number the messages in the order they are sent (Flux's ``sequence_id``)."""
@@ -294,12 +292,6 @@ class FluxTurns:
     def connected(self) -> list[Event]:
         return [{"type": "Connected", "request_id": self.request_id}]
 
-    def force_end_turn(self) -> None:
-        """The client sent ForceEndTurn (the bridge finalizes the server's utterance): the
-        turn under way ends on it. With none under way there is nothing to end."""
-        if self._open or self._speaking:
-            self._forced = True
-
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
         kind = response.WhichOneof("event")
         if kind == "speech_event":
@@ -307,11 +299,11 @@ class FluxTurns:
             if e.type == asr_pb2.SpeechEvent.FINALIZED:
                 return []  # a ForceEndTurn's end of turn is told by its EndOfTurn
             out = self._next_utterance(e.utterance_id)
-            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
-                self._speaking = True
-            elif e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
-                self._speaking = False
-                self._ending = _Ending(e.utterance_id)
+            if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+                # a ForceEndTurn's FINALIZE made this end ("manual"); else, in silence
+                # mode, the server's silence did, as Flux's timeout (SEMANTIC streams'
+                # EndOfTurn, next, says which it was)
+                self._ending = _Ending(e.utterance_id, trigger="manual" if e.from_finalize else "")
             elif e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED and self._eager is not None:
                 self._eager = None
                 out.append(self._turn_info("TurnResumed"))
@@ -419,7 +411,7 @@ class FluxTurns:
         assert self._ending is not None
         if self._eager is not None and self._eager != self._transcript():
             out.append(self._turn_info("TurnResumed"))
-        trigger = self._ending.trigger or ("manual" if self._forced else "timeout")
+        trigger = self._ending.trigger or "timeout"
         self._confidence = self._ending.confidence or self._confidence
         out.append(self._turn_info("EndOfTurn", trigger=trigger))
         self.turn_index += 1
@@ -436,7 +428,6 @@ class FluxTurns:
         self._confidence = 0.0
         self._languages.clear()
         self._ending = None
-        self._forced = False
 
     def _transcript(self) -> str:
         return " ".join(t for t in (*self._finals, self._partial) if t)

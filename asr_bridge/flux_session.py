@@ -100,7 +100,6 @@ class FluxSession(DeepgramRelay):
             await self._send([self.turns.warning("UNPARSABLE_CLIENT_MESSAGE", str(exc))])
             return
         if isinstance(command, ForceEndTurn):
-            self.turns.force_end_turn()
             await stream.finalize()
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)

@@ -130,11 +130,14 @@ async def test_official_sdk_gets_turns_from_semantic_endpointing(make_server, ma
     await eventually(lambda: server.servicer.active == 0)
 
 
-async def test_force_end_turn_ends_the_turn_at_once(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("query", [GOOD, GOOD + "&eot_threshold=1"])
+async def test_force_end_turn_ends_the_turn_at_once(make_server, make_bridge, query: str) -> None:  # type: ignore[no-untyped-def]
+    """Semantic turns, and turns left to the client (eot_threshold 1: the turn model is
+    not asked): the turn a ForceEndTurn ended is "manual"."""
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
     tone = speech_pcm(1.0)[:16_000].tobytes()  # speech with no silence after it
-    async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
+    async with connect(flux_url(bridge, query), additional_headers=auth()) as ws:
         assert ws.response.headers["dg-request-id"]
         await ws.send(tone)
         await ws.send(json.dumps({"type": "ForceEndTurn"}))

@@ -298,9 +298,10 @@ def test_no_words_ends_the_turn_that_was_waiting_for_its_final() -> None:
 
 
 def test_force_end_turn_in_manual_mode() -> None:
+    """The speech end a ForceEndTurn's FINALIZE made is marked so (``from_finalize``):
+    its turn ends "manual"; one the server's silence made, "timeout"."""
     options = parse_flux_query([*BASE, ("eot_threshold", "1")])
     turns = FluxTurns(options)
-    turns.force_end_turn()  # no turn under way: nothing to end, nothing remembered
     timed_out = feed(
         turns,
         speech(SpeechEvent.SPEECH_STARTED, 0),
@@ -310,8 +311,9 @@ def test_force_end_turn_in_manual_mode() -> None:
     )
     assert timed_out[-1]["event"] == "EndOfTurn" and timed_out[-1]["trigger"] == "timeout"
     out = feed(turns, speech(SpeechEvent.SPEECH_STARTED, 1), partial("two", 1))
-    turns.force_end_turn()
-    out += feed(turns, speech(SpeechEvent.SPEECH_ENDED, 1), final("Two.", 1))
+    forced = speech(SpeechEvent.SPEECH_ENDED, 1)
+    forced.speech_event.from_finalize = True
+    out += feed(turns, forced, final("Two.", 1))
     # the server's acknowledgement of the finalize (naming the latest utterance, or a
     # later one) neither ends nor opens a turn
     out += feed(turns, speech(SpeechEvent.FINALIZED, 1), speech(SpeechEvent.FINALIZED, 5))
