@@ -3,7 +3,10 @@
 ``put`` waits while the inbox holds ``max_samples`` or more; the reader then stops
 calling ``context.read()``, gRPC stops granting HTTP/2 window, and the client's
 sends wait. A single item larger than the cap is still accepted into an empty
-inbox, so an oversized message cannot deadlock the stream.
+inbox, so an oversized message cannot deadlock the stream. Requests without audio
+(FINALIZE, UPDATE) are capped by count (``MAX_QUEUED_REQUESTS``): each FINALIZE makes
+a response, so a client that sends them without reading its responses would otherwise
+pile them up here without bound while the channel waits to send.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class DetectedEvents:
 
 InboxItem = AudioChunk | Finalize | ConfigUpdate | EndOfAudio | DetectedEvents
 
+#: requests without audio an inbox holds at most before ``put`` waits
+MAX_QUEUED_REQUESTS = 32
+
 
 class AudioInbox:
     """One producer (the stream's reader) and one consumer (the channel's processor).
@@ -50,21 +56,28 @@ class AudioInbox:
     def __init__(self, max_samples: int, on_change: Callable[[int], None] | None = None) -> None:
         self.max_samples = max_samples
         self.samples = 0
+        self.requests = 0  # queued items without audio, DetectedEvents aside
         self._items: deque[InboxItem] = deque()
         self._on_change = on_change
         self._item_ready: asyncio.Future[None] | None = None  # the consumer waits on it
         self._room: asyncio.Future[None] | None = None  # the producer waits on it
 
     async def put(self, item: InboxItem) -> None:
+        audio = isinstance(item, AudioChunk)
         n = item.samples.size if isinstance(item, AudioChunk) else 0
-        while self.samples and self.samples + n > self.max_samples:
+        while (self.samples and self.samples + n > self.max_samples) or (
+            not audio and self.requests >= MAX_QUEUED_REQUESTS
+        ):
             self._room = asyncio.get_running_loop().create_future()
             try:
                 await self._room
             finally:
                 self._room = None
         self._items.append(item)
-        self._adjust(n)
+        if audio:
+            self._adjust(n)
+        else:
+            self.requests += 1
         _wake(self._item_ready)
 
     @property
@@ -87,6 +100,8 @@ class AudioInbox:
         item = self._items.popleft()
         if isinstance(item, AudioChunk):
             self._adjust(-item.samples.size)
+        elif not isinstance(item, DetectedEvents):
+            self.requests -= 1
         _wake(self._room)
         return item
 

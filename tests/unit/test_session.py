@@ -951,6 +951,48 @@ async def test_a_finalize_of_one_channel_leaves_the_other_speaking() -> None:
     assert [e.channel for e in events if isinstance(e, Finalized)] == [1]
 
 
+async def test_finalizes_sent_without_reading_their_answers_are_held_back() -> None:
+    """Each FINALIZE makes a response. A client that sends them and reads nothing is held
+    back as one sending audio too fast is: the responses fill the send queue, the channel
+    waits to send, its inbox fills and the reader stops reading (HTTP/2 flow control
+    then holds the client). Nothing piles up without bound, and nothing is lost."""
+    total = 2000
+    pulled = 0
+
+    async def source() -> AsyncIterator[object]:
+        nonlocal pulled
+        for _ in range(total):
+            pulled += 1
+            yield Finalize()
+
+    h = Harness()
+    scheduler = EngineScheduler(h.engine, h.metrics, workers=h.engine.workers)
+    await scheduler.start()
+    config = StreamConfig(AudioFormat(Encoding.LINEAR16, SR, 1))
+    session = StreamSession(
+        config, SessionServices(h.settings, scheduler, h.metrics, EnergyVoiceDetector), "test"
+    )
+    reading = asyncio.Event()
+    acks = 0
+
+    async def send(event: object, progress: Progress) -> None:
+        nonlocal acks
+        await reading.wait()  # the client reads nothing until told to
+        acks += isinstance(event, Finalized)
+
+    run = asyncio.create_task(session.run(source(), send))  # type: ignore[arg-type]
+    try:
+        await asyncio.sleep(0.3)
+        queued = h.settings.streaming.result_queue_size
+        assert pulled < queued + 100, pulled  # the send queue, the inbox's 32, a few more
+        reading.set()
+        await asyncio.wait_for(run, 30)
+    finally:
+        run.cancel()
+        await scheduler.close()
+    assert acks == total
+
+
 async def test_a_finalize_of_a_channel_the_stream_lacks_is_invalid() -> None:
     async def source() -> AsyncIterator[object]:
         async for c in chunks(pcm16(tone(0.5))):
