@@ -63,6 +63,29 @@ async def test_speech_becomes_partials_finals_and_a_clean_close(make_server, mak
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_a_page_finalizes_and_is_told_when_it_is_done(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Push-to-talk: the page sends ``finalize`` when the button is released; the final
+    says it answers it, and ``finalized`` follows, also for a press without speech."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with connect(ws_url(bridge)) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        await send_pcm(ws, (tone(1.0) * 32767).astype("<i2").tobytes())
+        await ws.send(json.dumps({"type": "finalize"}))
+        await send_pcm(ws, bytes(16_000))  # a press without speech
+        await ws.send(json.dumps({"type": "finalize"}))
+        await ws.send(json.dumps({"type": "stop"}))
+        events = await events_until_close(ws)
+    kinds = [e["type"] for e in events]
+    assert kinds.count("finalized") == 2
+    (final,) = [e for e in events if e["type"] == "final"]
+    assert final["from_finalize"] is True and final["text"] == "w0 w1 w2 w3"
+    first, second = (e for e in events if e["type"] == "finalized")
+    assert kinds.index("final") < events.index(first)
+    assert first["offset_s"] == 1.0 and second["offset_s"] == 1.5
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_openai_realtime_event_shape(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)
