@@ -153,6 +153,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.finalize_answer = Histogram(
+            "asr_finalize_answer_seconds",
+            "From a client's FINALIZE arriving to its FINALIZED (the final it ended sent "
+            "first): how long a voice agent that finalizes at its own VAD's stop waits.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.model_loaded = Gauge("asr_model_loaded", "1 once the model is loaded.", registry=r)
         # -- exposure: authentication, per-client use, refusals (docs/security.md)
         self.auth_failures = Counter(

@@ -40,6 +40,7 @@ from asr_server.session.types import (
     ChannelStart,
     ConfigUpdate,
     EndOfTurn,
+    Finalize,
     Finalized,
     NoWords,
     OutEvent,
@@ -298,11 +299,11 @@ class ChannelRecognizer:
                 return
             elif isinstance(item, ConfigUpdate):
                 self._reconfigure(item.config)
-            else:  # Finalize
-                await self._client_finalize()
+            else:
+                await self._client_finalize(item)
             self._settle()
 
-    async def _client_finalize(self) -> None:
+    async def _client_finalize(self, request: Finalize) -> None:
         """The client's finalize: the utterance open now ends here, its final is sent,
         and then the acknowledgement, so that a client (a bridge answering Deepgram's
         ``from_finalize``, a push-to-talk app) need not guess which final answered it."""
@@ -313,6 +314,7 @@ class ChannelRecognizer:
             Finalized(self.position / SAMPLE_RATE, self.channel, max(0, self._next_id - 1))
         )
         self.metrics.speech_events.labels("finalized").inc()
+        self.metrics.finalize_answer.observe(now() - request.arrived)
 
     async def _vad(self, fn, *args):  # type: ignore[no-untyped-def]
         if self.endpointer.detector.blocking:

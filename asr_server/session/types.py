@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
 from asr_server.audio.decode import AudioFormat
@@ -79,6 +80,8 @@ class Finalize:
     """The client asked to finalize the current utterance now."""
 
     channel: int | None = None  # only this channel; None: every channel
+    #: time.monotonic() when its request was read (for asr_finalize_answer_seconds)
+    arrived: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)

@@ -928,6 +928,10 @@ async def test_a_finalize_with_nothing_open_is_acknowledged_at_once() -> None:
     assert first == Finalized(0.0, 0, 0)
     assert second == Finalized(pytest.approx(2.0, abs=1e-3), 0, 0)
     assert not results(events, final=True)[0].from_finalize
+    # how long each finalizing client waited for its answer
+    registry = h.metrics.registry
+    assert registry.get_sample_value("asr_finalize_answer_seconds_count") == 2
+    assert registry.get_sample_value("asr_speech_events_total", {"type": "finalized"}) == 2
 
 
 async def test_a_finalize_of_one_channel_leaves_the_other_speaking() -> None:
