@@ -485,12 +485,6 @@ class FluxTurns:
         eager = _configured(
             c.eager_eot_threshold, "eager_eot_threshold", 0.3, 0.9, o.eager_eot_threshold
         )
-        if (eager is None) != (o.eager_eot_threshold is None):
-            raise ConfigureError(
-                "CONFIGURE_NOT_SUPPORTED",
-                "eager_eot_threshold can be changed here, not turned on or off: set it when "
-                "connecting",
-            )
         if eager is not None and eager > eot:
             raise ConfigureError(
                 "CONFIGURE_INVALID", "eager_eot_threshold must not be above eot_threshold"
@@ -516,6 +510,8 @@ class FluxTurns:
         )
         if eager is not None:
             update.eager_threshold = eager
+            if o.eager_eot_threshold is None:  # eager mode from here on
+                update.eager_finals = True
         thresholds: Event = {"eot_threshold": eot}
         if eager is not None:
             thresholds["eager_eot_threshold"] = eager

@@ -103,9 +103,11 @@ def stream_update(
     max_silence_ms: int | None = None,
     silence_ms: int | None = None,
     hotwords: Sequence[str] | None = None,
+    eager_finals: bool | None = None,
 ) -> asr_pb2.StreamingUpdate:
     """A ``StreamingUpdate``: None leaves a setting as it is, 0 restores the server's
-    default; ``hotwords`` replaces the stream's (an empty list clears them)."""
+    default; ``hotwords`` replaces the stream's (an empty list clears them);
+    ``eager_finals`` turns eager results on or off."""
     update = asr_pb2.StreamingUpdate(
         replace_hotwords=hotwords is not None, hotwords=list(hotwords or ())
     )
@@ -114,6 +116,7 @@ def stream_update(
         ("eager_threshold", eager_threshold),
         ("max_silence_ms", max_silence_ms),
         ("silence_ms", silence_ms),
+        ("eager_finals", eager_finals),
     ):
         if value is not None:
             setattr(update, name, value)
@@ -126,7 +129,13 @@ def updated_config(
     """``config`` with ``update`` applied: what a new call of the stream starts with."""
     merged = asr_pb2.StreamingConfig()
     merged.CopyFrom(config)
-    for name in ("turn_threshold", "eager_threshold", "max_silence_ms", "silence_ms"):
+    for name in (
+        "turn_threshold",
+        "eager_threshold",
+        "max_silence_ms",
+        "silence_ms",
+        "eager_finals",
+    ):
         if update.HasField(name):
             setattr(merged.endpointing, name, getattr(update, name))
     if update.replace_hotwords:

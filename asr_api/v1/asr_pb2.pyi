@@ -108,20 +108,22 @@ class GoingAway(_message.Message):
     def __init__(self, deadline_s: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class StreamingUpdate(_message.Message):
-    __slots__ = ("turn_threshold", "eager_threshold", "max_silence_ms", "silence_ms", "replace_hotwords", "hotwords")
+    __slots__ = ("turn_threshold", "eager_threshold", "max_silence_ms", "silence_ms", "replace_hotwords", "hotwords", "eager_finals")
     TURN_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     EAGER_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     MAX_SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     SILENCE_MS_FIELD_NUMBER: _ClassVar[int]
     REPLACE_HOTWORDS_FIELD_NUMBER: _ClassVar[int]
     HOTWORDS_FIELD_NUMBER: _ClassVar[int]
+    EAGER_FINALS_FIELD_NUMBER: _ClassVar[int]
     turn_threshold: float
     eager_threshold: float
     max_silence_ms: int
     silence_ms: int
     replace_hotwords: bool
     hotwords: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, turn_threshold: _Optional[float] = ..., eager_threshold: _Optional[float] = ..., max_silence_ms: _Optional[int] = ..., silence_ms: _Optional[int] = ..., replace_hotwords: _Optional[bool] = ..., hotwords: _Optional[_Iterable[str]] = ...) -> None: ...
+    eager_finals: bool
+    def __init__(self, turn_threshold: _Optional[float] = ..., eager_threshold: _Optional[float] = ..., max_silence_ms: _Optional[int] = ..., silence_ms: _Optional[int] = ..., replace_hotwords: _Optional[bool] = ..., hotwords: _Optional[_Iterable[str]] = ..., eager_finals: _Optional[bool] = ...) -> None: ...
 
 class Control(_message.Message):
     __slots__ = ("action", "channel")

@@ -189,6 +189,7 @@ def stream_update_from_proto(
     if msg.HasField("eager_threshold"):
         endpointing = replace(endpointing, eager_threshold=msg.eager_threshold or None)
     endpointing.check(settings, "update")
+    eager_finals = msg.eager_finals if msg.HasField("eager_finals") else current.eager_finals
     hotwords = current.hotwords
     if msg.replace_hotwords:
         _check_prompt("", msg.hotwords, settings, "update")
@@ -201,6 +202,7 @@ def stream_update_from_proto(
         max_silence_ms=endpointing.max_silence_ms,
         turn_threshold=endpointing.turn_threshold,
         eager_threshold=endpointing.eager_threshold,
+        eager_finals=eager_finals,
         hotwords=hotwords,
     )
 

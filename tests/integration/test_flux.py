@@ -209,6 +209,45 @@ async def test_eager_ends_are_withdrawn_and_confirmed_end_to_end(make_server, ma
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_a_configure_turns_eager_ends_on_mid_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    # connected without eager ends: the first turn has none; a Configure with an
+    # eager_eot_threshold turns them on for the next (StreamingUpdate.eager_finals)
+    server = await serve_fake(make_server)
+    server.servicer.services = dataclasses.replace(
+        server.servicer.services,
+        turn=TurnDetection(SureOf(0.8), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
+    )
+    bridge = await make_bridge(server.port, token=TOKEN)
+    turn = np.concatenate([tone(1.0), silence(1.5)])
+    pcm = (turn * 32767).astype("<i2").tobytes()
+
+    async def send_turn(ws: Any) -> None:
+        for i in range(0, len(pcm), 2_560):  # 80 ms chunks at 4x real time
+            await ws.send(pcm[i : i + 2_560])
+            await asyncio.sleep(0.02)
+
+    async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await send_turn(ws)
+        configure = {"type": "Configure", "thresholds": {"eager_eot_threshold": 0.5}}
+        await ws.send(json.dumps(configure))
+        await send_turn(ws)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    check_flux_rules(messages)
+    (success,) = [m for m in messages if m["type"] == "ConfigureSuccess"]
+    assert success["thresholds"]["eager_eot_threshold"] == 0.5
+    turns = [(m["turn_index"], m["event"]) for m in messages if m["type"] == "TurnInfo"]
+    events = [t for t in turns if t[1] != "Update"]
+    assert events == [
+        (0, "StartOfTurn"),
+        (0, "EndOfTurn"),
+        (1, "StartOfTurn"),
+        (1, "EagerEndOfTurn"),
+        (1, "EndOfTurn"),
+    ], turns
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_bad_text_messages_get_a_warning_and_lose_nothing(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)

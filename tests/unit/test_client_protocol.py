@@ -36,3 +36,10 @@ def test_a_stream_update_names_only_what_changes_and_a_new_call_starts_from_it()
     assert merged.endpointing.max_silence_ms == 3000
     assert list(merged.hotwords) == ["Ishmael"]
     assert list(config.hotwords) == ["old"]  # the original is left as it was
+    assert not merged.endpointing.eager_finals
+    eager = api.stream_update(eager_finals=True)
+    assert eager.HasField("eager_finals") and not update.HasField("eager_finals")
+    assert api.updated_config(config, eager).endpointing.eager_finals
+    on = api.updated_config(config, eager)
+    off = api.updated_config(on, api.stream_update(eager_finals=False))
+    assert not off.endpointing.eager_finals

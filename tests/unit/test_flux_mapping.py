@@ -364,6 +364,18 @@ def test_configure_becomes_an_update_of_the_stream() -> None:
     # and the options follow: a later check compares with the settings now in effect
     with pytest.raises(ConfigureError, match="must not be above eot_threshold"):
         turns.configure(Configure(eager_eot_threshold=0.7))
+    assert not update.HasField("eager_finals")  # eager was on from the start
+
+
+def test_a_configure_with_an_eager_threshold_turns_eager_ends_on() -> None:
+    turns = FluxTurns(query())  # connected without eager_eot_threshold
+    update, success = turns.configure(Configure(eager_eot_threshold=0.5))
+    assert update.HasField("eager_finals") and update.eager_finals
+    assert update.eager_threshold == pytest.approx(0.5)
+    assert success["thresholds"] == {"eot_threshold": 0.7, "eager_eot_threshold": 0.5}
+    # on from then on: a later Configure changes its value and leaves it on
+    update, _ = turns.configure(Configure(eager_eot_threshold=0.4))
+    assert not update.HasField("eager_finals") and update.eager_threshold == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize(
@@ -373,7 +385,6 @@ def test_configure_becomes_an_update_of_the_stream() -> None:
         (Configure(eot_threshold="0.8"), "CONFIGURE_INVALID", "eot_threshold must be a number"),
         (Configure(eot_timeout_ms=10), "CONFIGURE_INVALID", "eot_timeout_ms must be a number"),
         (Configure(keyterms="x"), "CONFIGURE_INVALID", "keyterms must be a list of strings"),
-        (Configure(eager_eot_threshold=0.5), "CONFIGURE_NOT_SUPPORTED", "not turned on or off"),
         (Configure(language_hints=["de"]), "CONFIGURE_NOT_SUPPORTED", "language hints"),
         (Configure(numerals=True), "CONFIGURE_NOT_SUPPORTED", "numerals is not supported"),
         (Configure(profanity_filter="yes"), "CONFIGURE_INVALID", "must be true or false"),

@@ -825,6 +825,32 @@ async def test_without_eager_finals_a_pause_sends_nothing_early() -> None:
     assert len(results(events, final=True)) == 1
 
 
+async def test_an_update_turns_eager_finals_on_and_off_from_there_on() -> None:
+    """StreamingUpdate.eager_finals: the same phrase (a 0.35 s pause inside it) sends no
+    eager result before the update, one at its pause after it, and none once it is off."""
+    h = Harness()
+    phrase = pcm16(np.concatenate([tone(2.0), silence(0.35), tone(1.0), silence(1.0)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(phrase)):
+            yield c
+        yield ConfigUpdate(dataclasses.replace(h.session.config, eager_finals=True))
+        async for c in h.lockstep(chunks(phrase)):
+            yield c
+        yield ConfigUpdate(dataclasses.replace(h.session.config, eager_finals=False))
+        async for c in h.lockstep(chunks(phrase)):
+            yield c
+
+    events = await h.run(source())
+    finals = results(events, final=True)
+    assert [f.utterance_id for f in finals] == [0, 1, 2]
+    eager_ids = [e.utterance_id for e in results(events) if e.eager]
+    # the second phrase's pause, and its end (the final's text, sent as the pause began)
+    assert eager_ids and set(eager_ids) == {1}
+    resumed = [e for e in events if isinstance(e, SpeechResumed)]
+    assert [e.utterance_id for e in resumed] == [1]
+
+
 async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
     """With two workers a stream's older partial can finish last; it must not roll back."""
     slowed: list[int] = []
