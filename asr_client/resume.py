@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import grpc
 
@@ -149,9 +149,15 @@ class FinalizeRequest:
         return self.channel is None or self.channel == channel
 
 
+class ReplayPlan(NamedTuple):
+    items: list[bytes | FinalizeRequest]  # what the new call is sent, in order
+    acks_to_skip: list[int]  # per channel: first acknowledgements the caller has had
+    acks_resent: list[int]  # per channel: first acknowledgements for FINALIZEs sent again
+
+
 def replay_plan(
     kept: list[bytes | FinalizeRequest], sent: list[int], acked: list[int]
-) -> tuple[list[bytes | FinalizeRequest], list[int]]:
+) -> ReplayPlan:
     """What a new call replays, and per channel how many of its first acknowledgements
     (FINALIZED) the caller has had already, from the kept audio and the FINALIZEs sent
     and acknowledged per channel. Each channel acknowledges its FINALIZEs in order, so
@@ -163,12 +169,14 @@ def replay_plan(
     for an acknowledgement that never comes."""
     resent: list[bytes | FinalizeRequest] = []
     skip: list[int] = []
+    resent_per_channel: list[int] = []
     for ch, (n_sent, n_acked) in enumerate(zip(sent, acked, strict=True)):
         kept_here = sum(isinstance(i, FinalizeRequest) and i.applies_to(ch) for i in kept)
         before = n_sent - kept_here
-        resent += [FinalizeRequest(ch)] * max(0, before - n_acked)
+        resent_per_channel.append(max(0, before - n_acked))
+        resent += [FinalizeRequest(ch)] * resent_per_channel[-1]
         skip.append(max(0, n_acked - before))
-    return resent + kept, skip
+    return ReplayPlan(resent + kept, skip, resent_per_channel)
 
 
 class KeptAudio:
@@ -254,6 +262,10 @@ class ResumableStream:
         self._finalizes_sent = [0] * channels
         self._finalizes_acked = [0] * channels
         self._acks_to_skip = [0] * channels
+        # where each FINALIZE not yet acknowledged came (stream seconds), per channel: the
+        # acknowledgement of one sent again at a new call's start says where it first came
+        self._finalize_offsets: list[deque[float]] = [deque() for _ in range(channels)]
+        self._acks_resent = [0] * channels
         self._processed_s = 0.0
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
@@ -285,7 +297,9 @@ class ResumableStream:
             request = FinalizeRequest(channel)
             self._kept.append_finalize(request)
             for ch in range(len(self._finalizes_sent)):
-                self._finalizes_sent[ch] += request.applies_to(ch)
+                if request.applies_to(ch):
+                    self._finalizes_sent[ch] += 1
+                    self._finalize_offsets[ch].append(self._kept.end / self._rate)
             await self._write(lambda call: call.finalize(channel))
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
@@ -387,6 +401,12 @@ class ResumableStream:
                     self._acks_to_skip[ch] -= 1
                     return False
                 self._finalizes_acked[ch] += 1
+                offsets = self._finalize_offsets[ch]
+                came_at = offsets.popleft() if offsets else None  # None: not one of ours
+                if self._acks_resent[ch]:  # the new call heard it at its start
+                    self._acks_resent[ch] -= 1
+                    if came_at is not None:
+                        ev.offset_s = came_at
         elif kind == "result":
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)
@@ -506,7 +526,7 @@ class ResumableStream:
                 await call.open()
             self._call = call
             self._going_away_at = None
-            items, self._acks_to_skip = replay_plan(
+            items, self._acks_to_skip, self._acks_resent = replay_plan(
                 self._kept.replay(), self._finalizes_sent, self._finalizes_acked
             )
             replayed_s = (self._kept.end - self._kept.start) / self._rate
