@@ -166,7 +166,8 @@ def replay_plan(
     call, and their second acknowledgements are not delivered. Fewer: a FINALIZE was
     trimmed (its results settled) before its acknowledgement came; it is sent again at
     the start of the new call, where nothing is open to finalize, so that no caller waits
-    for an acknowledgement that never comes."""
+    for an acknowledgement that never comes (``acks_resent`` counts those per channel:
+    the new call's first acknowledgements there are theirs)."""
     resent: list[bytes | FinalizeRequest] = []
     skip: list[int] = []
     resent_per_channel: list[int] = []
