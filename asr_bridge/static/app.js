@@ -21,6 +21,8 @@ function showError(text) {
 function setButtons(running) {
   $("start").disabled = running;
   $("stop").disabled = !running;
+  $("finalize").disabled = !running;
+  $("endpointing").disabled = running; // a session's endpointing is set when it starts
 }
 
 async function openAudio() {
@@ -67,7 +69,9 @@ async function start() {
   showError("");
   setButtons(true);
   setState("connecting");
-  const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false };
+  // turnEnds: end_of_turn events by utterance, shown on the final that follows them
+  // finalizing: finalizes sent and not yet acknowledged
+  const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false, turnEnds: new Map(), finalizing: 0 };
   session = s;
   try {
     s.audio = await openAudio();
@@ -84,7 +88,7 @@ async function start() {
   ws.binaryType = "arraybuffer";
   s.ws = ws;
   ws.onopen = () => {
-    ws.send(JSON.stringify({ type: "start", sample_rate: s.rate }));
+    ws.send(JSON.stringify({ type: "start", sample_rate: s.rate, endpointing: $("endpointing").value }));
     s.audio.node.port.onmessage = (e) => sendFrame(s, e.data);
   };
   ws.onmessage = (e) => onEvent(s, JSON.parse(e.data));
@@ -123,8 +127,17 @@ function onEvent(s, ev) {
     case "partial":
       showPartial(ev.stable_text, ev.unstable_text);
       break;
+    case "end_of_turn": // semantic endpointing: the turn's final follows
+      s.turnEnds.set(ev.utterance_id, ev);
+      $("turn").textContent = turnLabel(ev);
+      break;
     case "final":
-      addFinal(ev);
+      addFinal(ev, s.turnEnds.get(ev.utterance_id));
+      s.turnEnds.delete(ev.utterance_id);
+      break;
+    case "finalized": // every result for the audio before our finalize is here
+      s.finalizing -= 1;
+      $("finalized").textContent = s.finalizing > 0 ? "waiting…" : "done";
       break;
     case "no_words":
       showPartial("", ""); // a noise's partial: no final will replace it
@@ -145,7 +158,20 @@ function showPartial(stable, unstable) {
   $("partial").querySelector(".unstable").textContent = stable && unstable ? ` ${unstable}` : unstable;
 }
 
-function addFinal(ev) {
+function turnLabel(turnEnd) {
+  switch (turnEnd.reason) {
+    case "model":
+      return `model, ${Math.round(turnEnd.probability * 100)} % sure`;
+    case "max_silence":
+      return "longest pause";
+    case "finalize":
+      return "finalize";
+    default:
+      return "end of audio";
+  }
+}
+
+function addFinal(ev, turnEnd) {
   showPartial("", "");
   if (!ev.text.trim()) return;
   const p = document.createElement("p");
@@ -153,7 +179,23 @@ function addFinal(ev) {
   const t = document.createElement("time");
   t.textContent = `${ev.start_s.toFixed(1)}s`;
   p.append(t, ev.text.trim());
+  // why it ended, where that says more than a pause: the turn model, or our finalize
+  const why = turnEnd ? `end of turn · ${turnLabel(turnEnd)}` : ev.from_finalize ? "finalized" : "";
+  if (why) {
+    const badge = document.createElement("span");
+    badge.className = "turn";
+    badge.textContent = why;
+    p.append(badge);
+  }
   $("finals").append(p);
+}
+
+function finalize() {
+  const s = session;
+  if (!s || s.stopping || !s.ws || s.ws.readyState !== WebSocket.OPEN) return;
+  s.ws.send(JSON.stringify({ type: "finalize" })); // its final, then "finalized", follow
+  s.finalizing += 1;
+  $("finalized").textContent = "waiting…";
 }
 
 function fail(s, text) {
@@ -200,6 +242,7 @@ function teardown(s) {
 
 $("start").addEventListener("click", start);
 $("stop").addEventListener("click", stop);
+$("finalize").addEventListener("click", finalize);
 // a token can be handed over in the URL's fragment (#token=…), which is never sent to a server
 const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
 if (fromHash) $("token").value = fromHash;

@@ -1,5 +1,6 @@
 """The web page in a real browser: headless Debian Chromium, its fake microphone playing a
-LibriSpeech recording, through asr-bridge to the real server with the real tiny.en model.
+LibriSpeech recording, through asr-bridge to the real server with the real tiny.en model
+and the real turn model (the page's "when the speaker is done" endpointing).
 
 scripts/test.sh installs what this needs (Debian's ``chromium``, PyPI's ``playwright``;
 no browser download); without them the test fails rather than pass unseen. The screenshot
@@ -90,17 +91,29 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
             )
             # the token rides in the fragment, which the page sends as a subprotocol
             await page.goto(f"http://127.0.0.1:{bridge.port}/#token={TOKEN}")
+            await page.select_option("#endpointing", "semantic")
             await page.click("#start")
             await page.wait_for_function(
                 "() => ['listening', 'speech'].includes(document.body.dataset.state)",
                 timeout=15_000,
             )
-            # the last word of the recording, in a final: then the whole utterance is there
+            # the last word of the recording heard: the Finalize button ends the turn there,
+            # unless the turn model already has (read sentences often sound unfinished to it)
             await page.wait_for_function(
-                "() => /longer/i.test(document.querySelector('#finals').innerText)",
+                "() => /longer/i.test(document.querySelector('#transcript').innerText)",
                 timeout=45_000,
             )
+            await page.click("#finalize")
+            # every finalize is acknowledged, after the results for the audio before it
+            await page.wait_for_function(
+                "() => document.querySelector('#finalized').innerText === 'done'",
+                timeout=30_000,
+            )
             finals = await page.inner_text("#finals")
+            # the turn's final says how the turn ended (the model, the longest pause, or us)
+            badges = await page.eval_on_selector_all(
+                ".final .turn", "els => els.map(e => e.innerText)"
+            )
             SCREENSHOT.parent.mkdir(exist_ok=True)
             await page.screenshot(path=str(SCREENSHOT), full_page=True)
             print(f"\nscreenshot: {SCREENSHOT}")
@@ -118,6 +131,7 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     expected = [w for w in normalized_words(transcript) if len(w) >= 4]
     missing = [w for w in expected if w not in heard]
     assert len(missing) <= 1, f"missing {missing} in {finals!r}"
+    assert badges and all(b == "finalized" or b.startswith("end of turn") for b in badges), badges
     assert state_label == "finished" and not error_shown
     assert not problems, problems
     assert server.servicer.active == 0
