@@ -43,6 +43,15 @@ def words_line(result: asr_pb2.Result) -> str:
     )
 
 
+def turn_end_label(turn: asr_pb2.EndOfTurn) -> str:
+    """What ended a turn, in a few words: ``model, 93 % sure``, ``longest pause``,
+    ``finalize`` or ``end of audio``."""
+    reason = TURN_END_REASONS.get(turn.reason, "")
+    if reason == "model":
+        return f"model, {round(turn.probability * 100)} % sure"
+    return {"max_silence": "longest pause", "end_of_audio": "end of audio"}.get(reason, reason)
+
+
 def event_type(response: Response) -> str:
     """speech_started, speech_ended, speech_resumed, no_words, finalized, end_of_turn,
     partial, eager, final, or progress (the stream's last response)."""
@@ -149,10 +158,12 @@ class PlainRenderer(Renderer):
             r = response.result
             mark = "~" if kind == "partial" else "?"  # eager: final unless speech resumes
             line = f"[{clock(r.start_s)}-{clock(r.end_s)}] ch{r.channel} {mark} {r.text}"
+        elif kind == "end_of_turn":
+            ev = response.end_of_turn
+            line = f"[{clock(ev.offset_s)}] ch{ev.channel}  (end of turn: {turn_end_label(ev)})"
         else:
-            ev = response.end_of_turn if kind == "end_of_turn" else response.speech_event
-            what = kind.replace("_", " ")
-            line = f"[{clock(ev.offset_s)}] ch{ev.channel}  ({what})"
+            ev = response.speech_event
+            line = f"[{clock(ev.offset_s)}] ch{ev.channel}  ({kind.replace('_', ' ')})"
         self._out.write(line + "\n")
         self._out.flush()
 
@@ -186,6 +197,8 @@ class LiveRenderer(Renderer):
 
     def __init__(self, console: Console, *, footer: Callable[[], Text] | None = None) -> None:
         self._partials: dict[int, asr_pb2.Result] = {}
+        # SEMANTIC streams: each EndOfTurn until its final, which then says what ended it
+        self._turn_ends: dict[tuple[int, int], asr_pb2.EndOfTurn] = {}
         self._lag_s = 0.0
         self._footer = footer
         # transient: the live lines vanish at the end, leaving only the finals on screen
@@ -218,6 +231,10 @@ class LiveRenderer(Renderer):
             shown = self._partials.get(e.channel)
             if shown is not None and shown.utterance_id == e.utterance_id:
                 del self._partials[e.channel]
+        elif kind == "end_of_turn":
+            e = response.end_of_turn
+            self._turn_ends[e.channel, e.utterance_id] = e
+            return
         elif kind == "progress":
             return
         # redraw before printing: printing redraws the last drawn live lines, and the
@@ -226,7 +243,13 @@ class LiveRenderer(Renderer):
         if kind != "final":
             return
         # Text, not a markup string: transcripts can contain "[music]" and the like
-        self._live.console.print(Text(final_line(r)))
+        line = Text(final_line(r))
+        turn_end = self._turn_ends.pop((r.channel, r.utterance_id), None)
+        if turn_end is not None:
+            line.append(f"  ⏎ end of turn: {turn_end_label(turn_end)}", style="dim")
+        elif r.from_finalize:
+            line.append("  ⏎ finalized", style="dim")
+        self._live.console.print(line)
         if r.words:
             self._live.console.print(Text(words_line(r), style="dim"))
 

@@ -422,8 +422,45 @@ def test_every_event_gets_its_own_name_and_line() -> None:
     assert out.getvalue().splitlines() == [
         "[00:00.0-00:00.0] ch0 ? hello there",
         "[00:01.5] ch0  (speech resumed)",
-        "[00:02.0] ch0  (end of turn)",
+        "[00:02.0] ch0  (end of turn: finalize)",
     ]
+
+
+def test_the_live_view_says_what_ended_each_turn() -> None:
+    from rich.console import Console
+
+    from asr_client.render import LiveRenderer
+
+    Response = asr_pb2.StreamingRecognizeResponse
+    out = io.StringIO()
+    renderer = LiveRenderer(Console(file=out, force_terminal=True, width=200))
+
+    def final(text: str, utterance: int, *, from_finalize: bool = False) -> Response:
+        r = asr_pb2.Result(is_final=True, text=text, utterance_id=utterance)
+        r.from_finalize = from_finalize
+        return Response(result=r)
+
+    def turn_end(utterance: int, reason: int, p: float = 0.0) -> Response:
+        return Response(
+            end_of_turn=asr_pb2.EndOfTurn(utterance_id=utterance, reason=reason, probability=p)
+        )
+
+    with renderer:
+        renderer.event(turn_end(0, asr_pb2.EndOfTurn.MODEL, 0.934))
+        renderer.event(final("I want to fly home.", 0))
+        renderer.event(turn_end(1, asr_pb2.EndOfTurn.MAX_SILENCE))
+        renderer.event(final("Tomorrow.", 1))
+        renderer.event(final("Hold on.", 2, from_finalize=True))  # a SILENCE stream's
+        renderer.event(final("Yes.", 3))  # a pause ended it: nothing to add
+    lines = [line for line in out.getvalue().splitlines() if "ch0  " in line]
+    text = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line).split("ch0  ")[-1] for line in lines]
+    assert text == [
+        "I want to fly home.  ⏎ end of turn: model, 93 % sure",
+        "Tomorrow.  ⏎ end of turn: longest pause",
+        "Hold on.  ⏎ finalized",
+        "Yes.",
+    ]
+    assert renderer._turn_ends == {}
 
 
 def test_the_live_view_drops_a_partial_that_no_final_will_replace() -> None:
