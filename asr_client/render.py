@@ -228,6 +228,7 @@ class LiveRenderer(Renderer):
             self._partials.pop(r.channel, None)
         elif kind == "no_words":  # a noise's partial: no final will replace it
             e = response.speech_event
+            self._turn_ends.pop((e.channel, e.utterance_id), None)
             shown = self._partials.get(e.channel)
             if shown is not None and shown.utterance_id == e.utterance_id:
                 del self._partials[e.channel]

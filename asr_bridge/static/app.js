@@ -141,6 +141,7 @@ function onEvent(s, ev) {
       break;
     case "no_words":
       showPartial("", ""); // a noise's partial: no final will replace it
+      s.turnEnds.delete(ev.utterance_id);
       break;
     case "error":
       fail(s, `${ev.code}: ${ev.message}`);
