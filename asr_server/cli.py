@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -125,6 +126,26 @@ def turn_model_command(argv: list[str]) -> None:
     print(f"semantic end-of-turn model ready: {path}")
 
 
+def client_command() -> str:
+    """How to run ``asr-client`` from here: its name where the shell finds this install's,
+    else its path (``.venv/bin/asr-client`` after ``scripts/serve.sh``, whose venv is not
+    on PATH), so the hint the server prints can be pasted as it is."""
+    script = Path(sys.executable).parent / "asr-client"
+    found = shutil.which("asr-client")
+    if not script.exists() or (found and Path(found).resolve() == script.resolve()):
+        return "asr-client"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
+def sample_file() -> str:
+    """A recording to try: the checkout's JFK sample when the server runs from there."""
+    jfk = Path("audio_samples") / "jfk.flac"
+    return str(jfk) if jfk.is_file() else "<audio file>"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["token"]:
@@ -169,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                 if running.metrics_port
                 else ""
             )
-            + f"\n  try:  asr-client file audio_samples/<file> --server {host}:{running.port}"
+            + f"\n  try:  {client_command()} file {sample_file()} --server {host}:{running.port}"
             + f"{client_flags}\n",
             file=sys.stderr,
             flush=True,

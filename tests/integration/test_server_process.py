@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import signal
 import socket
 import sys
@@ -58,6 +59,12 @@ async def test_server_process_serves_reports_and_drains() -> None:
     try:
         # the ready banner tells the user where to connect
         port = await asyncio.wait_for(port_found, 60)
+        # and a command that works pasted as it is, from where the server was started
+        (hint,) = [line.split("try:", 1)[1].split() for line in log if "try:" in line]
+        client, _, sample = hint[:3]
+        assert shutil.which(client, path=os.environ["PATH"]) or (ROOT / client).is_file(), hint
+        assert (ROOT / sample).is_file(), hint
+        assert hint[3:5] == ["--server", f"localhost:{port}"], hint
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             health = health_pb2_grpc.HealthStub(channel)
             reply = await health.Check(health_pb2.HealthCheckRequest(service="asr.v1.Recognizer"))
