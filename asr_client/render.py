@@ -45,11 +45,12 @@ def words_line(result: asr_pb2.Result) -> str:
 
 def turn_end_label(turn: asr_pb2.EndOfTurn) -> str:
     """What ended a turn, in a few words: ``model, 93 % sure``, ``longest pause``,
-    ``finalize`` or ``end of audio``."""
+    ``finalize``, ``end of audio`` (``the server`` from one that predates the reason)."""
     reason = TURN_END_REASONS.get(turn.reason, "")
     if reason == "model":
         return f"model, {round(turn.probability * 100)} % sure"
-    return {"max_silence": "longest pause", "end_of_audio": "end of audio"}.get(reason, reason)
+    labels = {"max_silence": "longest pause", "end_of_audio": "end of audio"}
+    return labels.get(reason, reason or "the server")
 
 
 def event_type(response: Response) -> str:

@@ -167,8 +167,10 @@ function turnLabel(turnEnd) {
       return "longest pause";
     case "finalize":
       return "finalize";
-    default:
+    case "end_of_audio":
       return "end of audio";
+    default:
+      return "the server"; // one that predates the reason
   }
 }
 

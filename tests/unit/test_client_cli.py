@@ -452,6 +452,8 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         renderer.event(final("Tomorrow.", 1))
         renderer.event(final("Hold on.", 2, from_finalize=True))  # a SILENCE stream's
         renderer.event(final("Yes.", 3))  # a pause ended it: nothing to add
+        renderer.event(turn_end(5, asr_pb2.EndOfTurn.REASON_UNSPECIFIED))  # an older server
+        renderer.event(final("Right.", 5))
         renderer.event(turn_end(4, asr_pb2.EndOfTurn.MODEL, 0.8))  # a noise, no final:
         no_words = asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.NO_WORDS, utterance_id=4)
         renderer.event(Response(speech_event=no_words))  # its turn end is not kept
@@ -462,6 +464,7 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         "Tomorrow.  ⏎ end of turn: longest pause",
         "Hold on.  ⏎ finalized",
         "Yes.",
+        "Right.  ⏎ end of turn: the server",
     ]
     assert renderer._turn_ends == {}
 
