@@ -170,24 +170,35 @@ class SureOf:
         return TurnVerdict(self.probability)
 
 
+async def serve_fake_sure_of(make_server, probability: float):  # type: ignore[no-untyped-def]
+    """A fake-engine server whose turn model is ``probability`` sure at every pause (the
+    server's thresholds otherwise: first ask 0.98 at 150 ms, second 0.7 at 600 ms)."""
+    server = await serve_fake(make_server)
+    server.servicer.services = dataclasses.replace(
+        server.servicer.services,
+        turn=TurnDetection(SureOf(probability), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
+    )
+    return server
+
+
+async def send_at_4x(ws: Any, pcm: bytes) -> None:
+    for i in range(0, len(pcm), 2_560):  # 80 ms chunks at 4x real time
+        await ws.send(pcm[i : i + 2_560])
+        await asyncio.sleep(0.02)
+
+
 async def test_eager_ends_are_withdrawn_and_confirmed_end_to_end(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     # the server's SEMANTIC endpointing with a turn model 0.8 sure at every pause: each
     # pause gets an eager end at the first ask (0.8 is under 0.98); the one inside the
     # turn is withdrawn when speech resumes, the last is confirmed at the second ask
-    server = await serve_fake(make_server)
-    server.servicer.services = dataclasses.replace(
-        server.servicer.services,
-        turn=TurnDetection(SureOf(0.8), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
-    )
+    server = await serve_fake_sure_of(make_server, 0.8)
     bridge = await make_bridge(server.port, token=TOKEN)
     audio = np.concatenate([tone(2.0), silence(0.35), tone(1.0), silence(1.5)])
     pcm = (audio * 32767).astype("<i2").tobytes()
     async with connect(
         flux_url(bridge, f"{GOOD}&eager_eot_threshold=0.5"), additional_headers=auth()
     ) as ws:
-        for i in range(0, len(pcm), 2_560):  # 80 ms chunks at 4x real time
-            await ws.send(pcm[i : i + 2_560])
-            await asyncio.sleep(0.02)
+        await send_at_4x(ws, pcm)
         await ws.send(json.dumps({"type": "CloseStream"}))
         messages = await events_until_close(ws)
     check_flux_rules(messages)
@@ -212,25 +223,16 @@ async def test_eager_ends_are_withdrawn_and_confirmed_end_to_end(make_server, ma
 async def test_a_configure_turns_eager_ends_on_mid_stream(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     # connected without eager ends: the first turn has none; a Configure with an
     # eager_eot_threshold turns them on for the next (StreamingUpdate.eager_finals)
-    server = await serve_fake(make_server)
-    server.servicer.services = dataclasses.replace(
-        server.servicer.services,
-        turn=TurnDetection(SureOf(0.8), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
-    )
+    server = await serve_fake_sure_of(make_server, 0.8)
     bridge = await make_bridge(server.port, token=TOKEN)
     turn = np.concatenate([tone(1.0), silence(1.5)])
     pcm = (turn * 32767).astype("<i2").tobytes()
 
-    async def send_turn(ws: Any) -> None:
-        for i in range(0, len(pcm), 2_560):  # 80 ms chunks at 4x real time
-            await ws.send(pcm[i : i + 2_560])
-            await asyncio.sleep(0.02)
-
     async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
-        await send_turn(ws)
+        await send_at_4x(ws, pcm)
         configure = {"type": "Configure", "thresholds": {"eager_eot_threshold": 0.5}}
         await ws.send(json.dumps(configure))
-        await send_turn(ws)
+        await send_at_4x(ws, pcm)
         await ws.send(json.dumps({"type": "CloseStream"}))
         messages = await events_until_close(ws)
     check_flux_rules(messages)
