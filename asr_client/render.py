@@ -200,6 +200,7 @@ class LiveRenderer(Renderer):
         self._partials: dict[int, asr_pb2.Result] = {}
         # SEMANTIC streams: each EndOfTurn until its final, which then says what ended it
         self._turn_ends: dict[tuple[int, int], asr_pb2.EndOfTurn] = {}
+        self._last_final: dict[int, int] = {}  # per channel, the utterance last shown final
         self._lag_s = 0.0
         self._footer = footer
         # transient: the live lines vanish at the end, leaving only the finals on screen
@@ -235,7 +236,11 @@ class LiveRenderer(Renderer):
                 del self._partials[e.channel]
         elif kind == "end_of_turn":
             e = response.end_of_turn
-            self._turn_ends[e.channel, e.utterance_id] = e
+            if e.utterance_id > self._last_final.get(e.channel, -1):
+                self._turn_ends[e.channel, e.utterance_id] = e
+            else:  # its final came first (the proto allows it): say so under it
+                note = f"[{clock(e.offset_s)}] ch{e.channel}  ⏎ end of turn: {turn_end_label(e)}"
+                self._live.console.print(Text(note, style="dim"))
             return
         elif kind == "progress":
             return
@@ -246,6 +251,7 @@ class LiveRenderer(Renderer):
             return
         # Text, not a markup string: transcripts can contain "[music]" and the like
         line = Text(final_line(r))
+        self._last_final[r.channel] = max(r.utterance_id, self._last_final.get(r.channel, -1))
         turn_end = self._turn_ends.pop((r.channel, r.utterance_id), None)
         if turn_end is not None:
             line.append(f"  ⏎ end of turn: {turn_end_label(turn_end)}", style="dim")

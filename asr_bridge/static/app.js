@@ -127,10 +127,13 @@ function onEvent(s, ev) {
     case "partial":
       showPartial(ev.stable_text, ev.unstable_text);
       break;
-    case "end_of_turn": // semantic endpointing: the turn's final follows
-      s.turnEnds.set(ev.utterance_id, ev);
+    case "end_of_turn": { // semantic endpointing: the turn's final follows (or came first)
+      const shown = $("finals").querySelector(`p[data-utterance="${ev.utterance_id}"]`);
+      if (shown) addBadge(shown, `end of turn · ${turnLabel(ev)}`);
+      else s.turnEnds.set(ev.utterance_id, ev);
       $("turn").textContent = turnLabel(ev);
       break;
+    }
     case "final":
       addFinal(ev, s.turnEnds.get(ev.utterance_id));
       s.turnEnds.delete(ev.utterance_id);
@@ -179,18 +182,21 @@ function addFinal(ev, turnEnd) {
   if (!ev.text.trim()) return;
   const p = document.createElement("p");
   p.className = "final";
+  p.dataset.utterance = ev.utterance_id;
   const t = document.createElement("time");
   t.textContent = `${ev.start_s.toFixed(1)}s`;
   p.append(t, ev.text.trim());
   // why it ended, where that says more than a pause: the turn model, or our finalize
   const why = turnEnd ? `end of turn · ${turnLabel(turnEnd)}` : ev.from_finalize ? "finalized" : "";
-  if (why) {
-    const badge = document.createElement("span");
-    badge.className = "turn";
-    badge.textContent = why;
-    p.append(badge);
-  }
+  if (why) addBadge(p, why);
   $("finals").append(p);
+}
+
+function addBadge(paragraph, text) {
+  const badge = document.createElement("span");
+  badge.className = "turn";
+  badge.textContent = text;
+  paragraph.append(badge);
 }
 
 function finalize() {

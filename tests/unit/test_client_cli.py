@@ -452,11 +452,13 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         renderer.event(final("Tomorrow.", 1))
         renderer.event(final("Hold on.", 2, from_finalize=True))  # a SILENCE stream's
         renderer.event(final("Yes.", 3))  # a pause ended it: nothing to add
-        renderer.event(turn_end(5, asr_pb2.EndOfTurn.REASON_UNSPECIFIED))  # an older server
-        renderer.event(final("Right.", 5))
         renderer.event(turn_end(4, asr_pb2.EndOfTurn.MODEL, 0.8))  # a noise, no final:
         no_words = asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.NO_WORDS, utterance_id=4)
         renderer.event(Response(speech_event=no_words))  # its turn end is not kept
+        renderer.event(turn_end(5, asr_pb2.EndOfTurn.REASON_UNSPECIFIED))  # an older server
+        renderer.event(final("Right.", 5))
+        renderer.event(final("Go on.", 6))  # the final first, then its turn's end
+        renderer.event(turn_end(6, asr_pb2.EndOfTurn.MODEL, 0.9))
     lines = [line for line in out.getvalue().splitlines() if "ch0  " in line]
     text = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line).split("ch0  ")[-1] for line in lines]
     assert text == [
@@ -465,6 +467,8 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         "Hold on.  ⏎ finalized",
         "Yes.",
         "Right.  ⏎ end of turn: the server",
+        "Go on.",
+        "⏎ end of turn: model, 90 % sure",
     ]
     assert renderer._turn_ends == {}
 
