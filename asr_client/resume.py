@@ -155,28 +155,25 @@ class ReplayPlan(NamedTuple):
     acks_resent: list[int]  # per channel: first acknowledgements for FINALIZEs sent again
 
 
-def replay_plan(
-    kept: list[bytes | FinalizeRequest], sent: list[int], acked: list[int]
-) -> ReplayPlan:
+def replay_plan(kept: list[bytes | FinalizeRequest], unacknowledged: list[int]) -> ReplayPlan:
     """What a new call replays, and per channel how many of its first acknowledgements
-    (FINALIZED) the caller has had already, from the kept audio and the FINALIZEs sent
-    and acknowledged per channel. Each channel acknowledges its FINALIZEs in order, so
-    counting is enough: of those sent, the ones not among the kept audio came before it.
-    More acknowledgements than those: the first kept ones were acknowledged on the old
-    call, and their second acknowledgements are not delivered. Fewer: a FINALIZE was
-    trimmed (its results settled) before its acknowledgement came; it is sent again at
-    the start of the new call, where nothing is open to finalize, so that no caller waits
-    for an acknowledgement that never comes (``acks_resent`` counts those per channel:
-    the new call's first acknowledgements there are theirs)."""
+    (FINALIZED) the caller has had already, from the kept audio and, per channel, how many
+    FINALIZEs sent have had no acknowledgement yet. Each channel acknowledges its
+    FINALIZEs in order, so counting is enough: the unacknowledged ones are the last sent.
+    Fewer than the kept ones: the first kept ones were acknowledged on the old call, and
+    their second acknowledgements are not delivered. More: a FINALIZE was trimmed (its
+    results settled) before its acknowledgement came; it is sent again at the start of
+    the new call, where nothing is open to finalize, so that no caller waits for an
+    acknowledgement that never comes (``acks_resent`` counts those per channel: the new
+    call's first acknowledgements there are theirs)."""
     resent: list[bytes | FinalizeRequest] = []
     skip: list[int] = []
     resent_per_channel: list[int] = []
-    for ch, (n_sent, n_acked) in enumerate(zip(sent, acked, strict=True)):
+    for ch, waiting in enumerate(unacknowledged):
         kept_here = sum(isinstance(i, FinalizeRequest) and i.applies_to(ch) for i in kept)
-        before = n_sent - kept_here
-        resent_per_channel.append(max(0, before - n_acked))
+        resent_per_channel.append(max(0, waiting - kept_here))
         resent += [FinalizeRequest(ch)] * resent_per_channel[-1]
-        skip.append(max(0, n_acked - before))
+        skip.append(max(0, kept_here - waiting))
     return ReplayPlan(resent + kept, skip, resent_per_channel)
 
 
@@ -257,15 +254,12 @@ class ResumableStream:
         self._language = [""] * channels  # of the last final: the language the channel keeps
         self._speaking = [False] * channels
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
-        # FINALIZE requests sent per channel, and FINALIZED acknowledgements delivered; a
-        # replay sends again those among the kept audio, and the acknowledgements of the
-        # ones already acknowledged are not delivered twice
-        self._finalizes_sent = [0] * channels
-        self._finalizes_acked = [0] * channels
+        # per channel, where each FINALIZE sent and not yet acknowledged came (stream
+        # seconds): a replay sends again those among the kept audio, and those trimmed
+        # before their acknowledgement, whose acknowledgement then says where they first
+        # came; the acknowledgements of the ones already acknowledged are not delivered twice
+        self._unacknowledged: list[deque[float]] = [deque() for _ in range(channels)]
         self._acks_to_skip = [0] * channels
-        # where each FINALIZE not yet acknowledged came (stream seconds), per channel: the
-        # acknowledgement of one sent again at a new call's start says where it first came
-        self._finalize_offsets: list[deque[float]] = [deque() for _ in range(channels)]
         self._acks_resent = [0] * channels
         self._processed_s = 0.0
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
@@ -297,10 +291,9 @@ class ResumableStream:
         async with self._write_lock:
             request = FinalizeRequest(channel)
             self._kept.append_finalize(request)
-            for ch in range(len(self._finalizes_sent)):
+            for ch, waiting in enumerate(self._unacknowledged):
                 if request.applies_to(ch):
-                    self._finalizes_sent[ch] += 1
-                    self._finalize_offsets[ch].append(self._kept.end / self._rate)
+                    waiting.append(self._kept.end / self._rate)
             await self._write(lambda call: call.finalize(channel))
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
@@ -401,9 +394,8 @@ class ResumableStream:
                 if self._acks_to_skip[ch]:
                     self._acks_to_skip[ch] -= 1
                     return False
-                self._finalizes_acked[ch] += 1
-                offsets = self._finalize_offsets[ch]
-                came_at = offsets.popleft() if offsets else None  # None: not one of ours
+                waiting = self._unacknowledged[ch]
+                came_at = waiting.popleft() if waiting else None  # None: not one of ours
                 if self._acks_resent[ch]:  # the new call heard it at its start
                     self._acks_resent[ch] -= 1
                     if came_at is not None:
@@ -528,7 +520,7 @@ class ResumableStream:
             self._call = call
             self._going_away_at = None
             items, self._acks_to_skip, self._acks_resent = replay_plan(
-                self._kept.replay(), self._finalizes_sent, self._finalizes_acked
+                self._kept.replay(), [len(w) for w in self._unacknowledged]
             )
             replayed_s = (self._kept.end - self._kept.start) / self._rate
             # the replay runs beside the receiver, which reads the new call's results;

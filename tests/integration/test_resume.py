@@ -388,14 +388,14 @@ def test_a_replay_accounts_for_every_finalize_acknowledgement() -> None:
     every, left = FinalizeRequest(), FinalizeRequest(channel=0)
     audio = bytes(20)
     # all acknowledged, none kept: the replay is the audio, nothing skipped
-    assert replay_plan([audio], [2, 2], [2, 2]) == ([audio], [0, 0], [0, 0])
+    assert replay_plan([audio], [0, 0]) == ([audio], [0, 0], [0, 0])
     # the kept FINALIZE (both channels) was acknowledged on channel 0 only: channel 0's
     # second acknowledgement is not delivered; channel 1's first one is still to come
-    assert replay_plan([every, audio], [3, 3], [3, 2]) == ([every, audio], [1, 0], [0, 0])
+    assert replay_plan([every, audio], [0, 1]) == ([every, audio], [1, 0], [0, 0])
     # two FINALIZEs of channel 0 were trimmed (settled) before their acknowledgements
     # came: both are sent again first, where nothing is open, and their acknowledgements
     # are the new call's first two on channel 0
-    plan = replay_plan([audio, left], [3, 1], [0, 1])
+    plan = replay_plan([audio, left], [3, 0])
     assert plan == ([left, left, audio, left], [0, 0], [2, 0])
 
 
@@ -510,9 +510,8 @@ async def test_an_acknowledgement_sent_again_says_where_its_finalize_first_came(
     such a break falls between two responses of one HTTP/2 stream."""
     async with AsrClient("127.0.0.1:1") as client:
         stream = client.stream(audio_config(), resume=ResumePolicy())
-        stream._finalizes_sent = [2]  # type: ignore[attr-defined]
-        stream._finalize_offsets[0].extend([1.25, 2.5])  # type: ignore[attr-defined]
-        plan = replay_plan([], [2], [0])  # both trimmed, neither acknowledged
+        stream._unacknowledged[0].extend([1.25, 2.5])  # type: ignore[attr-defined]
+        plan = replay_plan([], [2])  # both trimmed, neither acknowledged
         stream._acks_resent = plan.acks_resent  # type: ignore[attr-defined]
         acks = [
             asr_pb2.StreamingRecognizeResponse(
