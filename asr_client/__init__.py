@@ -19,8 +19,15 @@ Example::
                 await sender
 
     asyncio.run(main())
+
+A voice agent whose own VAD heard the speaker stop ends the turn and waits for its
+transcript (while the loop above reads the events)::
+
+    ack = await stream.finalize()
+    await asyncio.wait_for(ack, 2.0)  # every final of the turn has been read
 """
 
+from asr_client.acks import FinalizeAck
 from asr_client.api import (
     AsrClient,
     RecognitionStream,
@@ -33,6 +40,7 @@ from asr_client.connection import ConnectionOptions
 __all__ = [
     "AsrClient",
     "ConnectionOptions",
+    "FinalizeAck",
     "RecognitionStream",
     "StreamClosedError",
     "audio_config",

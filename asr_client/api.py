@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 import grpc
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
+from asr_client.acks import FinalizeAck, PendingFinalizes
 from asr_client.connection import ConnectionOptions
 
 if TYPE_CHECKING:
@@ -19,6 +20,7 @@ from asr_client.retry import retry_service_config
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 CANCELLED = "the stream was cancelled"
+NOT_READ = "the stream's events are no longer read"
 
 
 #: the header a server sends when it admits a stream (asr_server.transport.servicer)
@@ -153,6 +155,7 @@ class RecognitionStream:
         self._ended = False
         self._cancelled = False
         self._first_status: tuple[grpc.StatusCode, str] | None = None
+        self._finalizes = PendingFinalizes(config.format.channels or 1)
         call.add_done_callback(self._remember_status)
 
     def _remember_status(self, call: grpc.aio.Call) -> None:
@@ -177,14 +180,25 @@ class RecognitionStream:
         """Send audio bytes in the configured encoding; waits while the server pushes back."""
         await self._write(asr_pb2.StreamingRecognizeRequest(audio=data))
 
-    async def finalize(self, channel: int | None = None) -> None:
+    async def finalize(self, channel: int | None = None) -> FinalizeAck:
         """Ask the server to finalize the current utterance now (of ``channel`` only, or of
         every channel); the stream stays open. Each channel answers with a ``FINALIZED``
-        speech event once the results for the audio sent before it are out."""
+        speech event once the results for the audio sent before it are out.
+
+        Returns a future of those events: ``await ack`` (or ``asyncio.wait_for``) until
+        the turn's transcript is complete. It resolves as your loop reads the stream's
+        events, when it is handed the last of them, and fails with the stream's error
+        if the stream ends first (a server that predates FINALIZED sends none)."""
         control = asr_pb2.Control(action=asr_pb2.Control.FINALIZE)
         if channel is not None:
             control.channel = channel
-        await self._write(asr_pb2.StreamingRecognizeRequest(control=control))
+        ack = self._finalizes.sent(channel)
+        try:
+            await self._write(asr_pb2.StreamingRecognizeRequest(control=control))
+        except BaseException:
+            self._finalizes.withdraw(ack)
+            raise
+        return ack
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         """Change the stream's settings from this point of its audio on (``stream_update``
@@ -207,6 +221,7 @@ class RecognitionStream:
     def cancel(self) -> None:
         self._cancelled = True
         self._call.cancel()
+        self._finalizes.fail(StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED))
 
     async def admitted(self) -> bool:
         """Did the server admit this call (send its admission header)? False for a call it
@@ -242,17 +257,26 @@ class RecognitionStream:
         return StreamClosedError(code, details or "")
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
-        while True:
-            try:
-                response = await self._call.read()
-            except grpc.aio.AioRpcError:
-                raise await self._closed_error() from None
-            if response is grpc.aio.EOF:
-                error = await self._closed_error()
-                if error.code != grpc.StatusCode.OK:
-                    raise error
-                return
-            yield response
+        try:
+            while True:
+                try:
+                    response = await self._call.read()
+                except grpc.aio.AioRpcError:
+                    error = await self._closed_error()
+                    self._finalizes.fail(error)
+                    raise error from None
+                if response is grpc.aio.EOF:
+                    error = await self._closed_error()
+                    self._finalizes.fail(error)
+                    if error.code != grpc.StatusCode.OK:
+                        raise error
+                    return
+                finalized = asr_pb2.SpeechEvent.FINALIZED
+                if response.HasField("speech_event") and response.speech_event.type == finalized:
+                    self._finalizes.acknowledged(response.speech_event)
+                yield response
+        finally:  # the caller stopped reading: nothing more will be acknowledged
+            self._finalizes.fail(StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ))
 
     async def __aenter__(self) -> RecognitionStream:
         return await self.open()

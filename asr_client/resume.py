@@ -26,7 +26,7 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
@@ -38,7 +38,8 @@ from asr_api.v1 import asr_pb2
 if TYPE_CHECKING:
     from asr_client.api import AsrClient, RecognitionStream
 
-from asr_client.api import StreamClosedError, updated_config
+from asr_client.acks import FinalizeAck, PendingFinalizes
+from asr_client.api import CANCELLED, NOT_READ, StreamClosedError, updated_config
 
 logger = logging.getLogger(__name__)
 
@@ -261,6 +262,7 @@ class ResumableStream:
         self._unacknowledged: list[deque[float]] = [deque() for _ in range(channels)]
         self._acks_to_skip = [0] * channels
         self._acks_resent = [0] * channels
+        self._finalizes = PendingFinalizes(channels)  # the futures finalize() returned
         self._processed_s = 0.0
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
@@ -287,14 +289,21 @@ class ResumableStream:
             self._kept.append(data)
             await self._write(lambda call: call.send_audio(data))
 
-    async def finalize(self, channel: int | None = None) -> None:
+    async def finalize(self, channel: int | None = None) -> FinalizeAck:
+        """As ``RecognitionStream.finalize``; the acknowledgement may come on a later call."""
         async with self._write_lock:
             request = FinalizeRequest(channel)
             self._kept.append_finalize(request)
             for ch, waiting in enumerate(self._unacknowledged):
                 if request.applies_to(ch):
                     waiting.append(self._kept.end / self._rate)
-            await self._write(lambda call: call.finalize(channel))
+            ack = self._finalizes.sent(channel)
+            try:
+                await self._write(lambda call: call.finalize(channel))
+            except BaseException:
+                self._finalizes.withdraw(ack)
+                raise
+            return ack
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         async with self._write_lock:
@@ -312,8 +321,19 @@ class ResumableStream:
         if self._replay_task is not None:
             self._replay_task.cancel()
         self._call.cancel()
+        self._finalizes.fail(StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED))
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
+        ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
+        try:
+            async with contextlib.aclosing(self._responses()) as responses:
+                async for response in responses:
+                    yield response
+            ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
+        finally:  # nothing more will be acknowledged
+            self._finalizes.fail(self._failed or ended)
+
+    async def _responses(self) -> AsyncGenerator[asr_pb2.StreamingRecognizeResponse, None]:
         while True:
             call = self._call
             migrate = False
@@ -400,6 +420,7 @@ class ResumableStream:
                     self._acks_resent[ch] -= 1
                     if came_at is not None:
                         ev.offset_s = came_at
+                self._finalizes.acknowledged(ev)
         elif kind == "result":
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)

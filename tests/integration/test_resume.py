@@ -511,6 +511,7 @@ async def test_an_acknowledgement_sent_again_says_where_its_finalize_first_came(
     async with AsrClient("127.0.0.1:1") as client:
         stream = client.stream(audio_config(), resume=ResumePolicy())
         stream._unacknowledged[0].extend([1.25, 2.5])  # type: ignore[attr-defined]
+        futures = [stream._finalizes.sent(None) for _ in range(2)]  # type: ignore[attr-defined]
         plan = replay_plan([], [2])  # both trimmed, neither acknowledged
         stream._acks_resent = plan.acks_resent  # type: ignore[attr-defined]
         acks = [
@@ -523,6 +524,8 @@ async def test_an_acknowledgement_sent_again_says_where_its_finalize_first_came(
         stream.cancel()
     # the third is none of the client's (a server bug): delivered as the server said
     assert [a.speech_event.offset_s for a in acks] == [1.25, 2.5, 9.0]
+    # what finalize() returned says the same
+    assert [f.result()[0].offset_s for f in futures] == [1.25, 2.5]
 
 
 async def test_a_resumed_stream_keeps_each_channels_language() -> None:
@@ -631,17 +634,17 @@ async def test_each_finalize_is_acknowledged_once_across_a_resume(make_server) -
             async with stream:
                 reader = asyncio.create_task(_collect(stream, received))
                 await stream.send_audio(speech)
-                await stream.finalize()
-                await eventually(lambda: len(acks()) == 1)
+                (first,) = await asyncio.wait_for(await stream.finalize(), 10)
                 proxy.cut()
                 await stream.send_audio(speech)
-                await stream.finalize()
+                second = await stream.finalize()  # acknowledged on the new call
                 await stream.end()
                 await asyncio.wait_for(reader, 30)
     finally:
         await proxy.close()
     assert stream.resumes == 1  # type: ignore[attr-defined]
     assert [round(a.offset_s, 2) for a in acks()] == [1.0, 2.0]
+    assert acks() == [first, *second.result()]  # each finalize()'s future has its own
     assert [(r.result.text, r.result.from_finalize) for r in received if r.result.is_final] == [
         ("w0 w1 w2 w3", True),
         ("w0 w1 w2 w3", True),
