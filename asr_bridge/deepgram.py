@@ -478,8 +478,11 @@ class DeepgramMessages:
             transcript = r.text.strip()
         else:
             transcript = " ".join(p for p in map(_plain, r.text.split()) if p)
-        # Whisper gives no confidence for a partial; its words' probabilities for a final
-        confidence = round(sum(w["confidence"] for w in words) / len(words), 4) if words else 0.0
+        # the server's for a final (Whisper has none for a partial); from a server that
+        # predates it, the words' mean probability, where the final has words
+        confidence = round(r.confidence, 4)
+        if not confidence and words:
+            confidence = round(sum(w["confidence"] for w in words) / len(words), 4)
         results: Event = {
             "type": "Results",
             "channel_index": self._channel(r.channel),

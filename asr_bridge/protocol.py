@@ -271,6 +271,8 @@ class StreamasrEvents:
             "end_s": round(r.end_s, 3),
             "lag_s": lag,
         }
+        if r.confidence:  # finals and eager results
+            event["confidence"] = round(r.confidence, 3)
         if r.is_final:
             event["language"] = r.language
             if r.language_probability:

@@ -81,6 +81,7 @@ def result_record(result: asr_pb2.Result) -> dict[str, Any]:
         "channel": result.channel,
         "language": result.language,
         "from_finalize": result.from_finalize,
+        "confidence": round(result.confidence, 4),
         "words": [
             {
                 "word": w.word,

@@ -218,7 +218,7 @@ class Word(_message.Message):
     def __init__(self, word: _Optional[str] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., probability: _Optional[float] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager", "turn_probability", "from_finalize")
+    __slots__ = ("is_final", "text", "stability", "start_s", "end_s", "utterance_id", "channel", "language", "words", "stable_text", "unstable_text", "language_probability", "eager", "turn_probability", "from_finalize", "confidence")
     IS_FINAL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     STABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +234,7 @@ class Result(_message.Message):
     EAGER_FIELD_NUMBER: _ClassVar[int]
     TURN_PROBABILITY_FIELD_NUMBER: _ClassVar[int]
     FROM_FINALIZE_FIELD_NUMBER: _ClassVar[int]
+    CONFIDENCE_FIELD_NUMBER: _ClassVar[int]
     is_final: bool
     text: str
     stability: float
@@ -249,7 +250,8 @@ class Result(_message.Message):
     eager: bool
     turn_probability: float
     from_finalize: bool
-    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ..., turn_probability: _Optional[float] = ..., from_finalize: _Optional[bool] = ...) -> None: ...
+    confidence: float
+    def __init__(self, is_final: _Optional[bool] = ..., text: _Optional[str] = ..., stability: _Optional[float] = ..., start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., utterance_id: _Optional[int] = ..., channel: _Optional[int] = ..., language: _Optional[str] = ..., words: _Optional[_Iterable[_Union[Word, _Mapping]]] = ..., stable_text: _Optional[str] = ..., unstable_text: _Optional[str] = ..., language_probability: _Optional[float] = ..., eager: _Optional[bool] = ..., turn_probability: _Optional[float] = ..., from_finalize: _Optional[bool] = ..., confidence: _Optional[float] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("audio_received_s", "audio_processed_s", "lag_s", "settled_s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -47,12 +48,18 @@ class Hypothesis:
     language: str
     words: list[WordTiming] = field(default_factory=list)
     no_speech_prob: float = 0.0
-    avg_logprob: float = 0.0
+    #: the decoded tokens' average log-probability; None: the engine gives none
+    avg_logprob: float | None = None
     #: the decoder judged this to be non-speech or a hallucination; text is empty then
     rejected: bool = False
     #: (language, probability), most likely first, over the request's allowed languages;
     #: empty when nothing was detected
     language_scores: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def confidence(self) -> float:
+        """The tokens' geometric mean probability (0: not known); Result.confidence."""
+        return 0.0 if self.avg_logprob is None else min(1.0, math.exp(self.avg_logprob))
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,15 @@ stalls every call until it is set, to create backpressure on demand.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
 from asr_server.engine.base import DecodeRequest, EngineCapabilities, Hypothesis, WordTiming
+
+LOG_09 = math.log(0.9)
 
 
 class FakeEngine:
@@ -78,4 +81,5 @@ class FakeEngine:
                 first = loud[min(i * per_word, loud.size - 1)]
                 last = loud[min((i + 1) * per_word, loud.size) - 1]
                 timings.append(WordTiming(w, first / 16_000, (last + 1) / 16_000, 0.9))
-        return Hypothesis(" ".join(words), req.language or "en", timings)
+        # as sure of the text as of each word
+        return Hypothesis(" ".join(words), req.language or "en", timings, avg_logprob=LOG_09)

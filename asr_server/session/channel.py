@@ -481,6 +481,7 @@ class ChannelRecognizer:
                 language=hyp.language,
                 eager=True,
                 turn_probability=turn_probability,
+                confidence=hyp.confidence,
             )
         )
         self.metrics.results.labels("eager").inc()
@@ -782,6 +783,7 @@ class ChannelRecognizer:
                 language_probability=LanguageTracker.probability(hyp.language_scores, hyp.language),
                 words=words,
                 from_finalize=utt.ended_by_finalize,
+                confidence=hyp.confidence,
             )
         )
         self.metrics.results.labels("final").inc()

@@ -147,6 +147,8 @@ class RecognitionResult:
     turn_probability: float = 0.0
     #: a final that the client's finalize ended (not the endpointer)
     from_finalize: bool = False
+    #: finals and eager results: the decoder's confidence in the text (0: not known)
+    confidence: float = 0.0
 
     @property
     def text(self) -> str:

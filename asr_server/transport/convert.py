@@ -279,6 +279,7 @@ def result_to_proto(result: RecognitionResult, offset_s: float = 0.0) -> asr_pb2
         eager=result.eager,
         turn_probability=result.turn_probability,
         from_finalize=result.from_finalize,
+        confidence=result.confidence,
     )
 
 

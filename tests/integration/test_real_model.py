@@ -41,7 +41,8 @@ def mono(pcm: np.ndarray) -> np.ndarray:
 
 
 def check_streaming_contract(received) -> None:  # type: ignore[no-untyped-def]
-    """Partials precede their final, stable text only grows, finals are never revised."""
+    """Partials precede their final, stable text only grows, finals are never revised;
+    finals say how sure the model is, partials (greedy guesses) do not."""
     stable: dict[tuple[int, int], str] = {}
     finished: set[tuple[int, int]] = set()
     started: set[tuple[int, int]] = set()
@@ -62,7 +63,10 @@ def check_streaming_contract(received) -> None:  # type: ignore[no-untyped-def]
         assert r.stable_text.startswith(previous), (previous, r.stable_text)
         if r.is_final:
             assert r.stability == 1.0 and not r.unstable_text
+            assert 0.0 < r.confidence <= 1.0, r
             finished.add(key)
+        elif not r.eager:
+            assert r.confidence == 0.0
         stable[key] = r.stable_text
         assert resp.progress.lag_s >= 0.0
     assert finished, "no final result"

@@ -124,6 +124,7 @@ def final(text: str, utterance: int = 0) -> asr_pb2.StreamingRecognizeResponse:
             stable_text=text,
             utterance_id=utterance,
             words=[asr_pb2.Word(word="hi", start_s=0.1, end_s=0.3, probability=0.9)],
+            confidence=0.8765,
         )
     )
 
@@ -132,8 +133,10 @@ def test_streamasr_events_flatten_the_responses() -> None:
     events = StreamasrEvents()
     (p,) = events.response(partial("hello", "wor"))
     assert p["type"] == "partial" and p["text"] == "hello wor" and p["lag_s"] == 0.25
+    assert "confidence" not in p  # a partial has none
     (f,) = events.response(final("hello world"))
     assert f["type"] == "final" and f["words"][0]["word"] == "hi"
+    assert f["confidence"] == 0.877
     started = asr_pb2.StreamingRecognizeResponse(
         speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.SPEECH_STARTED, offset_s=1.5)
     )

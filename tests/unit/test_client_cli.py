@@ -82,6 +82,7 @@ async def test_file_fast_writes_json_lines(server: str, mono_wav: Path, tmp_path
     finals = [e for e in events if e["type"] == "final"]
     assert finals and finals[0]["text"].startswith("w0")
     assert finals[0]["channel"] == 0 and finals[0]["stability"] == 1.0
+    assert finals[0]["confidence"] == pytest.approx(0.9)  # the fake engine's, passed through
     assert 0.5 <= finals[0]["start_s"] < finals[0]["end_s"] <= 3.5
     assert set(finals[0]["progress"]) == {"audio_received_s", "audio_processed_s", "lag_s"}
     assert types.index("speech_started") < types.index("final")

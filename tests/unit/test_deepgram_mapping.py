@@ -161,10 +161,12 @@ def result(
     channel: int = 0,
     utterance: int = 0,
     from_finalize: bool = False,
+    confidence: float = 0.0,
 ):  # type: ignore[no-untyped-def]
     r = asr_pb2.Result(
         is_final=is_final,
         from_finalize=from_finalize,
+        confidence=confidence,
         text=text,
         start_s=1.0,
         end_s=2.5,
@@ -219,6 +221,17 @@ def test_a_final_after_speech_ended_is_speech_final_with_words() -> None:
     }
     assert final["metadata"]["request_id"] == "r-1"
     assert end == {"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": 2.0}
+
+
+def test_a_finals_confidence_is_the_servers_where_it_sends_one() -> None:
+    """The transcript's confidence is the server's (its tokens' geometric mean
+    probability), with words or without; a server that predates it: the words' mean."""
+    messages = DeepgramMessages(query())
+    for words in ((), WORDS):
+        (final,) = messages.response(result(True, " Hello, world.", words, confidence=0.83))
+        assert final["channel"]["alternatives"][0]["confidence"] == pytest.approx(0.83)
+    (older,) = messages.response(result(True, " Hello, world."))
+    assert older["channel"]["alternatives"][0]["confidence"] == 0.0  # nothing to go on
 
 
 def test_split_utterances_and_partials_are_not_speech_final() -> None:
