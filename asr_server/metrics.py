@@ -153,6 +153,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.final_confidence = Histogram(
+            "asr_final_confidence",
+            "Result.confidence of each final (the decoded tokens' geometric mean "
+            "probability): a shift down says the audio got worse (a noisy line, a codec).",
+            buckets=(0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0),
+            registry=r,
+        )
         self.finalize_answer = Histogram(
             "asr_finalize_answer_seconds",
             "From a client's FINALIZE arriving to its FINALIZED (the final it ended sent "

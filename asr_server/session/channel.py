@@ -787,6 +787,8 @@ class ChannelRecognizer:
             )
         )
         self.metrics.results.labels("final").inc()
+        if hyp.avg_logprob is not None:
+            self.metrics.final_confidence.observe(hyp.confidence)
         audio = utt.audio.snapshot()
         self._finals.final_emitted(audio, utt.audio.end_sample, hyp)
         if self._turn is not None:

@@ -140,3 +140,27 @@ def test_kubernetes_envoy_has_the_tested_settings() -> None:
     assert deployed == tested
     cluster = yaml.safe_load((KUBE / "proxy/envoy.yaml").read_text())["static_resources"]
     assert cluster["clusters"][0]["type"] == "STRICT_DNS"
+
+
+def exported_series() -> set[str]:
+    """Every series name the server and the bridge can export."""
+    from asr_bridge.metrics import BridgeMetrics
+    from asr_server.metrics import Metrics
+
+    names = set()
+    for registry in (Metrics().registry, BridgeMetrics().registry):
+        for family in registry.collect():
+            names |= {family.name + s for s in ("", "_total", "_bucket", "_count", "_sum")}
+    return names
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["grafana/dashboards/streamasr.json", "prometheus/alerts.yml", "prometheus/alerts_test.yml"],
+)
+def test_the_dashboard_and_alerts_name_only_series_that_exist(path: str) -> None:
+    """A metric renamed or dropped in code would leave a panel blank or an alert that
+    never fires, silently: every asr_* name they use must be one the code exports."""
+    used = set(re.findall(r"\basr_[a-z_]+\b", (DEPLOY / path).read_text()))
+    assert used, path
+    assert used <= exported_series(), sorted(used - exported_series())

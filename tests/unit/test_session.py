@@ -203,6 +203,24 @@ async def test_by_default_nothing_is_committed_and_the_final_is_decoded_freely()
     assert results(events, final=True)[0].text == " ".join(f"w{i}" for i in range(12))
 
 
+async def test_finals_and_eager_results_say_how_sure_the_model_is() -> None:
+    """The decoder's confidence (the fake engine's is 0.9) reaches finals and eager
+    results, never greedy partials, and each final's goes to asr_final_confidence."""
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
+    h = Harness()
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), eager_finals=True)
+    eager = [e for e in results(events) if e.eager]
+    partials = [e for e in results(events, final=False) if not e.eager]
+    (final,) = results(events, final=True)
+    assert eager and partials
+    assert [e.confidence for e in [*eager, final]] == pytest.approx([0.9] * (len(eager) + 1))
+    assert all(p.confidence == 0.0 for p in partials)
+    registry = h.metrics.registry
+    assert registry.get_sample_value("asr_final_confidence_count") == 1
+    assert registry.get_sample_value("asr_final_confidence_sum") == pytest.approx(0.9)
+    assert registry.get_sample_value("asr_final_confidence_bucket", {"le": "0.85"}) == 0
+
+
 async def test_eager_finals_come_at_a_pause_and_are_withdrawn_when_speech_resumes() -> None:
     # a 0.35 s pause (shorter than the 0.5 s endpoint) inside the utterance, then the end
     audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
