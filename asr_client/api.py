@@ -271,8 +271,7 @@ class RecognitionStream:
                     if error.code != grpc.StatusCode.OK:
                         raise error
                     return
-                finalized = asr_pb2.SpeechEvent.FINALIZED
-                if response.HasField("speech_event") and response.speech_event.type == finalized:
+                if _is_finalized(response):
                     self._finalizes.acknowledged(response.speech_event)
                 yield response
         finally:  # the caller stopped reading: nothing more will be acknowledged
@@ -289,6 +288,15 @@ class RecognitionStream:
     ) -> None:
         if exc is not None or not self._call.done():
             self._call.cancel()
+
+
+def _is_finalized(response: object) -> bool:
+    """A FINALIZED speech event (a call made without deserializers yields raw bytes)."""
+    return (
+        isinstance(response, asr_pb2.StreamingRecognizeResponse)
+        and response.HasField("speech_event")
+        and response.speech_event.type == asr_pb2.SpeechEvent.FINALIZED
+    )
 
 
 class AsrClient:
