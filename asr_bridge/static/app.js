@@ -177,6 +177,8 @@ function turnLabel(turnEnd) {
   }
 }
 
+const UNSURE_BELOW = 0.6; // a final's confidence under which the page marks it
+
 function addFinal(ev, turnEnd) {
   showPartial("", "");
   if (!ev.text.trim()) return;
@@ -186,6 +188,13 @@ function addFinal(ev, turnEnd) {
   const t = document.createElement("time");
   t.textContent = `${ev.start_s.toFixed(1)}s`;
   p.append(t, ev.text.trim());
+  // how sure the model is of the words: on hover, and finals it doubts are set apart
+  // (bench/confidence_bench.py: with tiny.en the least sure quarter, below about 0.6 on
+  // clean audio, holds most of the errors)
+  if (ev.confidence) {
+    p.title = `confidence ${Math.round(ev.confidence * 100)} %`;
+    if (ev.confidence < UNSURE_BELOW) p.classList.add("unsure");
+  }
   // why it ended, where that says more than a pause: the turn model, or our finalize
   const why = turnEnd ? `end of turn · ${turnLabel(turnEnd)}` : ev.from_finalize ? "finalized" : "";
   if (why) addBadge(p, why);

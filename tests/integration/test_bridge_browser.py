@@ -114,6 +114,8 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
             badges = await page.eval_on_selector_all(
                 ".final .turn", "els => els.map(e => e.innerText)"
             )
+            # and how sure the model is of it, on hover
+            hovers = await page.eval_on_selector_all(".final", "els => els.map(e => e.title)")
             SCREENSHOT.parent.mkdir(exist_ok=True)
             await page.screenshot(path=str(SCREENSHOT), full_page=True)
             print(f"\nscreenshot: {SCREENSHOT}")
@@ -132,6 +134,7 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     missing = [w for w in expected if w not in heard]
     assert len(missing) <= 1, f"missing {missing} in {finals!r}"
     assert badges and all(b == "finalized" or b.startswith("end of turn") for b in badges), badges
+    assert hovers and all(re.fullmatch(r"confidence \d{1,3} %", h) for h in hovers), hovers
     assert state_label == "finished" and not error_shown
     assert not problems, problems
     assert server.servicer.active == 0
