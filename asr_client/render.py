@@ -22,6 +22,11 @@ from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
 Response = asr_pb2.StreamingRecognizeResponse
 
 
+#: a final's confidence under which the live view says the model is unsure of it (with
+#: tiny.en the least sure quarter, which holds most errors: README, "Confidence")
+UNSURE_BELOW = 0.6
+
+
 def clock(seconds: float) -> str:
     """``mm:ss.d`` (``h:mm:ss.d`` past an hour) for stream audio time."""
     tenths = max(0, round(seconds * 10))
@@ -258,6 +263,8 @@ class LiveRenderer(Renderer):
             line.append(f"  ⏎ end of turn: {turn_end_label(turn_end)}", style="dim")
         elif r.from_finalize:
             line.append("  ⏎ finalized", style="dim")
+        if 0.0 < r.confidence < UNSURE_BELOW:
+            line.append(f"  (unsure: {round(r.confidence * 100)} %)", style="yellow")
         self._live.console.print(line)
         if r.words:
             self._live.console.print(Text(words_line(r), style="dim"))

@@ -436,9 +436,11 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
     out = io.StringIO()
     renderer = LiveRenderer(Console(file=out, force_terminal=True, width=200))
 
-    def final(text: str, utterance: int, *, from_finalize: bool = False) -> Response:
+    def final(
+        text: str, utterance: int, *, from_finalize: bool = False, confidence: float = 0.9
+    ) -> Response:
         r = asr_pb2.Result(is_final=True, text=text, utterance_id=utterance)
-        r.from_finalize = from_finalize
+        r.from_finalize, r.confidence = from_finalize, confidence
         return Response(result=r)
 
     def turn_end(utterance: int, reason: int, p: float = 0.0) -> Response:
@@ -460,6 +462,8 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         renderer.event(final("Right.", 5))
         renderer.event(final("Go on.", 6))  # the final first, then its turn's end
         renderer.event(turn_end(6, asr_pb2.EndOfTurn.MODEL, 0.9))
+        renderer.event(final("Mm the fourth.", 7, confidence=0.42))  # the model doubts it
+        renderer.event(final("Sure.", 8, confidence=0.0))  # a server that predates it
     lines = [line for line in out.getvalue().splitlines() if "ch0  " in line]
     text = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line).split("ch0  ")[-1] for line in lines]
     assert text == [
@@ -470,6 +474,8 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         "Right.  ⏎ end of turn: the server",
         "Go on.",
         "⏎ end of turn: model, 90 % sure",
+        "Mm the fourth.  (unsure: 42 %)",
+        "Sure.",
     ]
     assert renderer._turn_ends == {}
 
