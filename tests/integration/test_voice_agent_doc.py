@@ -1,0 +1,67 @@
+"""docs/voice-agent.md's code runs as written: its ``turns()`` against the real server,
+tiny.en and the turn model, on recorded speech paced as a caller speaks it."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+import types
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+import soxr
+
+from asr_client.scoring import wer
+from tests.helpers import ROOT, corpus, read_pcm16
+
+pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
+
+DOC = ROOT / "docs" / "voice-agent.md"
+RECORDING = "libri_2412-153948-0000"  # two read sentences
+FRAME = 320  # 20 ms at 16 kHz
+
+
+def doc_module(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """The guide's first Python block, loaded as a module (its dataclass needs one in
+    sys.modules), for this test only."""
+    block = re.search(r"```python\n(.*?)```", DOC.read_text(), re.DOTALL)
+    assert block, "docs/voice-agent.md lost its code"
+    module = types.ModuleType("voice_agent_doc")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(block.group(1), str(DOC), "exec"), module.__dict__)  # noqa: S102 - our doc
+    return module
+
+
+async def caller(audio: np.ndarray, speed: float) -> AsyncIterator[bytes]:
+    """``audio`` in 20 ms frames, each sent once it would have been spoken."""
+    for start in range(0, audio.size, FRAME):
+        yield audio[start : start + FRAME].tobytes()
+        await asyncio.sleep(FRAME / 16_000 / speed)
+
+
+async def test_the_guides_turns_come_whole_with_their_confidence(make_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server()
+    rec = corpus()[RECORDING]
+    pcm, sr = read_pcm16(rec.path)
+    speech = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, 16_000)
+    # the caller speaks, then waits for the answer (3 s: past the longest pause)
+    audio = (np.concatenate([speech, np.zeros(3 * 16_000)]) * 32767).astype(np.int16)
+    turns = doc_module(monkeypatch).turns
+    barge_ins = []
+    got = [
+        turn
+        async for turn in turns(  # type: ignore[operator]
+            f"127.0.0.1:{server.port}",
+            caller(audio, speed=2.0),
+            on_barge_in=lambda: barge_ins.append(1),
+        )
+    ]
+    assert got, "no turn came"
+    assert wer([rec.transcript], [" ".join(t.text for t in got)]) <= 0.15, got
+    # a turn ends by the model or by the longest pause, not by the end of the audio:
+    # the 3 s of silence let it end while the stream was open
+    assert all(t.ended_by in ("model", "longest pause") for t in got), got
+    assert all(0.3 < t.confidence <= 1.0 for t in got), got
+    assert len(barge_ins) >= len(got)  # each turn began with the caller starting to speak
