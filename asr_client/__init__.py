@@ -36,6 +36,7 @@ from asr_client.api import (
     stream_update,
 )
 from asr_client.connection import ConnectionOptions
+from asr_client.turns import Turn, TurnAssembler
 
 __all__ = [
     "AsrClient",
@@ -43,6 +44,8 @@ __all__ = [
     "FinalizeAck",
     "RecognitionStream",
     "StreamClosedError",
+    "Turn",
+    "TurnAssembler",
     "audio_config",
     "stream_update",
 ]

@@ -1,0 +1,90 @@
+"""Whole turns from a SEMANTIC stream: each EndOfTurn with the finals it closes.
+
+An ``EndOfTurn`` names the utterance that ended the turn, and that utterance's final may
+come after it (this server sends the ``EndOfTurn`` as soon as the turn model has answered,
+so an agent can start its reply while the final decode finishes) or before it; the
+utterance may also end with ``NO_WORDS`` instead (a cough the voice detector took for
+speech). A turn is complete when both its ``EndOfTurn`` and that utterance's result are
+in; ``TurnAssembler`` gathers each channel's finals until then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from asr_api.v1 import asr_pb2
+
+_NO_WORDS = asr_pb2.SpeechEvent.NO_WORDS
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One caller turn: its finals, in order, and the ``EndOfTurn`` that closed it."""
+
+    end_of_turn: asr_pb2.EndOfTurn
+    finals: tuple[asr_pb2.Result, ...]
+
+    @property
+    def channel(self) -> int:
+        return self.end_of_turn.channel
+
+    @property
+    def text(self) -> str:
+        """The turn's words ("" when it held only sounds without words)."""
+        return " ".join(r.text for r in self.finals if r.text)
+
+    @property
+    def confidence(self) -> float:
+        """The least sure of its finals' ``confidence`` (0: no final, or none known)."""
+        return min((r.confidence for r in self.finals), default=0.0)
+
+    @property
+    def reason(self) -> asr_pb2.EndOfTurn.Reason:
+        """What ended it: ``asr_pb2.EndOfTurn.MODEL``, ``MAX_SILENCE``, ``FINALIZE``…"""
+        return self.end_of_turn.reason
+
+
+@dataclass
+class _Channel:
+    finals: list[asr_pb2.Result] = field(default_factory=list)
+    settled: int = -1  # the newest utterance whose final (or NO_WORDS) is in
+    ending: asr_pb2.EndOfTurn | None = None
+
+
+class TurnAssembler:
+    """Feed it every response of a stream, in order; it returns each turn once whole."""
+
+    def __init__(self) -> None:
+        self._channels: dict[int, _Channel] = {}
+
+    def feed(self, response: asr_pb2.StreamingRecognizeResponse) -> Turn | None:
+        kind = response.WhichOneof("event")
+        if kind == "result" and response.result.is_final:
+            r = response.result
+            ch = self._channels.setdefault(r.channel, _Channel())
+            ch.finals.append(r)
+            ch.settled = max(ch.settled, r.utterance_id)
+            return self._complete(ch)
+        if kind == "speech_event" and response.speech_event.type == _NO_WORDS:
+            e = response.speech_event
+            ch = self._channels.setdefault(e.channel, _Channel())
+            ch.settled = max(ch.settled, e.utterance_id)
+            return self._complete(ch)
+        if kind == "end_of_turn":
+            t = response.end_of_turn
+            ch = self._channels.setdefault(t.channel, _Channel())
+            ch.ending = t
+            return self._complete(ch)
+        return None
+
+    @staticmethod
+    def _complete(ch: _Channel) -> Turn | None:
+        if ch.ending is None or ch.settled < ch.ending.utterance_id:
+            return None
+        # finals of later utterances (the caller went on before this turn's final came)
+        # belong to the next turn
+        ended = ch.ending.utterance_id
+        turn = Turn(ch.ending, tuple(r for r in ch.finals if r.utterance_id <= ended))
+        ch.finals = [r for r in ch.finals if r.utterance_id > ended]
+        ch.ending = None
+        return turn

@@ -1,0 +1,90 @@
+"""TurnAssembler: each EndOfTurn with the finals it closes, whichever comes first."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_client import TurnAssembler
+
+Response = asr_pb2.StreamingRecognizeResponse
+MODEL, MAX_SILENCE = asr_pb2.EndOfTurn.MODEL, asr_pb2.EndOfTurn.MAX_SILENCE
+
+
+def final(utterance: int, text: str, channel: int = 0, confidence: float = 0.9) -> Response:
+    return Response(
+        result=asr_pb2.Result(
+            is_final=True,
+            text=text,
+            utterance_id=utterance,
+            channel=channel,
+            confidence=confidence,
+        )
+    )
+
+
+def partial(utterance: int, text: str) -> Response:
+    return Response(result=asr_pb2.Result(text=text, utterance_id=utterance))
+
+
+def end_of_turn(utterance: int, reason=MODEL, channel: int = 0) -> Response:  # type: ignore[no-untyped-def]
+    return Response(
+        end_of_turn=asr_pb2.EndOfTurn(
+            utterance_id=utterance, reason=reason, channel=channel, probability=0.9
+        )
+    )
+
+
+def no_words(utterance: int) -> Response:
+    return Response(
+        speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.NO_WORDS, utterance_id=utterance)
+    )
+
+
+def test_a_turn_is_whole_when_its_end_and_its_last_final_are_both_in() -> None:
+    turns = TurnAssembler()
+    # a mid-turn pause: two utterances, one turn; the EndOfTurn before the last final
+    assert turns.feed(partial(0, "I want")) is None
+    assert turns.feed(final(0, "I want to fly", confidence=0.95)) is None
+    assert turns.feed(end_of_turn(1)) is None  # its final is still being decoded
+    turn = turns.feed(final(1, "to Paris.", confidence=0.7))
+    assert turn is not None
+    assert (turn.text, turn.reason, turn.channel) == ("I want to fly to Paris.", MODEL, 0)
+    assert turn.confidence == pytest.approx(0.7)  # the least sure of its finals
+    assert [r.utterance_id for r in turn.finals] == [0, 1]
+    # the next turn: the final first, then its end
+    assert turns.feed(final(2, "Tomorrow.")) is None
+    later = turns.feed(end_of_turn(2, MAX_SILENCE))
+    assert later is not None and later.text == "Tomorrow." and later.reason == MAX_SILENCE
+
+
+def test_a_turn_ending_in_a_sound_without_words_ends_at_its_no_words() -> None:
+    turns = TurnAssembler()
+    assert turns.feed(final(0, "Yes.")) is None
+    assert turns.feed(end_of_turn(1)) is None
+    turn = turns.feed(no_words(1))  # utterance 1 was a cough: no final will come
+    assert turn is not None and turn.text == "Yes."
+    # a turn of only a cough is a turn without words
+    assert turns.feed(end_of_turn(2)) is None
+    empty = turns.feed(no_words(2))
+    assert empty is not None and empty.text == "" and empty.confidence == 0.0
+
+
+def test_finals_of_the_next_turn_are_kept_for_it() -> None:
+    """The caller went on before the turn's own final came: the later utterance's final
+    belongs to the next turn."""
+    turns = TurnAssembler()
+    assert turns.feed(end_of_turn(0)) is None
+    assert turns.feed(final(0, "Hello.")) is not None
+    assert turns.feed(final(1, "I need help")) is None
+    assert turns.feed(end_of_turn(2)) is None
+    assert turns.feed(final(2, "with my bill.")).text == "I need help with my bill."  # type: ignore[union-attr]
+
+
+def test_each_channel_has_its_own_turns() -> None:
+    turns = TurnAssembler()
+    assert turns.feed(final(0, "Agent here.", channel=0)) is None
+    assert turns.feed(final(0, "Hi, my card", channel=1)) is None
+    assert turns.feed(end_of_turn(0, channel=1)) is not None  # the customer's turn
+    agent = turns.feed(end_of_turn(0, channel=0))
+    assert agent is not None and agent.text == "Agent here." and agent.channel == 0
