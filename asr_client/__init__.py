@@ -36,16 +36,18 @@ from asr_client.api import (
     stream_update,
 )
 from asr_client.connection import ConnectionOptions
-from asr_client.turns import Turn, TurnAssembler
+from asr_client.turns import EagerTurn, Turn, TurnAssembler, TurnResumed
 
 __all__ = [
     "AsrClient",
     "ConnectionOptions",
+    "EagerTurn",
     "FinalizeAck",
     "RecognitionStream",
     "StreamClosedError",
     "Turn",
     "TurnAssembler",
+    "TurnResumed",
     "audio_config",
     "stream_update",
 ]

@@ -6,6 +6,10 @@ so an agent can start its reply while the final decode finishes) or before it; t
 utterance may also end with ``NO_WORDS`` instead (a cough the voice detector took for
 speech). A turn is complete when both its ``EndOfTurn`` and that utterance's result are
 in; ``TurnAssembler`` gathers each channel's finals until then.
+
+With ``eager_finals`` it also says when a turn may be over (``EagerTurn``: an agent can
+start its reply) and when that was wrong (``TurnResumed``: the caller went on). SILENCE
+streams have no ``EndOfTurn``: there each final is a turn.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass, field
 from asr_api.v1 import asr_pb2
 
 _NO_WORDS = asr_pb2.SpeechEvent.NO_WORDS
+_RESUMED = asr_pb2.SpeechEvent.SPEECH_RESUMED
 
 
 @dataclass(frozen=True)
@@ -44,11 +49,32 @@ class Turn:
         return self.end_of_turn.reason
 
 
+@dataclass(frozen=True)
+class EagerTurn:
+    """The turn as it will be if the caller stays silent (an eager result): start the
+    reply now, and keep it only once the ``Turn`` comes; a ``TurnResumed`` withdraws it."""
+
+    channel: int
+    utterance_id: int
+    text: str  # the turn's finals so far, then the eager text
+    confidence: float  # the least sure of those
+    turn_probability: float  # the turn model's answer at this pause (SEMANTIC)
+
+
+@dataclass(frozen=True)
+class TurnResumed:
+    """The caller went on after an ``EagerTurn``: drop what was started on it."""
+
+    channel: int
+    utterance_id: int
+
+
 @dataclass
 class _Channel:
     finals: list[asr_pb2.Result] = field(default_factory=list)
     settled: int = -1  # the newest utterance whose final (or NO_WORDS) is in
     ending: asr_pb2.EndOfTurn | None = None
+    eager: int | None = None  # the utterance of an EagerTurn not yet confirmed or withdrawn
 
 
 class TurnAssembler:
@@ -57,14 +83,37 @@ class TurnAssembler:
     def __init__(self) -> None:
         self._channels: dict[int, _Channel] = {}
 
-    def feed(self, response: asr_pb2.StreamingRecognizeResponse) -> Turn | None:
+    def feed(
+        self, response: asr_pb2.StreamingRecognizeResponse
+    ) -> Turn | EagerTurn | TurnResumed | None:
         kind = response.WhichOneof("event")
         if kind == "result" and response.result.is_final:
             r = response.result
             ch = self._channels.setdefault(r.channel, _Channel())
             ch.finals.append(r)
             ch.settled = max(ch.settled, r.utterance_id)
+            if ch.eager == r.utterance_id:
+                ch.eager = None  # confirmed: its final is the eager text
             return self._complete(ch)
+        if kind == "result" and response.result.eager:
+            r = response.result
+            ch = self._channels.setdefault(r.channel, _Channel())
+            ch.eager = r.utterance_id
+            so_far = [f for f in ch.finals if f.utterance_id < r.utterance_id]
+            return EagerTurn(
+                r.channel,
+                r.utterance_id,
+                " ".join(t for t in (*(f.text for f in so_far), r.text) if t),
+                min((f.confidence for f in (*so_far, r)), default=0.0),
+                r.turn_probability,
+            )
+        if kind == "speech_event" and response.speech_event.type == _RESUMED:
+            e = response.speech_event
+            ch = self._channels.setdefault(e.channel, _Channel())
+            if ch.eager != e.utterance_id:
+                return None
+            ch.eager = None
+            return TurnResumed(e.channel, e.utterance_id)
         if kind == "speech_event" and response.speech_event.type == _NO_WORDS:
             e = response.speech_event
             ch = self._channels.setdefault(e.channel, _Channel())

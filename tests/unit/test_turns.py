@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from asr_api.v1 import asr_pb2
-from asr_client import TurnAssembler
+from asr_client import EagerTurn, Turn, TurnAssembler, TurnResumed
 
 Response = asr_pb2.StreamingRecognizeResponse
 MODEL, MAX_SILENCE = asr_pb2.EndOfTurn.MODEL, asr_pb2.EndOfTurn.MAX_SILENCE
@@ -88,3 +88,52 @@ def test_each_channel_has_its_own_turns() -> None:
     assert turns.feed(end_of_turn(0, channel=1)) is not None  # the customer's turn
     agent = turns.feed(end_of_turn(0, channel=0))
     assert agent is not None and agent.text == "Agent here." and agent.channel == 0
+
+
+def eager(utterance: int, text: str, p: float = 0.6) -> Response:
+    return Response(
+        result=asr_pb2.Result(
+            text=text, utterance_id=utterance, eager=True, turn_probability=p, confidence=0.8
+        )
+    )
+
+
+def resumed(utterance: int) -> Response:
+    return Response(
+        speech_event=asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.SPEECH_RESUMED, utterance_id=utterance
+        )
+    )
+
+
+def test_an_eager_turn_is_withdrawn_when_the_caller_goes_on_or_confirmed_by_the_turn() -> None:
+    turns = TurnAssembler()
+    assert turns.feed(final(0, "Hi.", confidence=0.95)) is None  # a split's first part
+    first = turns.feed(eager(1, "I want to fly", p=0.62))
+    assert isinstance(first, EagerTurn)
+    # what the turn will be if the caller stops here: the finals so far and the eager text
+    assert (first.text, first.utterance_id, first.turn_probability) == (
+        "Hi. I want to fly",
+        1,
+        pytest.approx(0.62),
+    )
+    assert first.confidence == pytest.approx(0.8)
+    assert turns.feed(resumed(1)) == TurnResumed(0, 1)  # the caller went on
+    assert turns.feed(resumed(1)) is None  # nothing left to withdraw
+    second = turns.feed(eager(1, "I want to fly to Paris."))
+    assert isinstance(second, EagerTurn) and second.text == "Hi. I want to fly to Paris."
+    assert turns.feed(end_of_turn(1)) is None
+    turn = turns.feed(final(1, "I want to fly to Paris."))  # confirmed
+    assert isinstance(turn, Turn) and turn.text == second.text
+    assert turns.feed(resumed(1)) is None  # a confirmed eager turn is not withdrawn
+
+
+def test_a_resumption_with_no_eager_turn_out_withdraws_nothing() -> None:
+    """SPEECH_RESUMED follows eager results only; one for another utterance (or after a
+    resume of the stream) has no eager turn of this assembler's to withdraw."""
+    turns = TurnAssembler()
+    assert turns.feed(partial(0, "I want")) is None
+    assert turns.feed(resumed(0)) is None
+    assert isinstance(turns.feed(eager(1, "Yes")), EagerTurn)
+    assert turns.feed(resumed(0)) is None  # not the eager turn's utterance
+    assert turns.feed(resumed(1)) == TurnResumed(0, 1)
