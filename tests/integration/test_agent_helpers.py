@@ -1,6 +1,10 @@
-"""A voice agent ends the turn itself and waits for it: ``await stream.finalize()`` returns
-a future that is done when the turn's transcript is complete (every channel the FINALIZE
-applies to has answered FINALIZED), and fails, never hangs, when the stream ends first."""
+"""The client's helpers for voice agents, end to end against the server.
+
+``await stream.finalize()`` returns a future that is done when the turn's transcript is
+complete (every channel the FINALIZE applies to has answered FINALIZED), and fails, never
+hangs, when the stream ends first. ``TurnAssembler`` turns eager results and their
+withdrawal into ``EagerTurn`` and ``TurnResumed`` (its turn logic: tests/unit/test_turns.py).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,14 @@ import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
-from asr_client import AsrClient, StreamClosedError, audio_config
+from asr_client import (
+    AsrClient,
+    EagerTurn,
+    StreamClosedError,
+    TurnAssembler,
+    TurnResumed,
+    audio_config,
+)
 from tests.helpers import serve_fake, silence, tone
 
 FINALIZED = asr_pb2.SpeechEvent.FINALIZED
@@ -137,3 +148,35 @@ async def test_an_unanswered_finalize_fails_when_the_stream_ends_or_is_left(  # 
             gc.collect()
             await asyncio.sleep(0)
         assert "never retrieved" not in caplog.text
+
+
+async def test_eager_turns_and_their_withdrawal_reach_the_assembler(make_server, resume) -> None:  # type: ignore[no-untyped-def]
+    """End to end: the server's eager result at a pause is an EagerTurn, the caller going
+    on withdraws it (TurnResumed), and the next pause's eager text is the final's."""
+    server = await serve_fake(make_server)
+    assembler = TurnAssembler()
+    seen: list[object] = []
+    received: list[asr_pb2.StreamingRecognizeResponse] = []
+    # 2 s of speech, a 0.35 s pause (shorter than the 0.5 s endpoint), 1 s more, the end
+    audio = np.concatenate([tone(2.0), silence(0.35), tone(1.0), silence(1.0)])
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        config = audio_config(eager_finals=True, interim_results=False)
+        async with client.stream(config, resume=resume) as stream:
+            reader = asyncio.create_task(read_into(stream, received))
+            # 100 ms chunks in real time: the pause's early decode (at 0.2 s) is back
+            # well before the speech resumes (at 0.35 s), as with a live caller
+            for start in range(0, audio.size, 1600):
+                await stream.send_audio(pcm(audio[start : start + 1600]))
+                await asyncio.sleep(0.1)
+            await stream.end()
+            await asyncio.wait_for(reader, 20)
+    for response in received:
+        out = assembler.feed(response)
+        if out is not None:
+            seen.append(out)
+    eager = [s for s in seen if isinstance(s, EagerTurn)]
+    assert [type(s).__name__ for s in seen] == ["EagerTurn", "TurnResumed", "EagerTurn"]
+    assert eager[0].text == " ".join(f"w{i}" for i in range(8))
+    assert seen[1] == TurnResumed(0, eager[0].utterance_id)
+    assert eager[1].text == finals(received)[0][1]  # the final is what it said it would be
+    assert eager[1].confidence == pytest.approx(0.9)
