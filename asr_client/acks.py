@@ -27,6 +27,7 @@ fails with the stream's error when it ends first."""
 class _Waiting:
     ack: FinalizeAck
     channels: int  # how many FINALIZED events answer it
+    came_at: float  # stream seconds at which it was sent
     events: list[asr_pb2.SpeechEvent] = field(default_factory=list)
 
 
@@ -37,8 +38,9 @@ class PendingFinalizes:
         self._waiting: list[deque[_Waiting]] = [deque() for _ in range(max(channels, 1))]
         self._unanswerable: list[FinalizeAck] = []  # of a channel the stream does not have
 
-    def sent(self, channel: int | None) -> FinalizeAck:
-        """A FINALIZE of ``channel`` (None: every channel) is being sent: its future."""
+    def sent(self, channel: int | None, came_at: float = 0.0) -> FinalizeAck:
+        """A FINALIZE of ``channel`` (None: every channel) is being sent, ``came_at``
+        stream seconds into the audio: its future."""
         ack: FinalizeAck = asyncio.get_running_loop().create_future()
         # Most callers never await the acknowledgement; one whose stream failed must not
         # be reported as "exception never retrieved" when it is collected.
@@ -50,7 +52,7 @@ class PendingFinalizes:
         else:  # the server ends the stream (INVALID_ARGUMENT); the future fails with it
             self._unanswerable.append(ack)
             return ack
-        waiting = _Waiting(ack, len(targets))
+        waiting = _Waiting(ack, len(targets), came_at)
         for ch in targets:
             self._waiting[ch].append(waiting)
         return waiting.ack
@@ -63,6 +65,16 @@ class PendingFinalizes:
         if ack in self._unanswerable:
             self._unanswerable.remove(ack)
         ack.cancel()
+
+    def unacknowledged(self, channel: int) -> int:
+        """How many FINALIZEs of ``channel`` still wait for their FINALIZED."""
+        return len(self._waiting[channel])
+
+    def oldest_came_at(self, channel: int) -> float | None:
+        """Where the FINALIZE the channel's next FINALIZED answers was sent (None: none
+        waits)."""
+        queue = self._waiting[channel]
+        return queue[0].came_at if queue else None
 
     def acknowledged(self, event: asr_pb2.SpeechEvent) -> None:
         """The caller is being handed ``event``, a FINALIZED."""

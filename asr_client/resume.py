@@ -255,14 +255,14 @@ class ResumableStream:
         self._language = [""] * channels  # of the last final: the language the channel keeps
         self._speaking = [False] * channels
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
-        # per channel, where each FINALIZE sent and not yet acknowledged came (stream
-        # seconds): a replay sends again those among the kept audio, and those trimmed
-        # before their acknowledgement, whose acknowledgement then says where they first
-        # came; the acknowledgements of the ones already acknowledged are not delivered twice
-        self._unacknowledged: list[deque[float]] = [deque() for _ in range(channels)]
+        # per channel, the FINALIZEs sent and not yet acknowledged, with where each came
+        # and the futures finalize() returned: a replay sends again those among the kept
+        # audio, and those trimmed before their acknowledgement, whose acknowledgement then
+        # says where they first came; the acknowledgements of the ones already
+        # acknowledged are not delivered twice
+        self._finalizes = PendingFinalizes(channels)
         self._acks_to_skip = [0] * channels
         self._acks_resent = [0] * channels
-        self._finalizes = PendingFinalizes(channels)  # the futures finalize() returned
         self._processed_s = 0.0
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
@@ -292,17 +292,12 @@ class ResumableStream:
     async def finalize(self, channel: int | None = None) -> FinalizeAck:
         """As ``RecognitionStream.finalize``; the acknowledgement may come on a later call."""
         async with self._write_lock:
-            request = FinalizeRequest(channel)
-            self._kept.append_finalize(request)
-            for ch, waiting in enumerate(self._unacknowledged):
-                if request.applies_to(ch):
-                    waiting.append(self._kept.end / self._rate)
-            ack = self._finalizes.sent(channel)
-            try:
-                await self._write(lambda call: call.finalize(channel))
-            except BaseException:
-                self._finalizes.withdraw(ack)
-                raise
+            self._kept.append_finalize(FinalizeRequest(channel))
+            ack = self._finalizes.sent(channel, came_at=self._kept.end / self._rate)
+            # not withdrawn if the write fails: the FINALIZE is among the kept audio, so a
+            # new call sends it again (its acknowledgement then comes), or the stream has
+            # failed and the future fails with it
+            await self._write(lambda call: call.finalize(channel))
             return ack
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
@@ -414,10 +409,9 @@ class ResumableStream:
                 if self._acks_to_skip[ch]:
                     self._acks_to_skip[ch] -= 1
                     return False
-                waiting = self._unacknowledged[ch]
-                came_at = waiting.popleft() if waiting else None  # None: not one of ours
                 if self._acks_resent[ch]:  # the new call heard it at its start
                     self._acks_resent[ch] -= 1
+                    came_at = self._finalizes.oldest_came_at(ch)  # None: not one of ours
                     if came_at is not None:
                         ev.offset_s = came_at
                 self._finalizes.acknowledged(ev)
@@ -541,7 +535,8 @@ class ResumableStream:
             self._call = call
             self._going_away_at = None
             items, self._acks_to_skip, self._acks_resent = replay_plan(
-                self._kept.replay(), [len(w) for w in self._unacknowledged]
+                self._kept.replay(),
+                [self._finalizes.unacknowledged(ch) for ch in range(len(self._speaking))],
             )
             replayed_s = (self._kept.end - self._kept.start) / self._rate
             # the replay runs beside the receiver, which reads the new call's results;

@@ -510,8 +510,8 @@ async def test_an_acknowledgement_sent_again_says_where_its_finalize_first_came(
     such a break falls between two responses of one HTTP/2 stream."""
     async with AsrClient("127.0.0.1:1") as client:
         stream = client.stream(audio_config(), resume=ResumePolicy())
-        stream._unacknowledged[0].extend([1.25, 2.5])  # type: ignore[attr-defined]
-        futures = [stream._finalizes.sent(None) for _ in range(2)]  # type: ignore[attr-defined]
+        # two FINALIZEs sent, at 1.25 and 2.5 s
+        futures = [stream._finalizes.sent(None, came_at=t) for t in (1.25, 2.5)]  # type: ignore[attr-defined]
         plan = replay_plan([], [2])  # both trimmed, neither acknowledged
         stream._acks_resent = plan.acks_resent  # type: ignore[attr-defined]
         acks = [
