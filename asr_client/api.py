@@ -257,25 +257,24 @@ class RecognitionStream:
         return StreamClosedError(code, details or "")
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
+        ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
         try:
             while True:
                 try:
                     response = await self._call.read()
                 except grpc.aio.AioRpcError:
-                    error = await self._closed_error()
-                    self._finalizes.fail(error)
-                    raise error from None
+                    ended = await self._closed_error()
+                    raise ended from None
                 if response is grpc.aio.EOF:
-                    error = await self._closed_error()
-                    self._finalizes.fail(error)
-                    if error.code != grpc.StatusCode.OK:
-                        raise error
+                    ended = await self._closed_error()
+                    if ended.code != grpc.StatusCode.OK:
+                        raise ended
                     return
                 if _is_finalized(response):
                     self._finalizes.acknowledged(response.speech_event)
                 yield response
-        finally:  # the caller stopped reading: nothing more will be acknowledged
-            self._finalizes.fail(StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ))
+        finally:  # nothing more will be acknowledged
+            self._finalizes.fail(ended)
 
     async def __aenter__(self) -> RecognitionStream:
         return await self.open()
