@@ -104,9 +104,15 @@ async def stream(port: int, item: Item, snr: str, phone: bool) -> list[Scored]:
 
 
 def ranks(values: list[float]) -> np.ndarray:
-    order = np.argsort(values, kind="stable")
-    r = np.empty(len(values))
-    r[order] = np.arange(len(values))
+    """Ranks from 0, tied values sharing their mean rank (as Spearman's rho wants: many
+    recordings tie at 0 % WER, and an arbitrary order among them would bias it)."""
+    v = np.asarray(values, dtype=float)
+    order = np.argsort(v, kind="stable")
+    r = np.empty(len(v))
+    r[order] = np.arange(len(v))
+    for value in np.unique(v):
+        tied = v == value
+        r[tied] = r[tied].mean()
     return r
 
 
