@@ -8,6 +8,7 @@ ignored and refused is documented in ``docs/compat.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -36,6 +37,9 @@ MODEL_INFO = {"name": "streamasr", "version": "1", "arch": "whisper"}
 MODEL_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/streamasr/whisper"))
 
 ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
+#: encodings FFmpeg decodes in the bridge (container.py), as a query without ``encoding``
+#: is: Deepgram's ``opus`` and ``ogg-opus`` are Opus in Ogg, its ``flac`` a FLAC stream
+DECODED_ENCODINGS = {"opus", "ogg-opus", "flac"}
 _BYTES_PER_SAMPLE = {"linear16": 2, "mulaw": 1, "alaw": 1}
 #: accepted and without effect here: model choice, billing and bookkeeping options
 _IGNORED = {"model", "version", "tag", "mip_opt_out", "extra", "token"}
@@ -86,7 +90,9 @@ class SchemaError(ValueError):
 
 @dataclass(frozen=True)
 class ListenOptions:
-    encoding: str = "linear16"
+    #: a raw encoding (``ENCODINGS``), or None: a container the bridge decodes, whose
+    #: rate and channels are known once it is read (``decoded``)
+    encoding: str | None = "linear16"
     sample_rate: int = 16_000
     channels: int = 1
     multichannel: bool = False
@@ -110,7 +116,19 @@ class ListenOptions:
         return 1 if self.downmix else self.channels
 
     @property
+    def containerized(self) -> bool:
+        return self.encoding is None
+
+    def decoded(self, sample_rate: int, channels: int) -> ListenOptions:
+        """These options for the container's audio once decoded: 16-bit PCM as it is."""
+        return dataclasses.replace(
+            self, encoding="linear16", sample_rate=sample_rate, channels=channels
+        )
+
+    @property
     def frame_bytes(self) -> int:
+        if self.encoding is None:
+            raise ValueError("a container has no frames until it is decoded")
         return _BYTES_PER_SAMPLE[self.encoding] * self.channels
 
     @property
@@ -163,6 +181,24 @@ def raw_audio(single: dict[str, str]) -> tuple[str, int]:
     return encoding, integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
 
 
+def listen_audio(single: dict[str, str]) -> tuple[str | None, int]:
+    """``/v1/listen``'s audio: raw (``encoding`` and ``sample_rate``, as ``raw_audio``) or,
+    as Deepgram takes it, a container when no ``encoding`` is given (or one FFmpeg decodes):
+    (None, 0); ``sample_rate`` and ``channels`` are then the container's, as on Deepgram."""
+    encoding = single.get("encoding")
+    if encoding is None or encoding in DECODED_ENCODINGS:
+        if "sample_rate" in single:
+            integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)  # well formed
+        return None, 0
+    if encoding not in ENCODINGS:
+        raise ListenQueryError(
+            f"encoding {shown(encoding)} is not supported: use linear16, mulaw or alaw for "
+            "raw audio, opus, ogg-opus or flac, or no encoding for a container (WebM, Ogg, "
+            "WAV, FLAC, MP3…)"
+        )
+    return raw_audio(single)
+
+
 def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
     """The options of a ``/v1/listen`` URL's query (repeated keys allowed for keywords)."""
     single, repeated = split_query(
@@ -178,8 +214,10 @@ def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
         term = re.sub(r":-?\d+(\.\d+)?$", "", value) if key == "keywords" else value
         if term.strip():
             hotwords.append(term.strip())
-    encoding, rate = raw_audio(single)
+    encoding, rate = listen_audio(single)
     channels = integer_option(single, "channels", 1, MAX_CHANNELS, default=1)
+    if encoding is None:
+        channels, rate = 1, ListenOptions.sample_rate  # until the container is read
     utterance_end_ms = (
         integer_option(single, "utterance_end_ms", 1, 60_000)
         if "utterance_end_ms" in single
@@ -243,6 +281,8 @@ def _language(value: str) -> str:
 
 
 def streaming_config(options: ListenOptions) -> asr_pb2.StreamingConfig:
+    if options.encoding is None:
+        raise ValueError("a container's stream is configured once it is decoded")
     encoding = "LINEAR16" if options.downmix else ENCODINGS[options.encoding]
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
@@ -379,7 +419,9 @@ class HandshakeRefusal:
     def headers(self) -> dict[str, str]:
         # Deepgram puts the request id and the error in headers too: many WebSocket
         # libraries show a refused handshake's headers but not its body
-        return {"dg-request-id": self.request_id, "dg-error": self.body["err_msg"][:500]}
+        # (HTTP headers are Latin-1: anything else, such as the "…" of a cut value, is "?")
+        error = self.body["err_msg"][:500].encode("latin-1", "replace").decode("latin-1")
+        return {"dg-request-id": self.request_id, "dg-error": error}
 
 
 def handshake_refusal(code: str, message: str, request_id: str = "") -> HandshakeRefusal:
@@ -514,16 +556,17 @@ class DeepgramMessages:
             )
         return out
 
-    def metadata(self, audio_bytes: int, sha256: str) -> Event:
+    def metadata(self, duration_s: float, sha256: str) -> Event:
         """The summary Deepgram sends after the last result of a stream closed by
-        ``CloseStream``; ``duration`` is the audio received, in seconds."""
+        ``CloseStream``: ``duration`` is the audio received, in seconds, and ``sha256``
+        that of the bytes received."""
         return {
             "type": "Metadata",
             "transaction_key": "deprecated",
             "request_id": self.request_id,
             "sha256": sha256,
             "created": self.created.replace("+00:00", "Z"),
-            "duration": round(audio_bytes / self.options.bytes_per_second, 3),
+            "duration": round(duration_s, 3),
             "channels": self.options.reported_channels,
             "models": [MODEL_UUID],
             "model_info": {MODEL_UUID: MODEL_INFO},

@@ -20,14 +20,16 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from asr_api.v1 import asr_pb2
+from asr_bridge.auth import key_subprotocol
+from asr_bridge.container import ContainerDecoder, ContainerError, DecodedFormat, Marker
 from asr_bridge.deepgram import (
     MAX_FRAME_BYTES,
     AudioFramer,
@@ -67,6 +69,19 @@ CLOSE_SERVER_ERROR = 1011
 _CLIENT_FAULTS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE}
 
 
+class AudioSink(Protocol):
+    """Where the relay's upstream sends what the client sent, in order: the gRPC stream
+    itself, or (for a container) the decoder in front of it."""
+
+    async def send_audio(self, data: bytes) -> None: ...
+
+    async def finalize(self, channel: int | None = None) -> object: ...
+
+    async def update(self, update: asr_pb2.StreamingUpdate) -> None: ...
+
+    async def end(self) -> None: ...
+
+
 class BadData(Exception):
     """Audio the bridge cannot pass on; the session ends with 1008, as Deepgram's does."""
 
@@ -92,8 +107,9 @@ async def serve(
     if options is None:
         return
     messages = DeepgramMessages(options)
-    await accept(ws, messages.request_id)
-    await DeepgramSession(ws, client, session_id, metrics, options, messages).run()
+    await accept(ws, messages.request_id, ws.scope.get("subprotocols", []))
+    session = ContainerSession if options.containerized else DeepgramSession
+    await session(ws, client, session_id, metrics, options, messages).run()
 
 
 async def query_or_refusal(
@@ -113,9 +129,14 @@ async def query_or_refusal(
         return None
 
 
-async def accept(ws: WebSocket, request_id: str) -> None:
-    """Accept the socket, with the request id in a header as Deepgram sends it."""
-    await ws.accept(headers=[(b"dg-request-id", request_id.encode())])
+async def accept(ws: WebSocket, request_id: str, offered: Sequence[str] = ()) -> None:
+    """Accept the socket, with the request id in a header as Deepgram sends it, and the
+    scheme of a key a browser offered as subprotocols (``["token", key]``) as the one
+    chosen: a browser drops a socket whose server chooses none of those it offered."""
+    await ws.accept(
+        subprotocol=key_subprotocol(offered),
+        headers=[(b"dg-request-id", request_id.encode())],
+    )
 
 
 async def _send_refusal(ws: WebSocket, refusal: HandshakeRefusal) -> None:
@@ -143,8 +164,9 @@ class DeepgramRelay:
         self.client = client
         self.session_id = session_id
         self.metrics = metrics
-        self.framer = AudioFramer(audio)
-        self.audio_bytes = 0
+        self.framer = AudioFramer(audio) if not audio.containerized else None
+        self.audio_bytes = 0  # received from the client
+        self.stream: RecognitionStream | None = None  # once opened
         self.sha256 = hashlib.sha256()
         self.closing = False  # CloseStream received: the results then Metadata follow
         # both tasks write (upstream answers Configure and bad messages): one message at a time
@@ -153,11 +175,12 @@ class DeepgramRelay:
     async def run(self) -> None:
         """Serve the session to its end; never raises for anything the peers do."""
         logger.info("session %s: %s", self.session_id, self._describe())
-        stream = self.client.stream(self._config(), on_resume=self._resumed)
         try:
-            await self._relay(stream)
+            await self._relay()
         finally:
-            stream.cancel()  # a no-op once the call has ended; frees the server's stream if not
+            if self.stream is not None:
+                # a no-op once the call has ended; frees the server's stream if not
+                self.stream.cancel()
 
     # -- what the protocols do differently -------------------------------------------------
 
@@ -171,7 +194,7 @@ class DeepgramRelay:
         """The protocol's messages for one gRPC response."""
         raise NotImplementedError
 
-    async def _command(self, stream: RecognitionStream, text: str) -> None:
+    async def _command(self, stream: AudioSink, text: str) -> None:
         """A client text message."""
         raise NotImplementedError
 
@@ -192,14 +215,24 @@ class DeepgramRelay:
 
     # -- the relay ------------------------------------------------------------------------
 
-    async def _relay(self, stream: RecognitionStream) -> None:
+    async def _open_stream(self) -> RecognitionStream:
+        """Open the gRPC stream with ``_config()`` and tell the client it is open."""
+        self.stream = self.client.stream(self._config(), on_resume=self._resumed)
+        await self.stream.open()
+        await self._send(self._opening())
+        return self.stream
+
+    async def _transcribe(self) -> None:
+        """Relay until the server ends the stream: raw audio goes to the stream as it comes."""
+        stream = await self._open_stream()
+        async with asyncio.TaskGroup() as tg:
+            upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
+            await self._downstream(stream)
+            upstream.cancel()  # the server has ended the stream: nothing more to read
+
+    async def _relay(self) -> None:
         try:
-            await stream.open()
-            await self._send(self._opening())
-            async with asyncio.TaskGroup() as tg:
-                upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
-                await self._downstream(stream)
-                upstream.cancel()  # the server has ended the stream: nothing more to read
+            await self._transcribe()
             if not self.closing:
                 # the server ended the stream without being asked (it cannot today, but
                 # the client must not wait for a Metadata that will never come)
@@ -224,7 +257,7 @@ class DeepgramRelay:
             close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
             await self._fail(f"{error.code.name}: {error.details}", close)
 
-    async def _upstream(self, stream: RecognitionStream) -> None:
+    async def _upstream(self, stream: AudioSink) -> None:
         while True:
             message = await self.websocket.receive()
             if message["type"] == "websocket.disconnect":
@@ -242,15 +275,19 @@ class DeepgramRelay:
                 continue
             await self._command(stream, message.get("text") or "")
 
-    async def _audio(self, stream: RecognitionStream, data: bytes) -> None:
+    async def _audio(self, stream: AudioSink, data: bytes) -> None:
         self.audio_bytes += len(data)
         self.sha256.update(data)
+        await self._send_pcm(stream, data)
+
+    async def _send_pcm(self, stream: AudioSink, data: bytes) -> None:
+        assert self.framer is not None
         pcm = self.framer.feed(data)
         if pcm:
             await stream.send_audio(pcm)  # waits while the server pushes back
             self.metrics.audio_received.inc(len(pcm))
 
-    async def _close_stream(self, stream: RecognitionStream) -> None:
+    async def _close_stream(self, stream: AudioSink) -> None:
         self.closing = True
         await stream.end()  # the server finalizes what is pending, then ends the stream
 
@@ -312,9 +349,12 @@ class DeepgramSession(DeepgramRelay):
         return self.messages.response(response)
 
     def _closing(self) -> list[Event]:
-        return [self.messages.metadata(self.audio_bytes, self.sha256.hexdigest())]
+        return [self.messages.metadata(self._duration_s(), self.sha256.hexdigest())]
 
-    async def _command(self, stream: RecognitionStream, text: str) -> None:
+    def _duration_s(self) -> float:
+        return self.audio_bytes / self.options.bytes_per_second
+
+    async def _command(self, stream: AudioSink, text: str) -> None:
         try:
             command = parse_text(text)
         except SchemaError as exc:
@@ -336,3 +376,85 @@ class DeepgramSession(DeepgramRelay):
             await self._send([self.messages.configure_failure()])
         else:
             assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+
+
+class ContainerSession(DeepgramSession):
+    """A ``/v1/listen`` session whose audio is a container (no ``encoding`` in the query,
+    as a browser's ``MediaRecorder`` sends WebM/Opus): decoded here by FFmpeg
+    (``container.py``), and the gRPC stream opened once the container has said what its
+    audio is (its rate and channels). What the client sends goes to the decoder in order,
+    and comes out of it in order: audio, then a ``Finalize`` it sent after that audio."""
+
+    def _describe(self) -> str:
+        return "Deepgram listen (a container, decoded by the bridge)"
+
+    async def _transcribe(self) -> None:
+        decoder = ContainerDecoder(self.session_id)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                sink = _Decoding(decoder)
+                upstream = tg.create_task(self._upstream(sink), name=f"up-{self.session_id}")
+                first = await self._decoded(decoder)
+                if isinstance(first, DecodedFormat):
+                    self.options = self.options.decoded(first.sample_rate, first.channels)
+                    self.messages.options = self.options
+                    self.framer = AudioFramer(self.options)
+                    stream = await self._open_stream()
+                    pump = tg.create_task(
+                        self._pump(decoder, stream), name=f"pcm-{self.session_id}"
+                    )
+                    await self._downstream(stream)
+                    pump.cancel()
+                # else: closed before any audio; nothing to transcribe
+                upstream.cancel()
+        finally:
+            decoder.close()
+
+    async def _decoded(self, decoder: ContainerDecoder) -> object:
+        try:
+            return await decoder.get()
+        except ContainerError as exc:
+            raise BadData(str(exc)) from None
+
+    async def _pump(self, decoder: ContainerDecoder, stream: RecognitionStream) -> None:
+        """The decoded audio and the client's commands among it, to the gRPC stream."""
+        while (item := await self._decoded(decoder)) is not None:
+            if isinstance(item, bytes):
+                self.decoded_bytes += len(item)
+                await self._send_pcm(stream, item)
+            elif isinstance(item, Marker) and isinstance(item.value, Finalize):
+                await stream.finalize(item.value.channel)
+            elif isinstance(item, Marker) and isinstance(item.value, asr_pb2.StreamingUpdate):
+                await stream.update(item.value)
+        await stream.end()  # the client's CloseStream: everything it sent is decoded
+
+    async def _audio(self, stream: AudioSink, data: bytes) -> None:
+        self.audio_bytes += len(data)
+        self.sha256.update(data)
+        await stream.send_audio(data)  # to the decoder; waits while it is behind
+
+    decoded_bytes = 0
+
+    def _duration_s(self) -> float:
+        if self.options.containerized:  # nothing was decoded
+            return 0.0
+        return self.decoded_bytes / self.options.bytes_per_second
+
+
+class _Decoding:
+    """A container session's ``AudioSink``: everything goes to the decoder, in order."""
+
+    def __init__(self, decoder: ContainerDecoder) -> None:
+        self._decoder = decoder
+
+    async def send_audio(self, data: bytes) -> None:
+        await self._decoder.feed(data)
+
+    async def finalize(self, channel: int | None = None) -> None:
+        await self._decoder.mark(Finalize(channel))
+
+    async def update(self, update: asr_pb2.StreamingUpdate) -> None:
+        await self._decoder.mark(update)
+
+    async def end(self) -> None:
+        await self._decoder.end()

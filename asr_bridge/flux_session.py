@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import Event, SchemaError
-from asr_bridge.deepgram_session import DeepgramRelay, accept, query_or_refusal
+from asr_bridge.deepgram_session import AudioSink, DeepgramRelay, accept, query_or_refusal
 from asr_bridge.flux import (
     CloseStream,
     Configure,
@@ -32,7 +32,7 @@ from asr_bridge.flux import (
     streaming_config,
 )
 from asr_bridge.metrics import BridgeMetrics
-from asr_client import AsrClient, RecognitionStream
+from asr_client import AsrClient
 
 if TYPE_CHECKING:
     from asr_bridge.app import BridgeConfig
@@ -48,7 +48,7 @@ async def serve(
     if options is None:
         return
     turns = FluxTurns(options)
-    await accept(ws, turns.request_id)
+    await accept(ws, turns.request_id, ws.scope.get("subprotocols", []))
     await FluxSession(ws, client, session_id, metrics, options, turns).run()
 
 
@@ -91,7 +91,7 @@ class FluxSession(DeepgramRelay):
         code = "INVALID_ARGUMENT" if variant == "DATA-0000" else "INTERNAL_SERVER_ERROR"
         return fatal_error(code, description)
 
-    async def _command(self, stream: RecognitionStream, text: str) -> None:
+    async def _command(self, stream: AudioSink, text: str) -> None:
         try:
             command = parse_text(text)
         except SchemaError as exc:

@@ -217,3 +217,39 @@ def sample(server, name: str, **labels: str) -> float | None:  # type: ignore[no
 def speech_pcm(seconds: float = 1.0) -> np.ndarray:
     audio = np.concatenate([tone(seconds), silence(0.7)])
     return (audio * 32767).astype(np.int16).reshape(-1, 1)
+
+
+def encode_container(
+    pcm: np.ndarray,
+    rate: int,
+    fmt: str,
+    codec: str,
+    *,
+    out_rate: int = 48_000,
+    options: dict[str, str] | None = None,
+) -> bytes:
+    """``pcm`` (int16, frames × channels) encoded with FFmpeg (PyAV) into a ``fmt``
+    container of ``codec`` at ``out_rate``: what a browser's MediaRecorder or a file
+    upload hands a Deepgram client, made at test time from real recordings."""
+    import io
+
+    import av
+
+    layout = {1: "mono", 2: "stereo"}[pcm.shape[1]]
+    buffer = io.BytesIO()
+    with av.open(buffer, mode="w", format=fmt, options=options or {}) as container:
+        stream = container.add_stream(codec, rate=out_rate, layout=layout)
+        assert isinstance(stream, av.AudioStream)
+        frame = av.AudioFrame.from_ndarray(
+            np.ascontiguousarray(pcm, dtype=np.int16).reshape(1, -1), format="s16", layout=layout
+        )
+        frame.sample_rate = rate
+        to_codec = av.AudioResampler(
+            format=stream.codec_context.codec.audio_formats[0].name, layout=layout, rate=out_rate
+        )
+        for piece in [*to_codec.resample(frame), *to_codec.resample(None)]:
+            for packet in stream.encode(piece):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    return buffer.getvalue()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, eventually
 from tests.integration.test_client_cli_real import normalized_words, reference
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
@@ -49,6 +49,28 @@ def fake_microphone_wav(source: Path, out: Path) -> Path:
     return out
 
 
+async def launch(pw, wav: Path):  # type: ignore[no-untyped-def]
+    """Headless Chromium whose microphone plays ``wav`` once (a fresh temporary profile)."""
+    return await pw.chromium.launch(
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=[
+            "--no-sandbox",  # CI runs as root
+            "--headless",
+            "--disable-gpu",
+            # the network is closed: keep Chromium from reaching out (and logging refusals)
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--use-fake-ui-for-media-stream",  # grant the microphone without asking
+            "--use-fake-device-for-media-stream",
+            f"--use-file-for-fake-audio-capture={wav}%noloop",
+        ],
+    )
+
+
 async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     make_server,  # type: ignore[no-untyped-def]
     make_bridge,
@@ -61,24 +83,7 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     bridge = await make_bridge(server.port, token=TOKEN)
 
     async with async_playwright() as pw:  # type: ignore[operator]
-        browser = await pw.chromium.launch(
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=[
-                "--no-sandbox",  # CI runs as root
-                "--headless",
-                "--disable-gpu",
-                # the network is closed: keep Chromium from reaching out (and logging refusals)
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--use-fake-ui-for-media-stream",  # grant the microphone without asking
-                "--use-fake-device-for-media-stream",
-                f"--use-file-for-fake-audio-capture={wav}%noloop",
-            ],
-        )  # Playwright gives every launch a fresh temporary profile
+        browser = await launch(pw, wav)
         try:
             page = await browser.new_page(viewport={"width": 900, "height": 640})
             problems: list[str] = []
@@ -138,3 +143,77 @@ async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     assert state_label == "finished" and not error_shown
     assert not problems, problems
     assert server.servicer.active == 0
+
+
+#: Deepgram's browser example, as its documentation and most pages built on it have it:
+#: the key as subprotocols, no query, MediaRecorder's WebM/Opus a piece every 250 ms.
+#: Only the URL differs. Resolves with what the socket said, once the recording is over.
+DEEPGRAM_BROWSER_EXAMPLE = """
+async ([url, key, lastWord]) => {
+  const mic = await navigator.mediaDevices.getUserMedia({ audio: true });
+  const socket = new WebSocket(url, ["token", key]);
+  const recorder = new MediaRecorder(mic, { mimeType: "audio/webm" });
+  const finals = [];
+  const kinds = [];
+  return await new Promise((resolve, reject) => {
+    recorder.addEventListener("dataavailable", (event) => {
+      if (event.data.size > 0 && socket.readyState === 1) socket.send(event.data);
+    });
+    socket.onopen = () => recorder.start(250);
+    socket.onerror = () => reject(new Error("socket error"));
+    socket.onmessage = (message) => {
+      const received = JSON.parse(message.data);
+      kinds.push(received.type);
+      if (received.type === "Results" && received.is_final) {
+        const transcript = received.channel.alternatives[0].transcript;
+        finals.push(transcript);
+        if (new RegExp(lastWord, "i").test(transcript)) {
+          recorder.stop();  // its last piece goes out, then the stream is closed
+          recorder.addEventListener("stop", () =>
+            setTimeout(() => socket.send(JSON.stringify({ type: "CloseStream" })), 100));
+        }
+      }
+    };
+    socket.onclose = (event) =>
+      resolve({ finals, kinds, protocol: socket.protocol, code: event.code,
+                mime: recorder.mimeType });
+  });
+}
+"""
+
+
+async def test_deepgram_browser_example_streams_webm_from_the_microphone(
+    make_server,  # type: ignore[no-untyped-def]
+    make_bridge,
+    tmp_path: Path,
+) -> None:
+    """Deepgram's browser example, unchanged but for the URL, in Debian's Chromium: its
+    MediaRecorder's WebM/Opus from the fake microphone through /v1/listen to tiny.en."""
+    async_playwright = playwright_or_fail()
+    path, transcript = reference(SAMPLE_ID)
+    wav = fake_microphone_wav(path, tmp_path / "mic.wav")
+    server = await make_server()
+    bridge = await make_bridge(server.port, token=TOKEN)
+    async with async_playwright() as pw:  # type: ignore[operator]
+        browser = await launch(pw, wav)
+        try:
+            page = await browser.new_page()
+            problems: list[str] = []
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            # a page of the bridge's own origin (the bridge refuses others by default)
+            await page.goto(f"http://127.0.0.1:{bridge.port}/")
+            said = await page.evaluate(
+                DEEPGRAM_BROWSER_EXAMPLE,
+                [f"ws://127.0.0.1:{bridge.port}/v1/listen", TOKEN, "longer"],
+            )
+        finally:
+            await browser.close()
+    assert said["protocol"] == "token" and said["code"] == 1000, said
+    assert said["mime"].startswith("audio/webm"), said["mime"]
+    assert said["kinds"][-1] == "Metadata", said["kinds"]
+    heard = set(normalized_words(" ".join(said["finals"])))
+    expected = [w for w in normalized_words(transcript) if len(w) >= 4]
+    missing = [w for w in expected if w not in heard]
+    assert len(missing) <= 1, f"missing {missing} in {said['finals']!r}"
+    assert not problems, problems
+    await eventually(lambda: server.servicer.active == 0)

@@ -7,7 +7,9 @@ recorded speech; and a plain WebSocket client against the fake engine for every 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,14 @@ from websockets.exceptions import InvalidStatus
 
 from asr_client.scoring import wer
 from asr_server.audio.g711 import mulaw_encode
-from tests.helpers import corpus, eventually, read_pcm16, serve_fake, speech_pcm
+from tests.helpers import (
+    corpus,
+    encode_container,
+    eventually,
+    read_pcm16,
+    serve_fake,
+    speech_pcm,
+)
 from tests.integration.test_bridge import events_until_close
 
 pytestmark = pytest.mark.timeout(120)
@@ -165,6 +174,107 @@ async def test_official_sdk_transcribes_8khz_mulaw(make_server, make_bridge) -> 
     await eventually(lambda: server.servicer.active == 0)
 
 
+@pytest.mark.model
+@pytest.mark.timeout(300)
+async def test_webm_opus_from_a_browser_style_client(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Deepgram's browser examples, over the wire: the key as the subprotocols
+    ``["token", key]``, no query at all, and MediaRecorder's WebM/Opus in quarter-second
+    pieces; a Finalize after the speech, then CloseStream."""
+    server = await make_server()  # the real tiny.en model
+    bridge = await make_bridge(server.port, token=TOKEN)
+    rec = corpus()[RECORDING]
+    pcm, rate = read_pcm16(rec.path)
+    webm = encode_container(pcm[:, :1], rate, "webm", "libopus")
+    seconds = len(pcm) / rate
+    piece = len(webm) * 0.25 // seconds  # a quarter second each, as start(250) hands out
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, subprotocols=["token", TOKEN]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "token"  # a browser insists on one it offered
+        for i in range(0, len(webm), int(piece)):
+            await ws.send(webm[i : i + int(piece)])
+            await asyncio.sleep(0.25 / 4)
+        await ws.send(json.dumps({"type": "Finalize"}))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    hypothesis = " ".join(f["channel"]["alternatives"][0]["transcript"] for f in finals)
+    assert wer([rec.transcript], [hypothesis]) <= 0.15, hypothesis
+    assert finals[-1]["from_finalize"]  # the Finalize came after all the speech
+    assert all(f["channel_index"] == [0, 1] for f in finals)
+    assert finals[-1]["start"] + finals[-1]["duration"] <= seconds + 0.1
+    metadata = messages[-1]
+    assert metadata["type"] == "Metadata" and metadata["channels"] == 1
+    assert metadata["duration"] == pytest.approx(seconds, abs=0.05)  # the decoded audio
+    assert metadata["sha256"] == hashlib.sha256(webm).hexdigest()  # of the bytes received
+    await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.model
+@pytest.mark.timeout(300)
+async def test_official_sdk_streams_an_ogg_opus_file_as_opus(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """``encoding=opus`` (Opus in Ogg, as Deepgram names it), stereo, ``multichannel``:
+    each channel its own transcript, the rate and channels read from the file."""
+    server = await make_server()
+    bridge = await make_bridge(server.port, token=TOKEN)
+    rec = corpus()[RECORDING]
+    pcm, rate = read_pcm16(rec.path)
+    # the recording on channel 1 only, after a second: channel 0 hears a quiet line
+    speech = np.concatenate([np.zeros((rate, 1), np.int16), pcm[:, :1]])
+    stereo = np.concatenate([np.zeros_like(speech), speech], axis=1)
+    ogg = encode_container(stereo, rate, "ogg", "libopus")
+    received = await sdk_transcribe(
+        bridge.port,
+        ogg,
+        chunk=4_000,
+        seconds_per_chunk=4_000 / len(ogg) * len(stereo) / rate,
+        encoding="opus",
+        multichannel="true",
+        punctuate="true",
+    )
+    kinds = [type(m).__name__ for m in received]
+    assert kinds[-1] == "ListenV1Metadata", kinds
+    assert received[-1].channels == 2
+    finals = [m for m in received if type(m).__name__ == "ListenV1Results" and m.is_final]
+    heard = [m for m in finals if m.channel.alternatives[0].transcript]
+    assert heard and all(m.channel_index == [1, 2] for m in heard)
+    hypothesis = " ".join(m.channel.alternatives[0].transcript for m in heard)
+    assert wer([rec.transcript], [hypothesis]) <= 0.15, hypothesis
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_audio_that_is_no_container_is_a_data_error(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Raw PCM sent without ``encoding``: FFmpeg recognizes no container in it, and the
+    client is told why (Deepgram's Error, then close 1008 DATA-0000); no stream was opened."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, additional_headers=auth()) as ws:
+        pcm = speech_pcm(2.0).tobytes()
+        for i in range(0, len(pcm), 3_200):
+            await ws.send(pcm[i : i + 3_200])
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1008 and ws.close_reason.startswith("DATA-0000")
+    assert [m["type"] for m in messages] == ["Error"]
+    assert "encoding and sample_rate" in messages[0]["description"]
+    assert server.servicer.active == 0
+    assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
+
+
+async def test_a_container_client_leaving_midway_frees_everything(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    webm = encode_container(speech_pcm(2.0), 16_000, "webm", "libopus")
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen?interim_results=true"
+    threads = {t.name for t in threading.enumerate()}
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(webm[: len(webm) // 2])
+        await eventually(lambda: server.servicer.active == 1)  # decoded, and streaming
+    await eventually(lambda: server.servicer.active == 0)
+    await eventually(lambda: {t.name for t in threading.enumerate()} <= threads)  # decoder gone
+    assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
+
+
 async def test_official_sdk_reports_a_wrong_key_as_401(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     from deepgram.core.api_error import ApiError
 
@@ -187,13 +297,14 @@ GOOD = "encoding=linear16&sample_rate=16000"
 @pytest.mark.parametrize(
     ("query", "token", "status", "phrase"),
     [
-        ("encoding=opus&sample_rate=16000", TOKEN, 400, "encoding 'opus' is not supported"),
-        ("sample_rate=16000", TOKEN, 400, "encoding is required"),
+        ("encoding=speex&sample_rate=16000", TOKEN, 400, "encoding 'speex' is not supported"),
+        ("encoding=linear16", TOKEN, 400, "sample_rate is required with encoding"),
         ("encoding=linear16&sample_rate=4000", TOKEN, 400, "sample_rate must be an integer"),
         ("encoding=linear16&sample_rate=fast", TOKEN, 400, "sample_rate must be an integer"),
         (f"{GOOD}&interim_results=yes", TOKEN, 400, "interim_results must be true or false"),
         (f"{GOOD}&diarize=true", TOKEN, 400, "diarize is not supported"),
         (f"{GOOD}&colour=blue", TOKEN, 400, "unknown query parameter 'colour'"),
+        ("encoding=" + "x" * 50, TOKEN, 400, "encoding 'xxxxxxxxxx"),  # cut, with a "…"
         (GOOD, "wrong", 401, "Invalid credentials."),
     ],
 )

@@ -73,6 +73,20 @@ def test_the_token_is_read_from_every_place_a_client_may_put_it() -> None:
     assert presented_token({}, [], {"authorization": "Token abc"}) == "abc"  # Deepgram SDKs
     assert presented_token({}, ["openai-insecure-api-key.abc"]) == "abc"  # OpenAI in a browser
     assert presented_token({}, ["streamasr.v1", "bearer.abc"]) == "abc"
+    assert presented_token({}, ["token", "abc"]) == "abc"  # Deepgram in a browser
+    assert presented_token({}, ["bearer", "jwt.x.y"]) == "jwt.x.y"  # ... a temporary token
+    assert presented_token({}, ["token"]) is None
     assert presented_token({"token": "abc"}, []) == "abc"
     assert presented_token({"token": "q"}, [], {"authorization": "Basic x"}) == "q"
     assert presented_token({}, [], {"authorization": "Bearer "}) is None
+
+
+def test_a_key_offered_as_subprotocols_is_answered_with_its_scheme() -> None:
+    """Browsers drop a socket whose server picks none of the subprotocols they offered."""
+    from asr_bridge.auth import key_subprotocol
+
+    assert key_subprotocol(["token", "abc"]) == "token"
+    assert key_subprotocol(["bearer", "abc"]) == "bearer"
+    assert key_subprotocol(["token"]) is None
+    assert key_subprotocol(["streamasr.v1", "bearer.abc"]) is None
+    assert key_subprotocol([]) is None

@@ -85,8 +85,8 @@ def test_language_multi_means_detect() -> None:
 @pytest.mark.parametrize(
     ("params", "phrase"),
     [
-        ([("sample_rate", "16000")], "encoding is required"),
-        ([("encoding", "flac"), ("sample_rate", "16000")], "encoding 'flac'"),
+        ([("encoding", "speex"), ("sample_rate", "16000")], "encoding 'speex' is not supported"),
+        ([("sample_rate", "4000")], "sample_rate must be an integer"),  # (with a container too)
         ([("encoding", "linear16")], "sample_rate is required"),
         (BASE + [("channels", "9")], "channels must be an integer from 1 to 8"),
         (BASE + [("sample_rate", "8000")], "sample_rate is given twice"),
@@ -306,11 +306,38 @@ def test_finalize_may_name_a_channel() -> None:
 
 def test_metadata_summarises_the_stream() -> None:
     messages = DeepgramMessages(query(), request_id="r-1", created="2025-01-01T00:00:00.000+00:00")
-    metadata = messages.metadata(audio_bytes=48_000, sha256="ab")
+    metadata = messages.metadata(duration_s=1.5, sha256="ab")
     assert metadata["type"] == "Metadata" and metadata["transaction_key"] == "deprecated"
     assert metadata["duration"] == 1.5 and metadata["channels"] == 1
     assert metadata["created"] == "2025-01-01T00:00:00.000Z"
     assert metadata["request_id"] == "r-1" and metadata["sha256"] == "ab"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        [],  # Deepgram's browser examples: MediaRecorder's WebM, no query at all
+        [("sample_rate", "48000"), ("channels", "2")],  # a container's own are used
+        [("encoding", "opus")],  # Deepgram's names for Opus in Ogg, and FLAC
+        [("encoding", "ogg-opus")],
+        [("encoding", "flac"), ("sample_rate", "44100")],
+    ],
+)
+def test_audio_without_a_raw_encoding_is_a_container_the_bridge_decodes(
+    params: list[tuple[str, str]],
+) -> None:
+    options = parse_listen_query([*params, ("interim_results", "true")])
+    assert options.containerized and options.interim_results
+    with pytest.raises(ValueError, match="decoded"):
+        streaming_config(options)  # the stream waits for the container's rate and channels
+    decoded = options.decoded(sample_rate=48_000, channels=2)
+    config = streaming_config(decoded)
+    assert config.format.encoding == asr_pb2.AudioFormat.LINEAR16
+    assert config.format.sample_rate_hz == 48_000
+    assert config.format.channels == 1  # mixed down, as without multichannel on raw audio
+    assert config.interim_results
+    multichannel = parse_listen_query([("multichannel", "true")]).decoded(48_000, 2)
+    assert streaming_config(multichannel).format.channels == 2
 
 
 def test_pipecat_deepgram_service_default_query_is_accepted() -> None:

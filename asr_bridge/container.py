@@ -1,0 +1,264 @@
+"""Containerized audio (WebM, Ogg, WAV, FLAC, MP3…) decoded to PCM as it arrives.
+
+Deepgram's live API takes a container when the query names no ``encoding``, and that is
+how its browser examples stream: a ``MediaRecorder`` hands out WebM/Opus in pieces (the
+header, then a cluster every timeslice) and each piece goes out as one message. PyAV
+(FFmpeg's demuxers and decoders, a dependency of faster-whisper already) reads a
+container from a file object with blocking reads, so demuxing and decoding run on a
+thread of their own, which reads what the socket has delivered and waits for more.
+
+Both ends are bounded, so that a server that pushes back still slows the client down:
+``feed`` waits while ``MAX_PENDING`` pieces are unread, and the thread waits while
+``MAX_PENDING`` decoded blocks are untaken. Markers (``mark``) come out in order with
+the audio: after the PCM of everything FFmpeg had read when the marker was fed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+from collections.abc import Coroutine, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: pieces waiting to be read, and decoded blocks waiting to be taken
+MAX_PENDING = 8
+#: the bridge's highest sample rate (deepgram.MAX_RATE_HZ); faster audio is resampled to it
+MAX_RATE_HZ = 48_000
+MAX_CHANNELS = 8
+#: FFmpeg reads this much at most to recognize the container, and then its streams,
+#: before the first packet: its defaults (1 MB, then 5 MB and 5 s) would hold the first
+#: words back for seconds, and raw audio sent by mistake would be refused only after
+#: half a minute of it
+PROBE_BYTES = 32_768
+ANALYZE_MICROSECONDS = 500_000
+
+
+class ContainerError(Exception):
+    """Audio that cannot be decoded: not a container FFmpeg knows, no audio in it, or
+    damaged data. The message says which, for the client."""
+
+
+@dataclass(frozen=True)
+class DecodedFormat:
+    """What the decoded PCM is: 16-bit little-endian, channels interleaved."""
+
+    sample_rate: int
+    channels: int
+
+
+@dataclass(frozen=True)
+class Marker:
+    """Something to do once the audio fed before it has come out (a Finalize)."""
+
+    value: object
+
+
+class _Closed(Exception):
+    """The decoder was closed: the thread stops wherever it is."""
+
+
+Output = DecodedFormat | bytes | Marker | None
+
+
+class ContainerDecoder:
+    """One stream's container, fed piece by piece on the event loop, decoded on a thread.
+
+    ``get`` returns, in order: the ``DecodedFormat`` (once, before the first audio), PCM
+    blocks and markers, then None once ``end`` was called and everything is decoded. It
+    raises ``ContainerError`` for audio FFmpeg cannot read. ``close`` stops the thread;
+    call it when the session ends, however it ends."""
+
+    def __init__(self, name: str = "") -> None:
+        self._loop = asyncio.get_running_loop()
+        self._inbox: asyncio.Queue[bytes | Marker | None] = asyncio.Queue(MAX_PENDING)
+        self._outbox: asyncio.Queue[Output | ContainerError] = asyncio.Queue(MAX_PENDING)
+        self._closed = threading.Event()
+        self._stopped = threading.Event()  # the thread has ended
+        self._ended = False
+        self._buffer = memoryview(b"")
+        self._at_end = False  # the thread has read the end
+        self._thread = threading.Thread(target=self._run, name=f"decode-{name}", daemon=True)
+        self._thread.start()
+
+    # -- the event loop's side -------------------------------------------------------------
+
+    async def feed(self, data: bytes) -> None:
+        """Hand over the next piece of the container; waits while the thread is behind.
+        Once decoding has stopped (an error, waiting in ``get``) pieces are dropped."""
+        if self._ended:
+            raise RuntimeError("feed after end")
+        if not self._stopped.is_set():
+            await self._inbox.put(data)
+
+    async def mark(self, value: object) -> None:
+        if not self._stopped.is_set():
+            await self._inbox.put(Marker(value))
+
+    async def end(self) -> None:
+        """No more pieces: what is left is decoded, then ``get`` returns None."""
+        if not self._ended:
+            self._ended = True
+            await self._inbox.put(None)
+
+    async def get(self) -> Output:
+        item = await self._outbox.get()
+        if isinstance(item, ContainerError):
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop the thread (it may be waiting on either queue) and drop what is queued."""
+        self._closed.set()
+        _empty(self._inbox)
+        _empty(self._outbox)
+
+    # -- the thread's side -----------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._decode()
+            self._call(self._outbox.put(None))
+        except _Closed:
+            pass
+        except ContainerError as exc:
+            self._report(exc)
+        except Exception as exc:  # anything unforeseen: FFmpeg's errors are handled below
+            logger.exception("container decoding failed")
+            self._report(ContainerError(f"the audio could not be decoded: {exc}"))
+        finally:
+            self._stopped.set()
+            # nothing reads the pieces any more: free a feeder waiting for room
+            with contextlib.suppress(RuntimeError):  # (the loop is closed)
+                self._loop.call_soon_threadsafe(_empty, self._inbox)
+
+    def _report(self, error: ContainerError) -> None:
+        try:
+            self._call(self._outbox.put(error))
+        except _Closed:
+            pass
+
+    def _decode(self) -> None:
+        import av  # FFmpeg's libraries: loaded only by sessions that send containers
+
+        if not self._fill():
+            return  # ended before any audio: nothing to decode, and nothing wrong
+        try:
+            container = av.open(
+                _Reader(self),
+                mode="r",
+                options={
+                    "formatprobesize": str(PROBE_BYTES),
+                    "probesize": str(PROBE_BYTES),
+                    "analyzeduration": str(ANALYZE_MICROSECONDS),
+                },
+            )
+        except av.FFmpegError as exc:
+            raise ContainerError(
+                "audio sent without an encoding must be in a container (WebM, Ogg, WAV, "
+                f"FLAC, MP3…), and this is not one FFmpeg recognizes ({exc.strerror}); "
+                "raw audio needs encoding and sample_rate in the query"
+            ) from None
+        with container:
+            audio = next((s for s in container.streams if s.type == "audio"), None)
+            if audio is None:
+                raise ContainerError("the container holds no audio stream")
+            resampler = None
+            for frame in _frames(container, audio):
+                assert isinstance(frame, av.AudioFrame)  # an audio stream's frames
+                if resampler is None:
+                    channels = frame.layout.nb_channels
+                    if not 1 <= channels <= MAX_CHANNELS:
+                        raise ContainerError(
+                            f"the audio has {channels} channels; at most {MAX_CHANNELS} are taken"
+                        )
+                    rate = min(frame.sample_rate, MAX_RATE_HZ)
+                    # a format conversion only (no delay), unless the rate is over 48 kHz;
+                    # a later change of rate or layout is converted to the first one
+                    resampler = av.AudioResampler(format="s16", layout=frame.layout, rate=rate)
+                    self._call(self._outbox.put(DecodedFormat(rate, channels)))
+                for block in resampler.resample(frame):
+                    self._call(self._outbox.put(block.to_ndarray().tobytes()))
+            if resampler is not None:
+                for block in resampler.resample(None):
+                    self._call(self._outbox.put(block.to_ndarray().tobytes()))
+
+    def _read(self, size: int) -> bytes:
+        """FFmpeg's read: what has arrived (at most ``size`` bytes), waiting while nothing
+        has; b"" at the end."""
+        if not self._fill():
+            return b""
+        chunk, self._buffer = self._buffer[:size], self._buffer[size:]
+        return bytes(chunk)
+
+    def _fill(self) -> bool:
+        """Wait until there are bytes to read (True) or the end (False). Markers met on the
+        way go out at once: after the audio of everything read before them."""
+        while not self._buffer:
+            if self._at_end:
+                return False  # (FFmpeg may ask again after the end)
+            item = self._call(self._inbox.get())
+            if item is None:
+                self._at_end = True
+                return False
+            if isinstance(item, Marker):
+                self._call(self._outbox.put(item))
+                continue
+            self._buffer = memoryview(item)
+        return True
+
+    def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        """Run a queue operation on the event loop and wait for it, giving up when closed."""
+        if self._closed.is_set():
+            coroutine.close()
+            raise _Closed
+        try:
+            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        except RuntimeError:  # the loop is closed
+            coroutine.close()
+            raise _Closed from None
+        while True:
+            try:
+                return future.result(timeout=0.2)
+            except concurrent.futures.TimeoutError:
+                if self._closed.is_set():
+                    future.cancel()
+                    raise _Closed from None
+            except concurrent.futures.CancelledError:
+                raise _Closed from None
+
+
+def _empty(queue: asyncio.Queue[Any]) -> None:
+    while not queue.empty():
+        queue.get_nowait()
+
+
+class _Reader:
+    """The file object FFmpeg reads from: ``read`` only, so it is not seekable (a stream
+    that needs seeking, like an MP4 with its index at the end, is refused)."""
+
+    def __init__(self, decoder: ContainerDecoder) -> None:
+        self._decoder = decoder
+
+    def read(self, size: int) -> bytes:
+        try:
+            return self._decoder._read(size)
+        except _Closed:
+            # the end, to FFmpeg (an exception raised through it would be printed and
+            # dropped); the thread stops at its next step
+            return b""
+
+
+def _frames(container: Any, stream: Any) -> Iterator[Any]:
+    """The stream's decoded frames; damaged data in the middle is a ContainerError."""
+    import av
+
+    try:
+        yield from container.decode(stream)
+    except av.FFmpegError as exc:
+        raise ContainerError(f"the audio could not be decoded ({exc.strerror})") from None

@@ -1,0 +1,205 @@
+"""asr_bridge.container: containers decoded as they arrive, from real recordings encoded
+with FFmpeg at test time (what a browser's MediaRecorder or a file upload sends)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import soxr
+
+from asr_bridge.container import (
+    MAX_PENDING,
+    ContainerDecoder,
+    ContainerError,
+    DecodedFormat,
+    Marker,
+)
+from tests.helpers import corpus, encode_container, read_pcm16
+
+pytestmark = pytest.mark.timeout(60)
+
+RECORDING = "libri_1089-134686-0000"  # 10.4 s of read speech, 16 kHz mono
+FRAGMENTED_MP4 = {"movflags": "frag_keyframe+empty_moov+default_base_moof"}
+
+
+def speech() -> tuple[np.ndarray, int]:
+    pcm, rate = read_pcm16(corpus()[RECORDING].path)
+    return pcm[:, :1], rate
+
+
+async def decode(
+    data: bytes, piece: int = 4_000, mark_at: float | None = None
+) -> tuple[DecodedFormat | None, np.ndarray, float | None]:
+    """Feed ``data`` in pieces (a marker after the fraction ``mark_at`` of them), take
+    everything out: the format, the PCM (frames × channels) and the seconds of audio that
+    came out before the marker."""
+    decoder = ContainerDecoder("test")
+    pieces = [data[i : i + piece] for i in range(0, len(data), piece)]
+
+    async def feed() -> None:
+        for n, chunk in enumerate(pieces):
+            if mark_at is not None and n == int(len(pieces) * mark_at):
+                await decoder.mark("here")
+            await decoder.feed(chunk)
+        await decoder.end()
+
+    feeder = asyncio.create_task(feed())
+    fmt: DecodedFormat | None = None
+    blocks: list[bytes] = []
+    marked_at = None
+    try:
+        while (item := await decoder.get()) is not None:
+            if isinstance(item, DecodedFormat):
+                assert fmt is None and not blocks  # once, before any audio
+                fmt = item
+            elif isinstance(item, Marker):
+                assert fmt is not None and item.value == "here"
+                marked_at = sum(map(len, blocks)) / 2 / fmt.channels / fmt.sample_rate
+            else:
+                blocks.append(item)
+        await feeder
+    finally:
+        feeder.cancel()
+        decoder.close()
+    channels = fmt.channels if fmt else 1
+    pcm = np.frombuffer(b"".join(blocks), dtype="<i2").reshape(-1, channels)
+    return fmt, pcm, marked_at
+
+
+def envelope(x: np.ndarray, rate: int) -> np.ndarray:
+    """RMS in 20 ms frames: what survives a lossy codec of the waveform's shape."""
+    hop = rate // 50
+    frames = x[: len(x) // hop * hop].astype(np.float64).reshape(-1, hop)
+    return np.sqrt((frames**2).mean(axis=1))
+
+
+@pytest.mark.parametrize(
+    ("fmt", "codec", "options"),
+    [
+        ("webm", "libopus", None),  # Chrome's and Firefox's MediaRecorder
+        ("ogg", "libopus", None),  # Firefox's, and Deepgram's encoding=opus
+        ("mp4", "aac", FRAGMENTED_MP4),  # Safari's MediaRecorder writes fragmented MP4
+        ("wav", "pcm_s16le", None),
+        ("flac", "flac", None),
+        ("mp3", "libmp3lame", None),
+    ],
+)
+async def test_each_container_decodes_to_the_audio_it_holds(
+    fmt: str, codec: str, options: dict[str, str] | None
+) -> None:
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, fmt, codec, options=options)
+    decoded_format, decoded, _ = await decode(data)
+    assert decoded_format == DecodedFormat(48_000, 1)
+    seconds = len(pcm) / rate
+    assert len(decoded) / 48_000 == pytest.approx(seconds, abs=0.06)
+    # the same speech: its loudness contour, aligned, matches the recording's
+    back = soxr.resample(decoded[:, 0].astype(np.float32), 48_000, rate)
+    ours, theirs = envelope(pcm[:, 0], rate), envelope(back, rate)
+    n = min(len(ours), len(theirs))
+    best = max(
+        np.corrcoef(ours[max(0, -s) : n - max(0, s)], theirs[max(0, s) : n - max(0, -s)])[0, 1]
+        for s in range(-3, 4)  # codec delays of up to 60 ms
+    )
+    assert best > 0.95, best
+
+
+@pytest.mark.parametrize(("fmt", "codec"), [("wav", "pcm_s16le"), ("flac", "flac")])
+async def test_lossless_containers_give_back_every_sample(fmt: str, codec: str) -> None:
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, fmt, codec, out_rate=rate)
+    decoded_format, decoded, _ = await decode(data, piece=1_234)
+    assert decoded_format == DecodedFormat(rate, 1)
+    np.testing.assert_array_equal(decoded, pcm)
+
+
+async def test_stereo_keeps_its_channels() -> None:
+    pcm, rate = speech()
+    stereo = np.concatenate([pcm, pcm // 2], axis=1)  # the second channel at half level
+    decoded_format, decoded, _ = await decode(encode_container(stereo, rate, "webm", "libopus"))
+    assert decoded_format == DecodedFormat(48_000, 2)
+    level = np.sqrt((decoded.astype(np.float64) ** 2).mean(axis=0))
+    assert level[1] / level[0] == pytest.approx(0.5, abs=0.05)
+
+
+async def test_a_marker_comes_out_after_the_audio_fed_before_it() -> None:
+    """A Finalize applies to the audio sent before it: in WebM (what browsers send) every
+    block of Opus is whole in the bytes before the marker but the last one cut by it."""
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, "webm", "libopus")
+    _, decoded, marked_at = await decode(data, piece=2_000, mark_at=0.5)
+    # the audio in the bytes before the marker: those bytes decoded alone
+    before = -(-len(data) // 2_000) // 2 * 2_000
+    _, alone, _ = await decode(data[:before], piece=2_000)
+    assert 1.0 < len(alone) / 48_000 < len(decoded) / 48_000 - 1.0  # (a real cut)
+    assert marked_at == pytest.approx(len(alone) / 48_000, abs=0.021)  # an Opus frame
+
+
+async def test_raw_audio_without_an_encoding_is_refused_with_the_reason() -> None:
+    pcm, _ = speech()
+    with pytest.raises(ContainerError, match="encoding and sample_rate"):
+        await decode(pcm.tobytes()[:64_000])
+
+
+async def test_a_container_that_needs_seeking_is_refused() -> None:
+    """An MP4 whose index comes after its audio cannot be read as it arrives."""
+    pcm, rate = speech()
+    with pytest.raises(ContainerError, match="could not be decoded"):
+        await decode(encode_container(pcm, rate, "mp4", "aac"))
+
+
+async def test_a_stream_closed_before_any_audio_ends_without_error() -> None:
+    assert await decode(b"") == (None, pytest.approx(np.zeros((0, 1))), None)
+
+
+async def test_feeding_waits_while_nobody_takes_the_audio() -> None:
+    """Backpressure: a client cannot pile up audio in the bridge when the server is slow."""
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, "wav", "pcm_s16le", out_rate=rate)
+    pieces = [data[i : i + 1_000] for i in range(0, len(data), 1_000)]
+    decoder = ContainerDecoder("test")
+    try:
+        accepted = 0
+        for chunk in pieces:
+            try:
+                await asyncio.wait_for(decoder.feed(chunk), timeout=0.5)
+            except TimeoutError:
+                break
+            accepted += 1
+        # the pieces queued, the decoded blocks waiting to be taken (4 KB each here), and
+        # FFmpeg's own buffers (32 KB to read, 32 KB to recognize the container): about
+        # 100 KB, not the whole recording (334 KB)
+        assert MAX_PENDING <= accepted <= 120, accepted
+        assert await decoder.get() == DecodedFormat(rate, 1)
+
+        async def take_everything() -> None:
+            while await decoder.get() is not None:
+                pass
+
+        taker = asyncio.create_task(take_everything())
+        for chunk in pieces[accepted:]:  # taken: moving again, to the end
+            await asyncio.wait_for(decoder.feed(chunk), timeout=5)
+        await decoder.end()
+        await asyncio.wait_for(taker, timeout=5)
+    finally:
+        decoder.close()
+
+
+@pytest.mark.parametrize("waiting_on", ["input", "output"])
+async def test_close_stops_the_thread_wherever_it_waits(waiting_on: str) -> None:
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, "wav", "pcm_s16le")
+    decoder = ContainerDecoder("test")
+    if waiting_on == "input":
+        await decoder.feed(data[:3_000])  # the header and a little: it waits for more
+    else:  # feed until the decoded audio nobody takes holds it up
+        with pytest.raises(TimeoutError):
+            for i in range(0, len(data), 10_000):
+                await asyncio.wait_for(decoder.feed(data[i : i + 10_000]), timeout=0.5)
+    await asyncio.sleep(0.3)
+    assert decoder._thread.is_alive()
+    decoder.close()
+    await asyncio.to_thread(decoder._thread.join, 2)
+    assert not decoder._thread.is_alive()
