@@ -395,6 +395,8 @@ class ContainerSession(DeepgramSession):
                 sink = _Decoding(decoder)
                 upstream = tg.create_task(self._upstream(sink), name=f"up-{self.session_id}")
                 first = await self._decoded(decoder)
+                while isinstance(first, Marker):  # a Finalize before any audio: nothing to end
+                    first = await self._decoded(decoder)
                 if isinstance(first, DecodedFormat):
                     self.options = self.options.decoded(first.sample_rate, first.channels)
                     self.messages.options = self.options

@@ -261,6 +261,34 @@ async def test_audio_that_is_no_container_is_a_data_error(make_server, make_brid
     assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
 
 
+async def test_a_container_stream_takes_commands_before_its_audio(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """KeepAlive and Finalize before the first bytes (nothing to end yet), then the audio;
+    and a stream closed before it sent any audio ends cleanly, with nothing decoded."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    webm = encode_container(speech_pcm(2.0), 16_000, "webm", "libopus")
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(json.dumps({"type": "KeepAlive"}))
+        await ws.send(json.dumps({"type": "Finalize"}))
+        await ws.send(webm)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == [
+        "w0 w1 w2 w3 w4 w5 w6 w7"
+    ]
+    assert messages[-1]["type"] == "Metadata"
+    assert messages[-1]["duration"] == pytest.approx(2.7, abs=0.03)  # 2 s + 0.7 s of silence
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    assert [m["type"] for m in messages] == ["Metadata"] and messages[0]["duration"] == 0
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_a_container_client_leaving_midway_frees_everything(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
