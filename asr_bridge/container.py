@@ -104,7 +104,8 @@ class ContainerDecoder:
         """No more pieces: what is left is decoded, then ``get`` returns None."""
         if not self._ended:
             self._ended = True
-            await self._inbox.put(None)
+            if not self._stopped.is_set():
+                await self._inbox.put(None)
 
     async def get(self) -> Output:
         item = await self._outbox.get()

@@ -378,15 +378,19 @@ class DeepgramSession(DeepgramRelay):
             assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
 
 
-class ContainerSession(DeepgramSession):
-    """A ``/v1/listen`` session whose audio is a container (no ``encoding`` in the query,
-    as a browser's ``MediaRecorder`` sends WebM/Opus): decoded here by FFmpeg
+class ContainerRelay(DeepgramRelay):
+    """A relay whose audio is a container (no raw ``encoding`` in the query, as a
+    browser's ``MediaRecorder`` sends WebM/Opus): decoded here by FFmpeg
     (``container.py``), and the gRPC stream opened once the container has said what its
-    audio is (its rate and channels). What the client sends goes to the decoder in order,
-    and comes out of it in order: audio, then a ``Finalize`` it sent after that audio."""
+    audio is (its rate and channels: ``_use_format``). What the client sends goes to the
+    decoder in order and comes out of it in order: audio, then a ``Finalize`` (or a
+    ``Configure``'s update) it sent after that audio. Mixed in before a protocol's session."""
 
-    def _describe(self) -> str:
-        return "Deepgram listen (a container, decoded by the bridge)"
+    decoded_bytes = 0  # PCM out of the decoder
+
+    def _use_format(self, decoded: DecodedFormat) -> None:
+        """The protocol's options for the decoded audio; sets ``framer`` for it."""
+        raise NotImplementedError
 
     async def _transcribe(self) -> None:
         decoder = ContainerDecoder(self.session_id)
@@ -398,9 +402,7 @@ class ContainerSession(DeepgramSession):
                 while isinstance(first, Marker):  # a Finalize before any audio: nothing to end
                     first = await self._decoded(decoder)
                 if isinstance(first, DecodedFormat):
-                    self.options = self.options.decoded(first.sample_rate, first.channels)
-                    self.messages.options = self.options
-                    self.framer = AudioFramer(self.options)
+                    self._use_format(first)
                     stream = await self._open_stream()
                     pump = tg.create_task(
                         self._pump(decoder, stream), name=f"pcm-{self.session_id}"
@@ -435,7 +437,17 @@ class ContainerSession(DeepgramSession):
         self.sha256.update(data)
         await stream.send_audio(data)  # to the decoder; waits while it is behind
 
-    decoded_bytes = 0
+
+class ContainerSession(ContainerRelay, DeepgramSession):
+    """A ``/v1/listen`` session sending a container."""
+
+    def _describe(self) -> str:
+        return "Deepgram listen (a container, decoded by the bridge)"
+
+    def _use_format(self, decoded: DecodedFormat) -> None:
+        self.options = self.options.decoded(decoded.sample_rate, decoded.channels)
+        self.messages.options = self.options
+        self.framer = AudioFramer(self.options)
 
     def _duration_s(self) -> float:
         if self.options.containerized:  # nothing was decoded

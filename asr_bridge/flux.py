@@ -24,6 +24,8 @@ from typing import Any
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
     ENCODINGS,
+    MAX_RATE_HZ,
+    MIN_RATE_HZ,
     CloseStream,
     Event,
     KeepAlive,
@@ -58,7 +60,8 @@ _HANDLED = {
 @dataclass(frozen=True)
 class FluxOptions:
     model: str = "flux-general-en"
-    encoding: str = "linear16"
+    #: a raw encoding, or None: a container the bridge decodes (WAV, Ogg, WebM…)
+    encoding: str | None = "linear16"
     sample_rate: int = 16_000
     #: confidence that ends a turn (Flux's default 0.7); 1.0: only ForceEndTurn does
     eot_threshold: float = 0.7
@@ -76,6 +79,21 @@ class FluxOptions:
     def audio(self) -> ListenOptions:
         """The audio framing, as the Deepgram route frames it (one channel)."""
         return ListenOptions(encoding=self.encoding, sample_rate=self.sample_rate)
+
+    def decoded(self, sample_rate: int) -> FluxOptions:
+        """These options for a container's audio once decoded (and mixed to one channel)."""
+        return replace(self, encoding="linear16", sample_rate=sample_rate)
+
+
+def flux_audio(single: dict[str, str]) -> tuple[str | None, int]:
+    """Flux's audio: raw (``encoding`` and ``sample_rate``), or a container (WAV, Ogg,
+    WebM…) when no ``encoding`` is given or ``ogg-opus``, as Flux takes them: (None, 0)."""
+    encoding = single.get("encoding")
+    if encoding is None or encoding == "ogg-opus":
+        if "sample_rate" in single:
+            integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)  # well formed
+        return None, 0
+    return raw_audio(single)
 
 
 def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
@@ -99,7 +117,7 @@ def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
         raise ListenQueryError(
             f"model {shown(model)} is not a Flux model (use flux-general-en or flux-general-multi)"
         )
-    encoding, rate = raw_audio(single)
+    encoding, rate = flux_audio(single)
     eot = _number(single, "eot_threshold", 0.5, 1.0)
     eager = _number(single, "eager_eot_threshold", 0.3, 0.9)
     if eager is not None and eager > (eot if eot is not None else 0.7):
@@ -139,13 +157,19 @@ def _number(single: dict[str, str], key: str, low: float, high: float) -> float 
     return number
 
 
+def _raw(encoding: str | None) -> str:
+    if encoding is None:
+        raise ValueError("a container's stream is configured once it is decoded")
+    return encoding
+
+
 def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
     """Flux's turns are the server's SEMANTIC endpointing, with partials and eager finals.
     ``eot_threshold=1`` is the stream's turn threshold 1: the turn model is not asked, and
     turns end only on ForceEndTurn or the timeout (Flux's "bring your own turn detection")."""
     return asr_pb2.StreamingConfig(
         format=asr_pb2.AudioFormat(
-            encoding=ENCODINGS[options.encoding],  # type: ignore[arg-type]
+            encoding=ENCODINGS[_raw(options.encoding)],  # type: ignore[arg-type]
             sample_rate_hz=options.sample_rate,
             channels=1,
         ),

@@ -16,8 +16,15 @@ from typing import TYPE_CHECKING
 from starlette.websockets import WebSocket
 
 from asr_api.v1 import asr_pb2
-from asr_bridge.deepgram import Event, SchemaError
-from asr_bridge.deepgram_session import AudioSink, DeepgramRelay, accept, query_or_refusal
+from asr_bridge.container import DecodedFormat
+from asr_bridge.deepgram import AudioFramer, Event, ListenOptions, SchemaError
+from asr_bridge.deepgram_session import (
+    AudioSink,
+    ContainerRelay,
+    DeepgramRelay,
+    accept,
+    query_or_refusal,
+)
 from asr_bridge.flux import (
     CloseStream,
     Configure,
@@ -49,7 +56,8 @@ async def serve(
         return
     turns = FluxTurns(options)
     await accept(ws, turns.request_id, ws.scope.get("subprotocols", []))
-    await FluxSession(ws, client, session_id, metrics, options, turns).run()
+    session = FluxContainerSession if options.encoding is None else FluxSession
+    await session(ws, client, session_id, metrics, options, turns).run()
 
 
 class FluxSession(DeepgramRelay):
@@ -113,3 +121,17 @@ class FluxSession(DeepgramRelay):
             await self._send([success])
         else:
             assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+
+
+class FluxContainerSession(ContainerRelay, FluxSession):
+    """A ``/v2/listen`` session sending a container (WAV, Ogg, WebM…), decoded by the
+    bridge; Flux hears one channel, so a stereo container is mixed down."""
+
+    def _describe(self) -> str:
+        return f"Deepgram Flux ({self.options.model}, a container, decoded by the bridge)"
+
+    def _use_format(self, decoded: DecodedFormat) -> None:
+        self.options = self.options.decoded(decoded.sample_rate)
+        self.framer = AudioFramer(
+            ListenOptions(sample_rate=decoded.sample_rate, channels=decoded.channels)
+        )

@@ -20,6 +20,7 @@ from asr_client.scoring import wer
 from asr_server.vad.turn import TurnDetection, TurnVerdict
 from tests.helpers import (
     corpus,
+    encode_container,
     eventually,
     read_pcm16,
     serve_fake,
@@ -157,6 +158,29 @@ async def test_force_end_turn_ends_the_turn_at_once(make_server, make_bridge, qu
     # (a StartOfTurn when the final is the turn's first result, else an Update)
     assert last["event"] in ("StartOfTurn", "Update") and last["turn_index"] == 1
     assert last["transcript"] == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_webm_container_gets_turns_like_raw_audio(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Flux takes WebM/Opus without encoding, as a browser records it; a stereo one is
+    heard as one channel, and ForceEndTurn ends the turn after the audio sent before it."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    tone = speech_pcm(1.0)[:16_000]  # speech with no silence after it
+    webm = encode_container(np.concatenate([tone, tone], axis=1), 16_000, "webm", "libopus")
+    url = flux_url(bridge, "model=flux-general-en")
+    async with connect(url, subprotocols=["token", TOKEN]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "token"
+        for i in range(0, len(webm), 1_000):
+            await ws.send(webm[i : i + 1_000])
+        await ws.send(json.dumps({"type": "ForceEndTurn"}))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    check_flux_rules(messages)
+    ends = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert len(ends) == 1 and ends[0]["trigger"] == "manual"
+    assert ends[0]["transcript"] == "w0 w1 w2 w3"  # the whole second of it
     await eventually(lambda: server.servicer.active == 0)
 
 

@@ -85,7 +85,7 @@ def test_eot_threshold_one_leaves_turns_to_the_client() -> None:
     [
         ([("encoding", "linear16"), ("sample_rate", "16000")], "model is required"),
         ([("model", "nova-3"), *BASE[1:]], "'nova-3' is not a Flux model"),
-        ([BASE[0], ("sample_rate", "16000")], "encoding is required"),
+        ([BASE[0], ("sample_rate", "4000")], "sample_rate must be an integer"),
         ([BASE[0], ("encoding", "opus"), BASE[2]], "encoding 'opus' is not supported"),
         ([*BASE[:2]], "sample_rate is required"),
         ([*BASE, ("eot_threshold", "0.3")], "eot_threshold must be a number from 0.5"),
@@ -417,3 +417,14 @@ def test_pipecat_flux_service_connects_and_configures() -> None:
     update, success = turns.configure(parse_text(message))  # type: ignore[arg-type]
     assert update.turn_threshold == pytest.approx(0.8) and list(update.hotwords) == ["streamasr"]
     assert success["type"] == "ConfigureSuccess"
+
+
+@pytest.mark.parametrize("audio", [[], [("encoding", "ogg-opus")], [("sample_rate", "48000")]])
+def test_containers_are_decoded_and_configured_once_read(audio: list[tuple[str, str]]) -> None:
+    """Flux takes WAV, Ogg and WebM without ``encoding`` (and Opus in Ogg as ``ogg-opus``)."""
+    options = parse_flux_query([BASE[0], *audio])
+    assert options.encoding is None
+    with pytest.raises(ValueError, match="decoded"):
+        streaming_config(options)
+    config = streaming_config(options.decoded(48_000))
+    assert config.format.sample_rate_hz == 48_000 and config.format.channels == 1
