@@ -75,6 +75,7 @@ class _Channel:
     settled: int = -1  # the newest utterance whose final (or NO_WORDS) is in
     ending: asr_pb2.EndOfTurn | None = None
     eager: int | None = None  # the utterance of an EagerTurn not yet confirmed or withdrawn
+    ended: int = -1  # the utterance that ended the last turn returned
 
 
 class TurnAssembler:
@@ -122,6 +123,10 @@ class TurnAssembler:
         if kind == "end_of_turn":
             t = response.end_of_turn
             ch = self._channels.setdefault(t.channel, _Channel())
+            if t.utterance_id <= ch.ended:
+                # a turn already returned: a resumed stream sends the end of the turn it
+                # was in again when the server had not seen it acknowledged
+                return None
             ch.ending = t
             return self._complete(ch)
         return None
@@ -136,4 +141,5 @@ class TurnAssembler:
         turn = Turn(ch.ending, tuple(r for r in ch.finals if r.utterance_id <= ended))
         ch.finals = [r for r in ch.finals if r.utterance_id > ended]
         ch.ending = None
+        ch.ended = ended
         return turn

@@ -137,3 +137,15 @@ def test_a_resumption_with_no_eager_turn_out_withdraws_nothing() -> None:
     assert isinstance(turns.feed(eager(1, "Yes")), EagerTurn)
     assert turns.feed(resumed(0)) is None  # not the eager turn's utterance
     assert turns.feed(resumed(1)) == TurnResumed(0, 1)
+
+
+def test_an_end_of_turn_sent_again_after_a_resume_is_not_a_second_turn() -> None:
+    assembler = TurnAssembler()
+    assert assembler.feed(final(0, "Hello there.")) is None
+    turn = assembler.feed(end_of_turn(0))
+    assert isinstance(turn, Turn) and turn.text == "Hello there."
+    # the stream resumed on a new call and the server ended that turn again
+    assert assembler.feed(end_of_turn(0)) is None
+    assert assembler.feed(final(1, "Next.")) is None
+    nxt = assembler.feed(end_of_turn(1))
+    assert isinstance(nxt, Turn) and nxt.text == "Next."
