@@ -79,6 +79,8 @@ class AudioSink(Protocol):
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None: ...
 
+    async def keep_alive(self) -> None: ...
+
     async def end(self) -> None: ...
 
 
@@ -375,7 +377,10 @@ class DeepgramSession(DeepgramRelay):
         elif isinstance(command, Configure):
             await self._send([self.messages.configure_failure()])
         else:
-            assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+            assert isinstance(command, KeepAlive)
+            # the socket is alive, and so must the gRPC stream stay through the pause (the
+            # server ends a stream that sends nothing for its idle timeout)
+            await stream.keep_alive()
 
 
 class ContainerRelay(DeepgramRelay):
@@ -430,6 +435,8 @@ class ContainerRelay(DeepgramRelay):
                 await stream.finalize(item.value.channel)
             elif isinstance(item, Marker) and isinstance(item.value, asr_pb2.StreamingUpdate):
                 await stream.update(item.value)
+            elif isinstance(item, Marker) and isinstance(item.value, KeepAlive):
+                await stream.keep_alive()
         await stream.end()  # the client's CloseStream: everything it sent is decoded
 
     async def _audio(self, stream: AudioSink, data: bytes) -> None:
@@ -469,6 +476,9 @@ class _Decoding:
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         await self._decoder.mark(update)
+
+    async def keep_alive(self) -> None:
+        await self._decoder.mark(KeepAlive())
 
     async def end(self) -> None:
         await self._decoder.end()

@@ -120,7 +120,8 @@ class FluxSession(DeepgramRelay):
             await stream.update(update)  # in order with the audio around it
             await self._send([success])
         else:
-            assert isinstance(command, KeepAlive)  # nothing to do: the socket is alive
+            assert isinstance(command, KeepAlive)
+            await stream.keep_alive()  # the gRPC stream stays open through the pause
 
 
 class FluxContainerSession(ContainerRelay, FluxSession):

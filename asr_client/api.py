@@ -205,6 +205,12 @@ class RecognitionStream:
         builds one)."""
         await self._write(asr_pb2.StreamingRecognizeRequest(update=update))
 
+    async def keep_alive(self) -> None:
+        """Keep the stream open through a pause in the audio (a muted microphone) longer
+        than the server's idle timeout (60 s by default); adds no audio."""
+        control = asr_pb2.Control(action=asr_pb2.Control.KEEPALIVE)
+        await self._write(asr_pb2.StreamingRecognizeRequest(control=control))
+
     async def end(self) -> None:
         """No more audio: the server finalizes what is pending, then ends the event stream."""
         if not self._ended:

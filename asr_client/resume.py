@@ -307,6 +307,11 @@ class ResumableStream:
             self._config = updated_config(self._config, update)
             await self._write(lambda call: call.update(update))
 
+    async def keep_alive(self) -> None:
+        """As ``RecognitionStream.keep_alive``; not kept: a new call is alive already."""
+        async with self._write_lock:
+            await self._write(lambda call: call.keep_alive())
+
     async def end(self) -> None:
         async with self._write_lock:
             self._ended = True

@@ -131,8 +131,10 @@ class Control(_message.Message):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[Control.Action]
         FINALIZE: _ClassVar[Control.Action]
+        KEEPALIVE: _ClassVar[Control.Action]
     ACTION_UNSPECIFIED: Control.Action
     FINALIZE: Control.Action
+    KEEPALIVE: Control.Action
     ACTION_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     action: Control.Action

@@ -13,6 +13,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -271,7 +272,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             return self._timed_out(
                 "idle",
                 f"no message for {idle_s:g} s: keep sending audio (silence included) or "
-                "half-close the stream",
+                "KEEPALIVE controls, or half-close the stream",
             )
 
         while True:
@@ -284,9 +285,11 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             if kind == "audio":
                 yield request.audio
             elif kind == "control":
-                if request.control.action != asr_pb2.Control.FINALIZE:
-                    raise AsrError.invalid("control.action must be FINALIZE")
                 control = request.control
+                if control.action == asr_pb2.Control.KEEPALIVE:
+                    continue  # its arrival has reset the idle timer: nothing else to do
+                if control.action != asr_pb2.Control.FINALIZE:
+                    raise AsrError.invalid("control.action must be FINALIZE or KEEPALIVE")
                 yield Finalize(control.channel if control.HasField("channel") else None)
             elif kind == "update":
                 config = stream_update_from_proto(request.update, config, services.settings)
@@ -313,10 +316,18 @@ async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrEr
     """``context.read()``, or ``on_timeout()`` raised when the client sends nothing in time.
 
     Shielded: cancelling a read that grpc has in flight can break the call, and the client
-    would see "Internal error from Core" instead of our status. (The shield also retrieves
-    the abandoned read's outcome, so it never logs as an unretrieved exception.)
+    would see "Internal error from Core" instead of our status. The abandoned read ends
+    when the call does, with an abort nobody awaits: its outcome is retrieved here, or
+    asyncio would log it as "Task exception was never retrieved".
     """
+    read = asyncio.ensure_future(context.read())
     try:
-        return await asyncio.wait_for(asyncio.shield(context.read()), timeout_s)
+        return await asyncio.wait_for(asyncio.shield(read), timeout_s)
     except TimeoutError:
+        read.add_done_callback(_outcome_ignored)
         raise on_timeout() from None
+
+
+def _outcome_ignored(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()

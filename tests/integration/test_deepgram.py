@@ -7,6 +7,7 @@ recorded speech; and a plain WebSocket client against the fake engine for every 
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import threading
@@ -287,6 +288,53 @@ async def test_a_container_stream_takes_commands_before_its_audio(make_server, m
     assert ws.close_code == 1000
     assert [m["type"] for m in messages] == ["Metadata"] and messages[0]["duration"] == 0
     await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.parametrize("container", [False, True])
+async def test_keep_alive_holds_the_stream_through_a_pause(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, container: bool
+) -> None:
+    """KeepAlive, as Deepgram's clients send it while their audio pauses (an agent muting
+    the microphone while it speaks), keeps the server's stream open past its idle timeout
+    (1.5 s here), and adds no audio: the second utterance starts where the audio resumed."""
+    server = await serve_fake(make_server, idle_timeout_s=1.5)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    tone = speech_pcm(1.0)  # 1 s of tone, 0.7 s of silence
+    audio = np.concatenate([tone, tone])
+    data = encode_container(audio, 16_000, "webm", "libopus") if container else audio.tobytes()
+    query = "" if container else GOOD
+    async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+        await ws.send(data[: len(data) // 2])
+        for _ in range(8):  # 4 s: well past the idle timeout
+            await asyncio.sleep(0.5)
+            await ws.send(json.dumps({"type": "KeepAlive"}))
+        await ws.send(data[len(data) // 2 :])
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000, ws.close_reason
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == ["w0 w1 w2 w3"] * 2
+    assert finals[1]["start"] == pytest.approx(1.7, abs=0.25)  # no pause added
+    assert messages[-1]["duration"] == pytest.approx(3.4, abs=0.05)
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_pause_without_keep_alive_ends_the_stream(make_server, make_bridge, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Without KeepAlive the server's idle timeout ends the stream (as Deepgram closes a
+    socket that sends nothing for 10 s): an Error saying why and 1011, the slot freed, and
+    nothing left behind in the server (its abandoned read is not an unretrieved error)."""
+    server = await serve_fake(make_server, idle_timeout_s=0.5)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    async with connect(listen_url(bridge, GOOD), additional_headers=auth()) as ws:
+        await ws.send(speech_pcm(1.0).tobytes())
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1011
+    errors = [m for m in messages if m["type"] == "Error"]
+    assert len(errors) == 1 and "KEEPALIVE" in errors[0]["description"]
+    await eventually(lambda: server.servicer.active == 0)
+    await server.close()  # grpc lets go of the abandoned read's task
+    gc.collect()  # an unretrieved task exception is logged when its task is collected
+    assert "never retrieved" not in caplog.text
 
 
 async def test_a_container_client_leaving_midway_frees_everything(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]

@@ -377,6 +377,23 @@ async def test_an_idle_stream_is_ended_but_silence_keeps_one_alive(make_server) 
     assert sample(server, "asr_stream_timeouts_total", kind="idle") == 1
 
 
+async def test_keepalives_hold_a_stream_through_a_pause_and_add_no_audio(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, idle_timeout_s=0.5)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config()) as paused:
+            await paused.send_audio(speech_pcm().tobytes())
+            for _ in range(15):  # 1.5 s without audio: three idle timeouts long
+                await paused.keep_alive()
+                await asyncio.sleep(0.1)
+            await paused.send_audio(speech_pcm().tobytes())
+            await paused.end()
+            finals = [e.result async for e in paused if e.result.is_final]
+    assert [f.text for f in finals] == [EXPECTED, EXPECTED]
+    seconds = len(speech_pcm()) / 16_000
+    # right after the first (the detector starts a little before the onset): no pause added
+    assert finals[1].start_s == pytest.approx(seconds, abs=0.25)
+
+
 async def _status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
     """Read a stream until it ends: its status code and details."""
     try:
