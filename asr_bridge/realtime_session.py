@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,9 @@ logger = logging.getLogger(__name__)
 #: the one client message that is not an event: at most this much JSON (base64 audio of
 #: 1 s of pcm16 at 24 kHz is 64 kB)
 MAX_EVENT_CHARS = 1 << 20
+#: a stream with no write for this long gets a KEEPALIVE (the server's idle timeout is
+#: 60 s by default; a third of it leaves room for a slow write)
+KEEPALIVE_AFTER_S = 20.0
 
 
 def errors(code: str, message: str) -> list[Event]:
@@ -71,6 +76,10 @@ class RealtimeSession:
     _downstream: asyncio.Task[None] | None = field(default=None, init=False)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
+    #: the keep-alive task writes too: one write on the stream at a time
+    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _last_write: float = field(default=0.0, init=False)  # time.monotonic()
+    _keeper: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.events = ServerEvents(self.session_id)
@@ -89,6 +98,8 @@ class RealtimeSession:
         except ClientGone:
             logger.info("session %s: client went away", self.session_id)
         finally:
+            if self._keeper is not None:
+                self._keeper.cancel()
             if self._stream is not None:
                 self._stream.cancel()  # frees the server's stream
             if self._downstream is not None:
@@ -146,7 +157,7 @@ class RealtimeSession:
         if self._stream is None:
             await self._open()
         assert self._stream is not None
-        await self._stream.send_audio(audio)  # waits while the server pushes back
+        await self._write(self._stream.send_audio(audio))  # waits while the server pushes back
         self._uncommitted = True
         self.metrics.audio_received.inc(len(audio))
 
@@ -157,6 +168,10 @@ class RealtimeSession:
         self._stream = stream
         self._downstream = asyncio.create_task(
             self._relay(stream), name=f"realtime-down-{self.session_id}"
+        )
+        self._last_write = time.monotonic()
+        self._keeper = asyncio.create_task(
+            self._keep_alive(stream), name=f"realtime-alive-{self.session_id}"
         )
         logger.info(
             "session %s: stream opened (%s, %s)",
@@ -172,15 +187,31 @@ class RealtimeSession:
                 code="input_audio_buffer_commit_empty",
             )
         self.events.commit()  # before the FINALIZE: its acknowledgement may come at once
-        await self._stream.finalize()  # the server ends the utterance here: committed
+        await self._write(self._stream.finalize())  # the server ends the utterance: committed
         self._uncommitted = False
 
     async def _clear(self) -> None:
         if self._stream is not None:
             self.events.clear()
-            await self._stream.finalize()  # what follows starts a new utterance
+            await self._write(self._stream.finalize())  # what follows starts a new utterance
         self._uncommitted = False
         await self._send([self.events.event("input_audio_buffer.cleared")])
+
+    async def _write(self, write: Awaitable[object]) -> None:
+        async with self._write_lock:
+            await write
+            self._last_write = time.monotonic()
+
+    async def _keep_alive(self, stream: RecognitionStream) -> None:
+        """A push-to-talk client sends no audio between presses, for minutes maybe; OpenAI
+        keeps its session meanwhile, and the socket's pings say this client is still
+        there: the server's idle timeout must not end the stream, so it hears a KEEPALIVE
+        after ``KEEPALIVE_AFTER_S`` without a write."""
+        with contextlib.suppress(StreamClosedError):  # the stream's end is _relay's to tell
+            while True:
+                await asyncio.sleep(self._last_write + KEEPALIVE_AFTER_S - time.monotonic())
+                if time.monotonic() - self._last_write >= KEEPALIVE_AFTER_S:
+                    await self._write(stream.keep_alive())
 
     async def _relay(self, stream: RecognitionStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""

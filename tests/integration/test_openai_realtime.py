@@ -233,6 +233,34 @@ async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None: 
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_push_to_talk_pauses_outlast_the_servers_idle_timeout(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch
+) -> None:
+    """A push-to-talk client sends nothing between presses; OpenAI keeps the session, and
+    so does the bridge: its stream gets KEEPALIVEs (here after 0.3 s without a write)
+    while the server would end an idle one after 1 s."""
+    from asr_bridge import realtime_session
+
+    monkeypatch.setattr(realtime_session, "KEEPALIVE_AFTER_S", 0.3)
+    server = await serve_fake(make_server, idle_timeout_s=1.0)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "session.update", session=MANUAL)
+        await next_of(ws, "session.updated")
+        texts = []
+        for press in range(2):
+            await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+            await send(ws, "input_audio_buffer.commit")
+            done = await next_of(
+                ws, "conversation.item.input_audio_transcription.completed", "error"
+            )
+            texts.append(done.get("transcript"))
+            if press == 0:
+                await asyncio.sleep(3.0)  # three idle timeouts between the presses
+    assert texts == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_commits_and_clears_sent_at_once_are_each_answered(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     """A client far ahead of the server (a file, sent as fast as it goes): each commit and
     clear takes effect where it came in the audio, whatever the server's lag."""
