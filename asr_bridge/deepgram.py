@@ -36,11 +36,13 @@ MAX_FRAME_BYTES = 256 * 1024
 MODEL_INFO = {"name": "streamasr", "version": "1", "arch": "whisper"}
 MODEL_UUID = str(uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/streamasr/whisper"))
 
-ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
+#: Deepgram's raw encodings → the server's (``linear32`` is 32-bit float PCM, as Web Audio
+#: hands it out)
+ENCODINGS = {"linear16": "LINEAR16", "linear32": "FLOAT32", "mulaw": "MULAW", "alaw": "ALAW"}
 #: encodings FFmpeg decodes in the bridge (container.py), as a query without ``encoding``
 #: is: Deepgram's ``opus`` and ``ogg-opus`` are Opus in Ogg, its ``flac`` a FLAC stream
 DECODED_ENCODINGS = {"opus", "ogg-opus", "flac"}
-_BYTES_PER_SAMPLE = {"linear16": 2, "mulaw": 1, "alaw": 1}
+_BYTES_PER_SAMPLE = {"linear16": 2, "linear32": 4, "mulaw": 1, "alaw": 1}
 #: accepted and without effect here: model choice, billing and bookkeeping options
 _IGNORED = {"model", "version", "tag", "mip_opt_out", "extra", "token"}
 #: Deepgram features this server does not have: refused when turned on, accepted when off
@@ -169,12 +171,13 @@ def raw_audio(single: dict[str, str]) -> tuple[str, int]:
     encoding = single.get("encoding")
     if encoding is None:
         raise ListenQueryError(
-            "encoding is required: this server takes raw audio (linear16, mulaw or alaw), "
+            "encoding is required: this server takes raw audio (linear16, linear32, mulaw or "
+            "alaw), "
             "not containers"
         )
     if encoding not in ENCODINGS:
         raise ListenQueryError(
-            f"encoding {shown(encoding)} is not supported (use linear16, mulaw or alaw)"
+            f"encoding {shown(encoding)} is not supported (use linear16, linear32, mulaw or alaw)"
         )
     if "sample_rate" not in single:
         raise ListenQueryError("sample_rate is required with encoding")
@@ -192,9 +195,9 @@ def listen_audio(single: dict[str, str]) -> tuple[str | None, int]:
         return None, 0
     if encoding not in ENCODINGS:
         raise ListenQueryError(
-            f"encoding {shown(encoding)} is not supported: use linear16, mulaw or alaw for "
-            "raw audio, opus, ogg-opus or flac, or no encoding for a container (WebM, Ogg, "
-            "WAV, FLAC, MP3…)"
+            f"encoding {shown(encoding)} is not supported: use linear16, linear32, mulaw or "
+            "alaw for raw audio, opus, ogg-opus or flac, or no encoding for a container "
+            "(WebM, Ogg, WAV, FLAC, MP3…)"
         )
     return raw_audio(single)
 
@@ -317,12 +320,19 @@ class AudioFramer:
         return self._mix(data) if self.options.downmix and data else data
 
     def _mix(self, data: bytes) -> bytes:
+        """The channels' mean, as 16-bit PCM (what ``streaming_config`` says is sent)."""
         encoding = self.options.encoding
+        samples: np.ndarray
         if encoding == "linear16":
             samples = np.frombuffer(data, dtype="<i2")
+        elif encoding == "linear32":
+            floats = np.frombuffer(data, dtype="<f4")
+            if not np.all(np.isfinite(floats)):  # refused, as the server refuses them
+                raise ValueError("linear32 audio contains NaN or infinity")
+            samples = np.round(np.clip(floats, -1.0, 1.0) * 32767)
         else:
             samples = mulaw_decode(data) if encoding == "mulaw" else alaw_decode(data)
-        frames = samples.reshape(-1, self.options.channels).astype(np.int32)
+        frames = samples.reshape(-1, self.options.channels).astype(np.float64)
         return frames.mean(axis=1).round().astype("<i2").tobytes()
 
 

@@ -284,7 +284,10 @@ class DeepgramRelay:
 
     async def _send_pcm(self, stream: AudioSink, data: bytes) -> None:
         assert self.framer is not None
-        pcm = self.framer.feed(data)
+        try:
+            pcm = self.framer.feed(data)
+        except ValueError as exc:  # samples that are not audio
+            raise BadData(str(exc)) from None
         if pcm:
             await stream.send_audio(pcm)  # waits while the server pushes back
             self.metrics.audio_received.inc(len(pcm))

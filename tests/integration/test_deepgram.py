@@ -290,6 +290,27 @@ async def test_a_container_stream_takes_commands_before_its_audio(make_server, m
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_linear32_from_web_audio(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """32-bit float samples, as an AudioWorklet hands them out, mono and stereo mixed."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    floats = (speech_pcm(1.0)[:, 0] / 32768).astype("<f4")
+    for channels, audio in ((1, floats), (2, np.stack([floats, floats * 0.5], axis=1))):
+        query = f"encoding=linear32&sample_rate=16000&channels={channels}"
+        async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+            await ws.send(audio.tobytes())
+            await ws.send(json.dumps({"type": "CloseStream"}))
+            messages = await events_until_close(ws)
+        finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+        assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == ["w0 w1 w2 w3"]
+        assert messages[-1]["duration"] == pytest.approx(1.7, abs=0.01)
+    async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+        await ws.send(np.full(3_200, np.inf, dtype="<f4").tobytes())  # not audio
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1008 and "NaN or infinity" in messages[0]["description"]
+    await eventually(lambda: server.servicer.active == 0)
+
+
 @pytest.mark.parametrize("container", [False, True])
 async def test_keep_alive_holds_the_stream_through_a_pause(  # type: ignore[no-untyped-def]
     make_server, make_bridge, container: bool

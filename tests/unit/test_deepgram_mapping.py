@@ -149,6 +149,26 @@ def test_framer_mixes_channels_down_when_not_multichannel() -> None:
     assert mixed.tolist() == [int(mulaw_decode(pair)[0])]
 
 
+def test_linear32_is_float_pcm_sent_as_is_or_mixed_to_linear16() -> None:
+    """Deepgram's linear32 (32-bit float PCM, what Web Audio hands out) is the server's
+    FLOAT32; mixed down, it becomes 16-bit PCM like the other encodings."""
+    mono = parse_listen_query([("encoding", "linear32"), ("sample_rate", "48000")])
+    assert streaming_config(mono).format.encoding == asr_pb2.AudioFormat.FLOAT32
+    floats = np.array([0.5, -0.25, 0.1], dtype="<f4").tobytes()
+    framer = AudioFramer(mono)
+    assert framer.feed(floats[:5]) == floats[:4]  # whole samples only
+    assert framer.feed(floats[5:]) == floats[4:]
+    stereo = parse_listen_query(
+        [("encoding", "linear32"), ("sample_rate", "48000"), ("channels", "2")]
+    )
+    assert streaming_config(stereo).format.encoding == asr_pb2.AudioFormat.LINEAR16
+    pair = np.array([[0.5, 0.25], [2.0, 1.0]], dtype="<f4")  # the second frame clips to 1
+    mixed = np.frombuffer(AudioFramer(stereo).feed(pair.tobytes()), "<i2")
+    assert mixed.tolist() == [round(0.375 * 32767), 32767]
+    with pytest.raises(ValueError, match="NaN"):
+        AudioFramer(stereo).feed(np.array([np.nan, 0.0], dtype="<f4").tobytes())
+
+
 def speech(kind: int, channel: int = 0, utterance: int = 0, offset: float = 0.5):  # type: ignore[no-untyped-def]
     event = asr_pb2.SpeechEvent(type=kind, offset_s=offset, channel=channel, utterance_id=utterance)  # type: ignore[arg-type]
     return asr_pb2.StreamingRecognizeResponse(speech_event=event)

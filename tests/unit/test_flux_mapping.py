@@ -428,3 +428,10 @@ def test_containers_are_decoded_and_configured_once_read(audio: list[tuple[str, 
         streaming_config(options)
     config = streaming_config(options.decoded(48_000))
     assert config.format.sample_rate_hz == 48_000 and config.format.channels == 1
+
+
+def test_linear32_is_the_servers_float32() -> None:
+    options = parse_flux_query([BASE[0], ("encoding", "linear32"), ("sample_rate", "24000")])
+    config = streaming_config(options)
+    assert config.format.encoding == asr_pb2.AudioFormat.FLOAT32
+    assert config.format.sample_rate_hz == 24_000
