@@ -407,11 +407,15 @@ class ContainerRelay(DeepgramRelay):
                 sink = _Decoding(decoder)
                 upstream = tg.create_task(self._upstream(sink), name=f"up-{self.session_id}")
                 first = await self._decoded(decoder)
-                while isinstance(first, Marker):  # a Finalize before any audio: nothing to end
+                early: list[Marker] = []  # commands before any audio: applied once open
+                while isinstance(first, Marker):
+                    early.append(first)
                     first = await self._decoded(decoder)
                 if isinstance(first, DecodedFormat):
                     self._use_format(first)
                     stream = await self._open_stream()
+                    for marker in early:  # (a Finalize is answered, as on a raw stream)
+                        await self._apply(stream, marker)
                     pump = tg.create_task(
                         self._pump(decoder, stream), name=f"pcm-{self.session_id}"
                     )
@@ -434,13 +438,19 @@ class ContainerRelay(DeepgramRelay):
             if isinstance(item, bytes):
                 self.decoded_bytes += len(item)
                 await self._send_pcm(stream, item)
-            elif isinstance(item, Marker) and isinstance(item.value, Finalize):
-                await stream.finalize(item.value.channel)
-            elif isinstance(item, Marker) and isinstance(item.value, asr_pb2.StreamingUpdate):
-                await stream.update(item.value)
-            elif isinstance(item, Marker) and isinstance(item.value, KeepAlive):
-                await stream.keep_alive()
+            elif isinstance(item, Marker):
+                await self._apply(stream, item)
         await stream.end()  # the client's CloseStream: everything it sent is decoded
+
+    @staticmethod
+    async def _apply(stream: RecognitionStream, marker: Marker) -> None:
+        """A command that came out of the decoder, after the audio sent before it."""
+        if isinstance(marker.value, Finalize):
+            await stream.finalize(marker.value.channel)
+        elif isinstance(marker.value, asr_pb2.StreamingUpdate):
+            await stream.update(marker.value)
+        elif isinstance(marker.value, KeepAlive):
+            await stream.keep_alive()
 
     async def _audio(self, stream: AudioSink, data: bytes) -> None:
         self.audio_bytes += len(data)

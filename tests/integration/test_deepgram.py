@@ -263,8 +263,9 @@ async def test_audio_that_is_no_container_is_a_data_error(make_server, make_brid
 
 
 async def test_a_container_stream_takes_commands_before_its_audio(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
-    """KeepAlive and Finalize before the first bytes (nothing to end yet), then the audio;
-    and a stream closed before it sent any audio ends cleanly, with nothing decoded."""
+    """KeepAlive and Finalize before the first bytes, then the audio: the Finalize ended
+    nothing and is answered so (an empty final), as on a raw stream; and a stream closed
+    before it sent any audio ends cleanly, with nothing decoded."""
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port, token=TOKEN)
     webm = encode_container(speech_pcm(2.0), 16_000, "webm", "libopus")
@@ -278,8 +279,10 @@ async def test_a_container_stream_takes_commands_before_its_audio(make_server, m
     assert ws.close_code == 1000
     finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
     assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == [
-        "w0 w1 w2 w3 w4 w5 w6 w7"
+        "",
+        "w0 w1 w2 w3 w4 w5 w6 w7",
     ]
+    assert finals[0]["from_finalize"] and not finals[1]["from_finalize"]
     assert messages[-1]["type"] == "Metadata"
     assert messages[-1]["duration"] == pytest.approx(2.7, abs=0.03)  # 2 s + 0.7 s of silence
     async with connect(url, additional_headers=auth()) as ws:
