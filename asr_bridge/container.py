@@ -36,6 +36,8 @@ MAX_CHANNELS = 8
 #: words back for seconds, and raw audio sent by mistake would be refused only after
 #: half a minute of it
 PROBE_BYTES = 32_768
+#: decoded audio held back at most before it goes out, in milliseconds
+FLUSH_MS = 250
 ANALYZE_MICROSECONDS = 500_000
 
 
@@ -83,6 +85,9 @@ class ContainerDecoder:
         self._ended = False
         self._buffer = memoryview(b"")
         self._at_end = False  # the thread has read the end
+        self._held: list[bytes] = []  # decoded, not yet out (the thread's)
+        self._held_bytes = 0
+        self._flush_bytes = 0
         self._thread = threading.Thread(target=self._run, name=f"decode-{name}", daemon=True)
         self._thread.start()
 
@@ -183,11 +188,29 @@ class ContainerDecoder:
                     # a later change of rate or layout is converted to the first one
                     resampler = av.AudioResampler(format="s16", layout=frame.layout, rate=rate)
                     self._call(self._outbox.put(DecodedFormat(rate, channels)))
+                    self._flush_bytes = rate * channels * 2 * FLUSH_MS // 1000
                 for block in resampler.resample(frame):
-                    self._call(self._outbox.put(block.to_ndarray().tobytes()))
+                    self._hold(block.to_ndarray().tobytes())
             if resampler is not None:
                 for block in resampler.resample(None):
-                    self._call(self._outbox.put(block.to_ndarray().tobytes()))
+                    self._hold(block.to_ndarray().tobytes())
+            self._flush()
+
+    def _hold(self, pcm: bytes) -> None:
+        """Decoded audio goes out in blocks of what one piece gave (an Opus frame is 20 ms:
+        one hop to the event loop each would cost more than decoding it), at the latest
+        when FFmpeg needs more input, or once ``FLUSH_MS`` of it is held."""
+        self._held.append(pcm)
+        self._held_bytes += len(pcm)
+        if self._held_bytes >= self._flush_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._held:
+            block = b"".join(self._held)
+            self._held.clear()
+            self._held_bytes = 0
+            self._call(self._outbox.put(block))
 
     def _read(self, size: int) -> bytes:
         """FFmpeg's read: what has arrived (at most ``size`` bytes), waiting while nothing
@@ -203,6 +226,7 @@ class ContainerDecoder:
         while not self._buffer:
             if self._at_end:
                 return False  # (FFmpeg may ask again after the end)
+            self._flush()  # everything decoded so far goes out before we wait for more
             item = self._call(self._inbox.get())
             if item is None:
                 self._at_end = True
