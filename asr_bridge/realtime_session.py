@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -22,6 +21,8 @@ from typing import TYPE_CHECKING
 import grpc
 from starlette.websockets import WebSocket
 
+from asr_bridge import keepalive
+from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import CLIENT_FAULTS, CLOSE_NORMAL, close_code_for, close_reason
 from asr_bridge.realtime import (
@@ -44,9 +45,6 @@ logger = logging.getLogger(__name__)
 #: the one client message that is not an event: at most this much JSON (base64 audio of
 #: 1 s of pcm16 at 24 kHz is 64 kB)
 MAX_EVENT_CHARS = 1 << 20
-#: a stream with no write for this long gets a KEEPALIVE (the server's idle timeout is
-#: 60 s by default; a third of it leaves room for a slow write)
-KEEPALIVE_AFTER_S = 20.0
 
 
 def errors(code: str, message: str) -> list[Event]:
@@ -76,10 +74,9 @@ class RealtimeSession:
     _downstream: asyncio.Task[None] | None = field(default=None, init=False)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
-    #: the keep-alive task writes too: one write on the stream at a time
-    _write_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
-    _last_write: float = field(default=0.0, init=False)  # time.monotonic()
-    _keeper: asyncio.Task[None] | None = field(default=None, init=False)
+    #: writes on the stream, and KEEPALIVEs between presses of push-to-talk clients
+    _keeper: StreamKeeper | None = field(default=None, init=False)
+    _keeping: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.events = ServerEvents(self.session_id)
@@ -98,8 +95,8 @@ class RealtimeSession:
         except ClientGone:
             logger.info("session %s: client went away", self.session_id)
         finally:
-            if self._keeper is not None:
-                self._keeper.cancel()
+            if self._keeping is not None:
+                self._keeping.cancel()
             if self._stream is not None:
                 self._stream.cancel()  # frees the server's stream
             if self._downstream is not None:
@@ -169,9 +166,11 @@ class RealtimeSession:
         self._downstream = asyncio.create_task(
             self._relay(stream), name=f"realtime-down-{self.session_id}"
         )
-        self._last_write = time.monotonic()
-        self._keeper = asyncio.create_task(
-            self._keep_alive(stream), name=f"realtime-alive-{self.session_id}"
+        # OpenAI keeps a session whose client sends nothing for minutes (push-to-talk
+        # between presses); so does the bridge (keepalive.py)
+        self._keeper = StreamKeeper(stream, keepalive.KEEPALIVE_AFTER_S)
+        self._keeping = asyncio.create_task(
+            self._keeper.run(), name=f"realtime-alive-{self.session_id}"
         )
         logger.info(
             "session %s: stream opened (%s, %s)",
@@ -198,20 +197,8 @@ class RealtimeSession:
         await self._send([self.events.event("input_audio_buffer.cleared")])
 
     async def _write(self, write: Awaitable[object]) -> None:
-        async with self._write_lock:
-            await write
-            self._last_write = time.monotonic()
-
-    async def _keep_alive(self, stream: RecognitionStream) -> None:
-        """A push-to-talk client sends no audio between presses, for minutes maybe; OpenAI
-        keeps its session meanwhile, and the socket's pings say this client is still
-        there: the server's idle timeout must not end the stream, so it hears a KEEPALIVE
-        after ``KEEPALIVE_AFTER_S`` without a write."""
-        with contextlib.suppress(StreamClosedError):  # the stream's end is _relay's to tell
-            while True:
-                await asyncio.sleep(self._last_write + KEEPALIVE_AFTER_S - time.monotonic())
-                if time.monotonic() - self._last_write >= KEEPALIVE_AFTER_S:
-                    await self._write(stream.keep_alive())
+        assert self._keeper is not None
+        await self._keeper.write(write)
 
     async def _relay(self, stream: RecognitionStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""

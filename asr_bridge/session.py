@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 import grpc
 from starlette.websockets import WebSocket
 
+from asr_bridge import keepalive
+from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
     CLOSE_NORMAL,
@@ -101,10 +103,15 @@ class BridgeSession:
         try:
             await stream.open()
             await self._send(events.ready(self.session_id, start.sample_rate))
+            # a push-to-talk page sends nothing between presses: the stream stays open while
+            # the socket does (keepalive.py)
+            keeper = StreamKeeper(stream, keepalive.KEEPALIVE_AFTER_S)
             async with asyncio.TaskGroup() as tg:
-                upstream = tg.create_task(self._upstream(stream), name=f"up-{self.session_id}")
+                upstream = tg.create_task(self._upstream(keeper), name=f"up-{self.session_id}")
+                keeping = tg.create_task(keeper.run(), name=f"alive-{self.session_id}")
                 await self._downstream(stream, events)
                 upstream.cancel()  # the server has ended the stream: nothing more to read
+                keeping.cancel()
             await self._send(events.closed())
             await self._close(CLOSE_NORMAL, "done")
             logger.info("session %s: done", self.session_id)
@@ -123,19 +130,21 @@ class BridgeSession:
             raise ProtocolError('the first message must be {"type": "start", "sample_rate": …}')
         return message
 
-    async def _upstream(self, stream: RecognitionStream) -> None:
+    async def _upstream(self, keeper: StreamKeeper) -> None:
+        stream = keeper.stream
         stopped = False
         while True:
             message = await self._receive()
             if stopped:
                 raise ProtocolError(f"{type(message).__name__.lower()} after stop")
             if isinstance(message, Audio):
-                await stream.send_audio(message.pcm)  # waits while the server pushes back
+                # waits while the server pushes back
+                await keeper.write(stream.send_audio(message.pcm))
                 self.metrics.audio_received.inc(len(message.pcm))
             elif isinstance(message, Finalize):
-                await stream.finalize()
+                await keeper.write(stream.finalize())
             elif isinstance(message, Stop):
-                await stream.end()
+                await keeper.end()
                 stopped = True  # keep reading: only to notice the browser leaving
             else:
                 raise ProtocolError("start was already sent")

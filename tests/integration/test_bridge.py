@@ -86,6 +86,34 @@ async def test_a_page_finalizes_and_is_told_when_it_is_done(make_server, make_br
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_a_push_to_talk_page_may_pause_past_the_servers_idle_timeout(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch
+) -> None:
+    """Between presses a push-to-talk page sends nothing; the session's stream gets
+    KEEPALIVEs (here after 0.3 s without a write) while the server ends an idle stream
+    after 1 s, and the second press is heard where the audio resumed."""
+    from asr_bridge import keepalive
+
+    monkeypatch.setattr(keepalive, "KEEPALIVE_AFTER_S", 0.3)
+    server = await serve_fake(make_server, idle_timeout_s=1.0)
+    bridge = await make_bridge(server.port)
+    async with connect(ws_url(bridge)) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        press = (tone(1.0) * 32767).astype("<i2").tobytes()
+        await send_pcm(ws, press)
+        await ws.send(json.dumps({"type": "finalize"}))
+        await asyncio.sleep(3.0)  # three idle timeouts between the presses
+        await send_pcm(ws, press)
+        await ws.send(json.dumps({"type": "finalize"}))
+        await ws.send(json.dumps({"type": "stop"}))
+        events = await events_until_close(ws)
+    assert ws.close_code == 1000, [e for e in events if e["type"] == "error"]
+    finals = [e for e in events if e["type"] == "final"]
+    assert [f["text"] for f in finals] == ["w0 w1 w2 w3"] * 2
+    assert finals[1]["start_s"] == pytest.approx(1.0, abs=0.25)  # no pause added
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_openai_realtime_event_shape(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)

@@ -239,9 +239,9 @@ async def test_push_to_talk_pauses_outlast_the_servers_idle_timeout(  # type: ig
     """A push-to-talk client sends nothing between presses; OpenAI keeps the session, and
     so does the bridge: its stream gets KEEPALIVEs (here after 0.3 s without a write)
     while the server would end an idle one after 1 s."""
-    from asr_bridge import realtime_session
+    from asr_bridge import keepalive
 
-    monkeypatch.setattr(realtime_session, "KEEPALIVE_AFTER_S", 0.3)
+    monkeypatch.setattr(keepalive, "KEEPALIVE_AFTER_S", 0.3)
     server = await serve_fake(make_server, idle_timeout_s=1.0)
     bridge = await make_bridge(server.port)
     async with await open_session(bridge.port) as ws:

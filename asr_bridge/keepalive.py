@@ -1,0 +1,52 @@
+"""Keeping a session's gRPC stream open while its socket is, through pauses in the audio.
+
+The server ends a stream that sends nothing for its idle timeout (60 s by default): it
+cannot tell a client that has gone from one that pauses. A bridge session can: the
+socket's pings (uvicorn's, every 20 s) end the session of a client that has gone, so a
+pause in the audio of a client still there (push-to-talk between presses, a muted
+microphone) is just a pause, and the stream gets a KEEPALIVE after ``KEEPALIVE_AFTER_S``
+without a write. Writes go through ``write``: one at a time on the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+
+from asr_client import RecognitionStream, StreamClosedError
+
+#: a third of the server's default idle timeout, which leaves room for a slow write
+KEEPALIVE_AFTER_S = 20.0
+
+
+class StreamKeeper:
+    """Serializes a session's writes on ``stream`` and keeps it open between them;
+    ``run`` until the session ends (cancel it then)."""
+
+    def __init__(self, stream: RecognitionStream, after_s: float | None = None) -> None:
+        self.stream = stream
+        self.after_s = KEEPALIVE_AFTER_S if after_s is None else after_s
+        self._lock = asyncio.Lock()
+        self._last_write = time.monotonic()
+        self._ended = False
+
+    async def write(self, write: Awaitable[object]) -> None:
+        async with self._lock:
+            await write
+            self._last_write = time.monotonic()
+
+    async def end(self) -> None:
+        """Half-close the stream (no more audio): nothing is written after it."""
+        self._ended = True
+        await self.write(self.stream.end())
+
+    async def run(self) -> None:
+        with contextlib.suppress(StreamClosedError):  # the stream's end is the session's
+            while not self._ended:
+                await asyncio.sleep(self._last_write + self.after_s - time.monotonic())
+                async with self._lock:
+                    if not self._ended and time.monotonic() - self._last_write >= self.after_s:
+                        await self.stream.keep_alive()
+                        self._last_write = time.monotonic()
