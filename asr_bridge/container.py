@@ -168,7 +168,8 @@ class ContainerDecoder:
             raise ContainerError(
                 "audio sent without an encoding must be in a container (WebM, Ogg, WAV, "
                 f"FLAC, MP3…), and this is not one FFmpeg recognizes ({exc.strerror}); "
-                "raw audio needs encoding and sample_rate in the query"
+                "raw audio needs encoding and sample_rate in the query, and a container "
+                "must be sent from its start (MediaRecorder's first piece holds the header)"
             ) from None
         with container:
             audio = next((s for s in container.streams if s.type == "audio"), None)

@@ -143,6 +143,15 @@ async def test_raw_audio_without_an_encoding_is_refused_with_the_reason() -> Non
         await decode(pcm.tobytes()[:64_000])
 
 
+async def test_a_container_without_its_start_is_refused_with_the_reason() -> None:
+    """A page that starts its MediaRecorder before the socket is open loses the first
+    piece, which holds the WebM header."""
+    pcm, rate = speech()
+    webm = encode_container(pcm, rate, "webm", "libopus")
+    with pytest.raises(ContainerError, match="first piece holds the header"):
+        await decode(webm[len(webm) // 4 :])
+
+
 async def test_a_container_that_needs_seeking_is_refused() -> None:
     """An MP4 whose index comes after its audio cannot be read as it arrives."""
     pcm, rate = speech()
