@@ -27,6 +27,7 @@ class StreamKeeper:
 
     def __init__(self, stream: RecognitionStream, after_s: float | None = None) -> None:
         self.stream = stream
+        # (the module's constant read now, so that a test can shorten it)
         self.after_s = KEEPALIVE_AFTER_S if after_s is None else after_s
         self._lock = asyncio.Lock()
         self._last_write = time.monotonic()

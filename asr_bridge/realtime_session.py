@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 import grpc
 from starlette.websockets import WebSocket
 
-from asr_bridge import keepalive
 from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import CLIENT_FAULTS, CLOSE_NORMAL, close_code_for, close_reason
@@ -168,7 +167,7 @@ class RealtimeSession:
         )
         # OpenAI keeps a session whose client sends nothing for minutes (push-to-talk
         # between presses); so does the bridge (keepalive.py)
-        self._keeper = StreamKeeper(stream, keepalive.KEEPALIVE_AFTER_S)
+        self._keeper = StreamKeeper(stream)
         self._keeping = asyncio.create_task(
             self._keeper.run(), name=f"realtime-alive-{self.session_id}"
         )

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 import grpc
 from starlette.websockets import WebSocket
 
-from asr_bridge import keepalive
 from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
@@ -105,7 +104,7 @@ class BridgeSession:
             await self._send(events.ready(self.session_id, start.sample_rate))
             # a push-to-talk page sends nothing between presses: the stream stays open while
             # the socket does (keepalive.py)
-            keeper = StreamKeeper(stream, keepalive.KEEPALIVE_AFTER_S)
+            keeper = StreamKeeper(stream)
             async with asyncio.TaskGroup() as tg:
                 upstream = tg.create_task(self._upstream(keeper), name=f"up-{self.session_id}")
                 keeping = tg.create_task(keeper.run(), name=f"alive-{self.session_id}")
