@@ -24,21 +24,21 @@ from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+# the server's limits: audio faster than its highest rate is resampled to it
+from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ
+
 logger = logging.getLogger(__name__)
 
 #: pieces waiting to be read, and decoded blocks waiting to be taken
 MAX_PENDING = 8
-#: the bridge's highest sample rate (deepgram.MAX_RATE_HZ); faster audio is resampled to it
-MAX_RATE_HZ = 48_000
-MAX_CHANNELS = 8
 #: FFmpeg reads this much at most to recognize the container, and then its streams,
 #: before the first packet: its defaults (1 MB, then 5 MB and 5 s) would hold the first
 #: words back for seconds, and raw audio sent by mistake would be refused only after
 #: half a minute of it
 PROBE_BYTES = 32_768
+ANALYZE_MICROSECONDS = 500_000
 #: decoded audio held back at most before it goes out, in milliseconds
 FLUSH_MS = 250
-ANALYZE_MICROSECONDS = 500_000
 
 
 class ContainerError(Exception):

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 
 from asr_api.v1 import asr_pb2
+from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 from asr_server.audio.g711 import alaw_decode, mulaw_decode
 
 Event = dict[str, Any]
 
-MIN_RATE_HZ, MAX_RATE_HZ = 8_000, 48_000
-MAX_CHANNELS = 8  # the server's limit (asr_server.audio.decode.MAX_CHANNELS)
 #: the server's endpointing range: Deepgram's default of 10 ms would cut Whisper's context
 #: at every breath, so shorter values are raised to the server's minimum
 MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10_000
@@ -184,20 +183,23 @@ def raw_audio(single: dict[str, str]) -> tuple[str, int]:
     return encoding, integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
 
 
-def listen_audio(single: dict[str, str]) -> tuple[str | None, int]:
-    """``/v1/listen``'s audio: raw (``encoding`` and ``sample_rate``, as ``raw_audio``) or,
-    as Deepgram takes it, a container when no ``encoding`` is given (or one FFmpeg decodes):
-    (None, 0); ``sample_rate`` and ``channels`` are then the container's, as on Deepgram."""
+def listen_audio(
+    single: dict[str, str], decoded: Collection[str] = DECODED_ENCODINGS
+) -> tuple[str | None, int]:
+    """A Deepgram query's audio: raw (``encoding`` and ``sample_rate``, as ``raw_audio``)
+    or, as Deepgram takes it, a container when no ``encoding`` is given or one of the
+    route's ``decoded`` encodings (FFmpeg decodes them): (None, 0); ``sample_rate`` and
+    ``channels`` are then the container's, as on Deepgram."""
     encoding = single.get("encoding")
-    if encoding is None or encoding in DECODED_ENCODINGS:
+    if encoding is None or encoding in decoded:
         if "sample_rate" in single:
             integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)  # well formed
         return None, 0
     if encoding not in ENCODINGS:
         raise ListenQueryError(
             f"encoding {shown(encoding)} is not supported: use linear16, linear32, mulaw or "
-            "alaw for raw audio, opus, ogg-opus or flac, or no encoding for a container "
-            "(WebM, Ogg, WAV, FLAC, MP3…)"
+            f"alaw for raw audio, {' or '.join(sorted(decoded))}, or no encoding for a "
+            "container (WebM, Ogg, WAV, FLAC, MP3…)"
         )
     return raw_audio(single)
 

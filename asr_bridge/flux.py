@@ -24,8 +24,6 @@ from typing import Any
 from asr_api.v1 import asr_pb2
 from asr_bridge.deepgram import (
     ENCODINGS,
-    MAX_RATE_HZ,
-    MIN_RATE_HZ,
     CloseStream,
     Event,
     KeepAlive,
@@ -34,7 +32,7 @@ from asr_bridge.deepgram import (
     SchemaError,
     control_message,
     integer_option,
-    raw_audio,
+    listen_audio,
     shown,
     split_query,
 )
@@ -85,17 +83,6 @@ class FluxOptions:
         return replace(self, encoding="linear16", sample_rate=sample_rate)
 
 
-def flux_audio(single: dict[str, str]) -> tuple[str | None, int]:
-    """Flux's audio: raw (``encoding`` and ``sample_rate``), or a container (WAV, Ogg,
-    WebM…) when no ``encoding`` is given or ``ogg-opus``, as Flux takes them: (None, 0)."""
-    encoding = single.get("encoding")
-    if encoding is None or encoding == "ogg-opus":
-        if "sample_rate" in single:
-            integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)  # well formed
-        return None, 0
-    return raw_audio(single)
-
-
 def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
     """The options of a ``/v2/listen`` URL's query (``keyterm`` and ``language_hint`` may
     repeat). Raises ``ListenQueryError`` (HTTP 400 on the handshake, as Deepgram answers)."""
@@ -117,7 +104,8 @@ def parse_flux_query(params: Iterable[tuple[str, str]]) -> FluxOptions:
         raise ListenQueryError(
             f"model {shown(model)} is not a Flux model (use flux-general-en or flux-general-multi)"
         )
-    encoding, rate = flux_audio(single)
+    # a container (WAV, Ogg, WebM…) without encoding or as ogg-opus, as Flux takes them
+    encoding, rate = listen_audio(single, decoded=("ogg-opus",))
     eot = _number(single, "eot_threshold", 0.5, 1.0)
     eager = _number(single, "eager_eot_threshold", 0.3, 0.9)
     if eager is not None and eager > (eot if eot is not None else 0.7):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from asr_api.v1 import asr_pb2
 from asr_bridge.realtime import ServerEvents
 from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
+from asr_server.audio.decode import MAX_RATE_HZ, MIN_RATE_HZ
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo
@@ -30,7 +31,6 @@ EVENT_SHAPES: tuple[EventShape, ...] = ("streamasr", "openai")
 
 #: the subprotocol the bridge answers with when a browser offers it
 SUBPROTOCOL = "streamasr.v1"
-MIN_RATE_HZ, MAX_RATE_HZ = 8_000, 48_000
 #: one binary frame at most: 1 s of 48 kHz int16 is 96 kB; larger frames only add latency
 MAX_FRAME_BYTES = 256 * 1024
 
