@@ -449,8 +449,8 @@ def semantic(model: ScriptedTurnModel) -> TurnDetection:
 
 
 async def test_no_partial_is_asked_while_the_final_is_decoded_early() -> None:
-    """In a SEMANTIC pause the final's decode starts at 60 ms; partials, asked until
-    150 ms into a pause, would only compete with it (their result is dropped)."""
+    """In a SEMANTIC pause the final's decode starts at 60 ms; partials would only
+    compete with it (their result is dropped)."""
     audio = np.concatenate([silence(0.5), tone(2.0), silence(2.5)])
     h = Harness(turn=semantic(ScriptedTurnModel(0.99)), partial_interval_ms=100)
     await h.run(h.lockstep(chunks(pcm16(audio), 320)), semantic=True)
@@ -460,6 +460,43 @@ async def test_no_partial_is_asked_while_the_final_is_decoded_early() -> None:
     assert partial_ends and max(partial_ends) <= 2.5 + 0.07, partial_ends
     finals = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
     assert len(finals) == 1
+
+
+def partials_heard_past(h: Harness, speech_end_s: float) -> list[float]:
+    """How far past ``speech_end_s`` each partial's audio ran (the utterance's audio
+    starts with 0.3 s of pre-roll before a tone at 0.5 s)."""
+    return [
+        round(0.2 + c[0].audio.size / SR - speech_end_s, 3)
+        for c in h.engine.calls
+        if c[0].kind is DecodeKind.PARTIAL
+    ]
+
+
+@pytest.mark.parametrize("speech_s", [2.0, 2.01, 2.02, 2.03, 2.04, 2.05])
+async def test_no_partial_is_asked_once_a_pause_begins_where_the_final_comes_early(
+    speech_s: float,
+) -> None:
+    """A partial asked in a pause's first 60 ms would run beside the final decoded early
+    in that pause and slow it down: SEMANTIC streams ask none once a pause has begun
+    (whatever the phase of the partial grid against the voice detector's 30 ms frames)."""
+    audio = np.concatenate([silence(0.5), tone(speech_s), silence(2.0)])
+    h = Harness(turn=semantic(ScriptedTurnModel(0.99)), partial_interval_ms=100)
+    await h.run(h.lockstep(chunks(pcm16(audio), 320)), semantic=True)
+    past = partials_heard_past(h, 0.5 + speech_s)
+    assert past and max(past) <= 0.03, past  # (the last voiced frame may overlap the end)
+
+
+async def test_silence_streams_ask_partials_into_the_pause() -> None:
+    """Where the final waits for the endpoint, a partial early in the pause shows the last
+    words sooner, and still comes: up to 150 ms into it."""
+    heard_into_pause = []
+    for speech_s in (2.0, 2.01, 2.02, 2.03, 2.04, 2.05):
+        audio = np.concatenate([silence(0.5), tone(speech_s), silence(1.0)])
+        h = Harness(partial_interval_ms=100)
+        await h.run(h.lockstep(chunks(pcm16(audio), 320)))
+        heard_into_pause.append(max(partials_heard_past(h, 0.5 + speech_s)))
+    assert max(heard_into_pause) > 0.03, heard_into_pause
+    assert max(heard_into_pause) <= 0.15 + 0.03, heard_into_pause
 
 
 @pytest.mark.parametrize(("gap_s", "hears_previous"), [(0.7, True), (2.5, False)])
