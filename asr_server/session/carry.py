@@ -105,15 +105,53 @@ class Carry:
         n = len(heard)
         if n and len(words) < round(n * CARRY_MIN_KEPT) and not spells_out(heard, words):
             return True  # words lost (not the partial's digits written as one numeral)
-        if n and len(words) > n / max(heard_share, 0.1) * 1.25 + 2:
-            # read something twice; or digits the partial wrote as one numeral, written
-            # apart: the decode alone writes numerals as a reader wants them ("90210")
-            return True
-        # it begins with three words of the carried passage: reading it again
-        before = spoken_words(self.text)
+        return self.wordier_than_heard(carried, heard, heard_share) or self.rereads(carried)
+
+    @staticmethod
+    def wordier_than_heard(carried: Hypothesis, heard: list[str], heard_share: float) -> bool:
+        """More words than the partial allows for the audio it heard: read something
+        twice; or digits the partial wrote as one numeral, written apart (the decode
+        alone writes numerals as a reader wants them, "90210"). Or the partial stopped
+        short: Whisper's greedy decode now and then ends after a word or two ("The" for
+        1.9 s of "the aforementioned Gutenberg Bible"), which ``reads_no_more_alone``
+        tells once the decode alone is back."""
+        n, words = len(heard), spoken_words(carried.text)
+        return bool(n) and len(words) > n / max(heard_share, 0.1) * 1.25 + 2
+
+    def rereads(self, carried: Hypothesis) -> bool:
+        """It begins with three words of the carried passage: reading it again."""
+        words, before = spoken_words(carried.text), spoken_words(self.text)
         return len(words) >= 3 and any(
             before[i : i + 3] == words[:3] for i in range(len(before) - 2)
         )
+
+    def only_wordier_than_heard(
+        self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0
+    ) -> bool:
+        """``misread`` for no other reason than ``wordier_than_heard``."""
+        if not self.wordier_than_heard(carried, heard, heard_share):
+            return False
+        words = spoken_words(carried.text)
+        lost = len(words) < round(len(heard) * CARRY_MIN_KEPT) and not spells_out(heard, words)
+        return not (
+            carried.rejected
+            or lost
+            or self.rereads(carried)
+            or self.restarts(carried, heard)
+            or self.reads_its_end_twice(carried, heard)
+        )
+
+    @staticmethod
+    def reads_no_more_alone(carried: Hypothesis, alone: Hypothesis | None) -> bool:
+        """After ``only_wordier_than_heard``: the decode alone, which has no carried
+        passage to read again, has at least as many words as the carried one, so the
+        carried one read nothing twice and it was the partial that stopped short. The
+        carried one stands then: its context is what carrying is for (alone,
+        "the aforementioned Gutenberg Bible" was "The afore said Guttenberg Bible").
+        Digits written apart are more words than the numeral alone writes: alone wins."""
+        if alone is None or alone.rejected:
+            return False
+        return len(spoken_words(alone.text)) >= len(spoken_words(carried.text))
 
     def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried decode went wrong in one of the ways below, and this utterance must

@@ -215,7 +215,13 @@ class FinalDecoder:
             "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
             None,
         )
-        keep_carried = not wrong and not carry.alone_is_right(alone, heard)
+        if wrong:
+            # the partial may only have stopped short (see Carry.reads_no_more_alone)
+            keep_carried = carry.only_wordier_than_heard(
+                carried, heard, heard_share
+            ) and carry.reads_no_more_alone(carried, alone)
+        else:
+            keep_carried = not carry.alone_is_right(alone, heard)
         logger.debug(
             "carried final %r, partial %r (of %.2f s of %.2f s), alone %r: kept %s",
             carried.text,
@@ -227,7 +233,8 @@ class FinalDecoder:
         )
         if keep_carried:
             # doubtful, but alone it reads differently from the partials too: the carried
-            # context may be what mends it (a name the partials misheard)
+            # context may be what mends it (a name the partials misheard); or it had more
+            # words than a partial that stopped short
             return carried
         self._metrics.carry_fallbacks.inc()
         return alone

@@ -823,6 +823,63 @@ async def test_a_carried_final_is_checked_against_the_fuller_partial() -> None:
     assert h.metrics.carry_fallbacks._value.get() == 0
 
 
+class EveryPartialStopsShort(StopsShortOnLongPartials):
+    """Every partial of the loud utterance ends after its first word, so none is a
+    fuller witness; and that utterance's final decoded alone reads its words another way
+    ("c0 c1..."), so that which of the two finals was kept shows."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        if hyp.rejected or np.abs(req.audio[-SR:]).max() <= 0.4:
+            return hyp
+        words = hyp.text.split()
+        if req.kind is DecodeKind.PARTIAL:
+            return dataclasses.replace(hyp, text=words[0])
+        if not req.prefix:
+            return dataclasses.replace(hyp, text=" ".join(w.replace("b", "c") for w in words))
+        return hyp
+
+
+async def test_a_carried_final_with_more_words_than_partials_that_stopped_short_stands() -> None:
+    """Counted against partials that all stopped after a word, the carried final "read
+    something twice" and is decoded again alone; alone it reads as many words, so the
+    carried one read nothing twice, and it stands (in a voice-agent run: "the
+    aforementioned Gutenberg Bible." had given way to "The afore said Guttenberg
+    Bible.", its partials all "The")."""
+    engine = EveryPartialStopsShort(capabilities=EngineCapabilities(context_carry=True))
+    loud = tone(2.0, amp=0.5)
+    audio = np.concatenate([silence(0.5), tone(1.0), silence(1.0), loud, silence(1.0)])
+    h = Harness(engine, carry_max_s=10.0, carry_gap_s=2.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))))
+    assert {r.text for r in results(events, final=False) if r.text.startswith("b")} == {"b0"}
+    finals = [r.text for r in results(events, final=True)]
+    assert finals == ["a0 a1 a2 a3", " ".join(f"b{i}" for i in range(8))]
+    finals_asked = [c[0] for c in engine.calls if c[0].kind is DecodeKind.FINAL]
+    assert len(finals_asked) == 3 and not finals_asked[2].prefix  # it was decoded alone
+    assert h.metrics.carry_fallbacks._value.get() == 0
+
+
+def test_a_decode_alone_with_fewer_words_says_the_carried_one_read_twice() -> None:
+    from asr_server.session.carry import Carry
+
+    carry = Carry(np.zeros(SR), SR, "Write to", "en")
+    wordy = Hypothesis("me and my friends went there twice", "en")
+    assert carry.only_wordier_than_heard(wordy, ["me", "and"])  # more than they allow
+    # alone, fewer words: the carried one did read something twice, or wrote apart
+    # what alone is one word ("9 0 2 1 0" / "90210")
+    assert not carry.reads_no_more_alone(wordy, Hypothesis("me and my friends", "en"))
+    assert not carry.reads_no_more_alone(wordy, Hypothesis("", "en", rejected=True))
+    carried = Hypothesis("the aforementioned Gutenberg Bible.", "en")
+    assert carry.only_wordier_than_heard(carried, ["the"])
+    assert carry.reads_no_more_alone(carried, Hypothesis("The afore said Guttenberg Bible.", "en"))
+    # lost words, or the carried passage read again, are not a partial that stopped short
+    assert not carry.only_wordier_than_heard(Hypothesis("b0", "en"), ["b0", "b1", "b2"])
+    reread = Hypothesis("write to me tomorrow at nine and then", "en")
+    assert not Carry(np.zeros(SR), SR, "Please write to me", "en").only_wordier_than_heard(
+        reread, ["at"]
+    )
+
+
 class HearsOtherWordsWhenCarried(FakeEngine):
     """Whisper in another speaker's context: the carried final begins with words nobody
     said, then goes on as the utterance alone does."""
