@@ -99,13 +99,19 @@ class Carry:
         hypothesis; ``heard``: the ``spoken_words`` of the utterance's partial (none: no
         partial), which heard ``heard_share`` of its audio (a partial of the first half
         has about half the words)."""
-        if carried.rejected:
-            return True
+        return (
+            carried.rejected
+            or self.lost_words(carried, heard)
+            or self.wordier_than_heard(carried, heard, heard_share)
+            or self.rereads(carried)
+        )
+
+    @staticmethod
+    def lost_words(carried: Hypothesis, heard: list[str]) -> bool:
+        """Fewer words than CARRY_MIN_KEPT of the partial's (not the partial's digits
+        written as one numeral)."""
         words = spoken_words(carried.text)
-        n = len(heard)
-        if n and len(words) < round(n * CARRY_MIN_KEPT) and not spells_out(heard, words):
-            return True  # words lost (not the partial's digits written as one numeral)
-        return self.wordier_than_heard(carried, heard, heard_share) or self.rereads(carried)
+        return len(words) < round(len(heard) * CARRY_MIN_KEPT) and not spells_out(heard, words)
 
     @staticmethod
     def wordier_than_heard(carried: Hypothesis, heard: list[str], heard_share: float) -> bool:
@@ -131,11 +137,9 @@ class Carry:
         """``misread`` for no other reason than ``wordier_than_heard``."""
         if not self.wordier_than_heard(carried, heard, heard_share):
             return False
-        words = spoken_words(carried.text)
-        lost = len(words) < round(len(heard) * CARRY_MIN_KEPT) and not spells_out(heard, words)
         return not (
             carried.rejected
-            or lost
+            or self.lost_words(carried, heard)
             or self.rereads(carried)
             or self.restarts(carried, heard)
             or self.reads_its_end_twice(carried, heard)
