@@ -165,28 +165,10 @@ def split_query(
     return single, repeated
 
 
-def raw_audio(single: dict[str, str]) -> tuple[str, int]:
-    """The query's ``encoding`` and ``sample_rate``: both required, raw audio only."""
-    encoding = single.get("encoding")
-    if encoding is None:
-        raise ListenQueryError(
-            "encoding is required: this server takes raw audio (linear16, linear32, mulaw or "
-            "alaw), "
-            "not containers"
-        )
-    if encoding not in ENCODINGS:
-        raise ListenQueryError(
-            f"encoding {shown(encoding)} is not supported (use linear16, linear32, mulaw or alaw)"
-        )
-    if "sample_rate" not in single:
-        raise ListenQueryError("sample_rate is required with encoding")
-    return encoding, integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
-
-
 def listen_audio(
     single: dict[str, str], decoded: Collection[str] = DECODED_ENCODINGS
 ) -> tuple[str | None, int]:
-    """A Deepgram query's audio: raw (``encoding`` and ``sample_rate``, as ``raw_audio``)
+    """A Deepgram query's audio: raw (``encoding`` and ``sample_rate``, both required)
     or, as Deepgram takes it, a container when no ``encoding`` is given or one of the
     route's ``decoded`` encodings (FFmpeg decodes them): (None, 0); ``sample_rate`` and
     ``channels`` are then the container's, as on Deepgram."""
@@ -201,7 +183,9 @@ def listen_audio(
             f"alaw for raw audio, {' or '.join(sorted(decoded))}, or no encoding for a "
             "container (WebM, Ogg, WAV, FLAC, MP3…)"
         )
-    return raw_audio(single)
+    if "sample_rate" not in single:
+        raise ListenQueryError("sample_rate is required with encoding")
+    return encoding, integer_option(single, "sample_rate", MIN_RATE_HZ, MAX_RATE_HZ)
 
 
 def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
