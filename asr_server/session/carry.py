@@ -134,13 +134,10 @@ class Carry:
     def only_wordier_than_heard(
         self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0
     ) -> bool:
-        """``misread`` for no other reason than ``wordier_than_heard``."""
-        if not self.wordier_than_heard(carried, heard, heard_share):
-            return False
-        return not (
-            carried.rejected
-            or self.lost_words(carried, heard)
-            or self.rereads(carried)
+        """``misread`` for no other reason than ``wordier_than_heard`` (which a rejected
+        hypothesis, without words, or one that lost words, never is)."""
+        return self.wordier_than_heard(carried, heard, heard_share) and not (
+            self.rereads(carried)
             or self.restarts(carried, heard)
             or self.reads_its_end_twice(carried, heard)
         )

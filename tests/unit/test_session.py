@@ -872,7 +872,8 @@ def test_a_decode_alone_with_fewer_words_says_the_carried_one_read_twice() -> No
     carried = Hypothesis("the aforementioned Gutenberg Bible.", "en")
     assert carry.only_wordier_than_heard(carried, ["the"])
     assert carry.reads_no_more_alone(carried, Hypothesis("The afore said Guttenberg Bible.", "en"))
-    # lost words, or the carried passage read again, are not a partial that stopped short
+    # fewer words than the partial, or the carried passage read again: no partial that
+    # stopped short explains those
     assert not carry.only_wordier_than_heard(Hypothesis("b0", "en"), ["b0", "b1", "b2"])
     reread = Hypothesis("write to me tomorrow at nine and then", "en")
     assert not Carry(np.zeros(SR), SR, "Please write to me", "en").only_wordier_than_heard(
