@@ -226,7 +226,7 @@ class ChannelRecognizer:
         early in a pause (SEMANTIC streams, streams whose client finalizes), a partial asked
         in the pause's first frames runs beside that decode on the same cores and slows it
         (in a voice-agent run 23 of 138 finals overlapped a partial, 6 of those asked
-        30-40 ms into the pause; those finals came a median 70 ms later than the others),
+        39-42 ms into the pause; those finals came a median 70 ms later than the others),
         for a result the final replaces a moment later: there, none once a pause has
         begun. If speech resumes, the partial is asked then."""
         if self._speculate_after < self._late_speculation:
