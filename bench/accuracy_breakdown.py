@@ -197,13 +197,7 @@ class Simulator:
                     committed = utt.agreement.committed_text
                     alone = self.decode(a, DecodeKind.FINAL, committed, prompt)
                     alone_hyp = Hypothesis(alone, "en", rejected=not alone)
-                    if wrong:  # unless only a partial that stopped short said so
-                        keep = carry.only_wordier_than_heard(
-                            hyp, partial_words, heard_share
-                        ) and carry.reads_no_more_alone(hyp, alone_hyp)
-                    else:
-                        keep = not carry.alone_is_right(alone_hyp, partial_words)
-                    if not keep:
+                    if not carry.keeps_carried(hyp, alone_hyp, partial_words, heard_share, wrong):
                         text = alone
                         self.fallbacks += 1
             # as the server does (FinalDecoder._without_unheard_loops)

@@ -154,6 +154,24 @@ class Carry:
             return False
         return len(spoken_words(alone.text)) >= len(spoken_words(carried.text))
 
+    def keeps_carried(
+        self,
+        carried: Hypothesis,
+        alone: Hypothesis | None,
+        heard: list[str],
+        heard_share: float,
+        misread: bool,
+    ) -> bool:
+        """Once a carried final that was ``misread`` or ``doubtful`` has been decoded
+        again ``alone``: whether the carried one stands. A misread one only if the partial
+        merely stopped short (``only_wordier_than_heard``, ``reads_no_more_alone``); a
+        doubtful one unless alone reads what the partials did (``alone_is_right``)."""
+        if misread:
+            return self.only_wordier_than_heard(
+                carried, heard, heard_share
+            ) and self.reads_no_more_alone(carried, alone)
+        return not self.alone_is_right(alone, heard)
+
     def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried decode went wrong in one of the ways below, and this utterance must
         be decoded again alone: it lost words or read the carried passage again

@@ -215,13 +215,7 @@ class FinalDecoder:
             "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
             None,
         )
-        if wrong:
-            # the partial may only have stopped short (see Carry.reads_no_more_alone)
-            keep_carried = carry.only_wordier_than_heard(
-                carried, heard, heard_share
-            ) and carry.reads_no_more_alone(carried, alone)
-        else:
-            keep_carried = not carry.alone_is_right(alone, heard)
+        keep_carried = carry.keeps_carried(carried, alone, heard, heard_share, wrong)
         logger.debug(
             "carried final %r, partial %r (of %.2f s of %.2f s), alone %r: kept %s",
             carried.text,
