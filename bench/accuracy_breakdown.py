@@ -193,7 +193,7 @@ class Simulator:
                     and not silero_hears_speech(a, np.zeros(0, np.float32))
                 ):
                     self.no_speech += 1  # no new words, and no speech to Silero: none
-                elif wrong or carry.doubtful(hyp, partial_words):
+                elif wrong or carry.doubtful(hyp, partial_words, heard_share):
                     committed = utt.agreement.committed_text
                     alone = self.decode(a, DecodeKind.FINAL, committed, prompt)
                     alone_hyp = Hypothesis(alone, "en", rejected=not alone)
