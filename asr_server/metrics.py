@@ -63,6 +63,20 @@ class Metrics:
             "at the end of the turn because Silero heard no speech in that sound.",
             registry=r,
         )
+        self.turn_model = Histogram(
+            "asr_turn_model_seconds",
+            "Questions to the turn model (SEMANTIC streams), by how long each took; it runs "
+            "beside the engine on the same cores.",
+            buckets=(0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
+            registry=r,
+        )
+        self.turn_model_skipped = Counter(
+            "asr_turn_model_skipped_total",
+            "Questions to the turn model left unasked: the turn ended (the client's finalize) "
+            "or speech resumed before they came to be asked. On a stream whose client ends its "
+            "turns itself within 0.3 s of pause, a question waits for the pause's early final.",
+            registry=r,
+        )
         self.finals_without_speech = Counter(
             "asr_finals_without_speech_total",
             "Utterances that got no final because Whisper, decoding them after the previous "

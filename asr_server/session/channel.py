@@ -94,6 +94,13 @@ FIRST_PARTIAL_STEP_S = 0.05
 MIN_COMMIT_AUDIO_S = 1.5
 
 
+#: a client whose finalize came this far into a pause ends its turns before the turn
+#: model's answer could (a voice agent's VAD stops at about 200 ms; the model is asked at
+#: 150 ms and takes 40-90 ms on one core). In its streams the model waits for the pause's
+#: early final instead of running beside its decode (see _ask_turn_model)
+CLIENT_ENDS_TURNS_WITHIN_S = 0.3
+
+
 #: SEMANTIC: the turn model hears the previous utterance too when this one began within
 #: the longest pause a turn holds (it was cut where the model judged the turn over, and
 #: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
@@ -147,6 +154,9 @@ class ChannelRecognizer:
         #: the client has sent a finalize: it ends its turns itself (a voice agent, at its
         #: own VAD's stop, 200 ms or so into a pause)
         self._client_finalizes = False
+        #: the pause (samples of silence heard) in which the client's latest finalize came
+        self._client_finalize_pause: int | None = None
+        self._client_ends_turns_within = int(CLIENT_ENDS_TURNS_WITHIN_S * SAMPLE_RATE)
         # Where the turn can end early in a pause, a breath or a click that the voice
         # detector takes for speech just after the early final began would otherwise cost
         # a whole decode at the end of the turn: such a final is set aside, and used if a
@@ -232,6 +242,14 @@ class ChannelRecognizer:
         if self._speculate_after < self._late_speculation:
             return 1
         return int(PARTIAL_SILENCE_CUTOFF_S * SAMPLE_RATE)
+
+    @property
+    def _client_ends_turns_first(self) -> bool:
+        """Whether this stream's client ends its turns itself, sooner into a pause than
+        the turn model's answer would come (its latest finalize came within
+        CLIENT_ENDS_TURNS_WITHIN_S of pause)."""
+        pause = self._client_finalize_pause
+        return pause is not None and pause <= self._client_ends_turns_within
 
     @property
     def _sets_aside(self) -> bool:
@@ -323,6 +341,8 @@ class ChannelRecognizer:
         ``from_finalize``, a push-to-talk app) need not guess which final answered it."""
         # from now on the final's decode starts early in each pause
         self._client_finalizes = True
+        if self._utt is not None and self._utt.pause_heard:
+            self._client_finalize_pause = self._utt.pause_heard
         await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
         await self._emit(
             Finalized(self.position / SAMPLE_RATE, self.channel, max(0, self._next_id - 1))
@@ -506,10 +526,22 @@ class ChannelRecognizer:
         """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
         the utterance when it reaches this answer in its inbox, if the pause still lasts."""
         assert self._turn is not None and self._inbox is not None
+        early = utt.speculation
+        if early is not None and self._client_ends_turns_first:
+            # Beside the final's decode on the same cores, the model slowed it by about
+            # 40 ms (a 5.5 s final: 224 -> 262 ms, medians of 9, the Zen 4 machine), and
+            # this client's finalize ends the turn before the answer would come anyway.
+            await asyncio.wait([early.task])
+        if utt.finalizing or utt.pause != pause or self._utt is not utt:
+            # the turn ended (the client's finalize) or speech resumed before the question
+            # came to be asked: its answer could change nothing
+            self.metrics.turn_model_skipped.inc()
+            return
         answer = utt.first_answer if first else None
         heard = self._turn_audio(utt)
         try:
-            verdict = await asyncio.to_thread(self._turn.model.predict, heard)
+            with self.metrics.turn_model.time():
+                verdict = await asyncio.to_thread(self._turn.model.predict, heard)
         except BaseException:
             if answer is not None:
                 answer.cancel()  # no eager result; the error surfaces as before

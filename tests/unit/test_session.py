@@ -1302,6 +1302,113 @@ async def test_after_a_client_finalize_finals_are_decoded_early_in_each_pause() 
     assert final_decodes(h) == 2  # each finalize got the decode already under way
 
 
+class SlowFinals(FakeEngine):
+    """Finals take half a second of wall time; says whether one is being decoded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decoding_final = False
+
+    def transcribe(self, requests):  # type: ignore[no-untyped-def]
+        if all(r.kind is not DecodeKind.FINAL for r in requests):
+            return super().transcribe(requests)
+        self.decoding_final = True
+        try:
+            time.sleep(0.5)
+            return super().transcribe(requests)
+        finally:
+            self.decoding_final = False
+
+
+class WatchesTheEngine(ScriptedTurnModel):
+    """Notes, at each ask, whether a final was being decoded beside it."""
+
+    def __init__(self, probability: float, engine: SlowFinals) -> None:
+        super().__init__(probability)
+        self.engine = engine
+        self.beside_a_final: list[bool] = []
+
+    def predict(self, audio: np.ndarray) -> TurnVerdict:
+        self.beside_a_final.append(self.engine.decoding_final)
+        return super().predict(audio)
+
+
+@pytest.mark.parametrize(("finalize_pause_s", "waits"), [(0.25, True), (0.8, False)])
+async def test_the_turn_model_waits_for_the_early_final_where_the_client_ends_turns_first(
+    finalize_pause_s: float, waits: bool
+) -> None:
+    """On a voice agent's stream (its VAD finalizes 200-300 ms into a pause) the model,
+    asked 150 ms in, would only slow the final decoded from 60 ms in: it waits for that
+    decode. A client that finalizes later leaves the turn to the model, asked at once."""
+    engine = SlowFinals()
+    model = WatchesTheEngine(0.1, engine)  # never sure: the client or the pause ends turns
+    h = Harness(engine, turn=semantic(model))
+    asked_in_the_first_turn = 0
+
+    async def source() -> AsyncIterator[object]:
+        nonlocal asked_in_the_first_turn
+        first = np.concatenate([silence(0.5), tone(2.0), silence(finalize_pause_s)])
+        async for c in h.lockstep(chunks(pcm16(first), 480)):
+            yield c
+        yield Finalize()  # (from now on the final is decoded 60 ms into each pause)
+        async for c in h.lockstep(chunks(pcm16(np.concatenate([silence(0.3), tone(2.0)])), 480)):
+            yield c
+        asked_in_the_first_turn = len(model.beside_a_final)
+        async for c in chunks(pcm16(silence(0.1)), 480):
+            yield c
+        await eventually(lambda: engine.decoding_final)  # (begun 60 ms into the pause)
+        async for c in chunks(pcm16(silence(0.9)), 480):  # both asks come due meanwhile
+            yield c
+        await eventually(lambda: len(model.beside_a_final) == asked_in_the_first_turn + 2)
+
+    events = await h.run(source(), semantic=True, interim=False, max_silence_ms=2000)
+    beside = model.beside_a_final[asked_in_the_first_turn:]
+    assert len(beside) == 2  # the asks at 150 and 600 ms of the second pause
+    assert not any(beside) if waits else all(beside), beside
+    assert final_decodes(h) == 2  # each turn's final decoded once, early in its pause
+    assert [r.text for r in results(events, final=True)] == ["w0 w1 w2 w3 w4 w5 w6 w7"] * 2
+    registry = h.metrics.registry
+    assert registry.get_sample_value("asr_turn_model_seconds_count") == len(model.heard)
+    assert registry.get_sample_value("asr_turn_model_skipped_total") == 0
+
+
+async def test_a_question_the_clients_finalize_answers_first_is_not_asked() -> None:
+    """The agent's VAD finalizes 250 ms into the pause, while the early final (begun at
+    60 ms) is still being decoded: the model's question (due at 150 ms) is moot, and
+    skipped; the turn's final is the early one."""
+    engine = SlowFinals()
+    model = WatchesTheEngine(0.1, engine)
+    h = Harness(engine, turn=semantic(model))
+
+    async def source() -> AsyncIterator[object]:
+        first = np.concatenate([silence(0.5), tone(2.0), silence(0.25)])
+        async for c in h.lockstep(chunks(pcm16(first), 480)):
+            yield c
+        yield Finalize()
+        async for c in h.lockstep(chunks(pcm16(np.concatenate([silence(0.3), tone(2.0)])), 480)):
+            yield c
+        async for c in chunks(pcm16(silence(0.1)), 480):
+            yield c
+        await eventually(lambda: engine.decoding_final)
+        async for c in chunks(pcm16(silence(0.15)), 480):
+            yield c
+        await asyncio.sleep(0.1)  # the question at 150 ms has come due meanwhile
+        assert engine.decoding_final
+        yield Finalize()
+        async for c in h.lockstep(chunks(pcm16(silence(0.5)), 480)):
+            yield c
+
+    events = await h.run(source(), semantic=True, interim=False)
+    ends = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [e.reason for e in ends] == [TurnEndReason.FINALIZE] * 2
+    assert len(model.heard) == 1  # only in the first turn (the client had not finalized yet)
+    registry = h.metrics.registry
+    assert registry.get_sample_value("asr_turn_model_skipped_total") == 1
+    assert registry.get_sample_value("asr_turn_model_seconds_count") == 1
+    assert final_decodes(h) == 2
+    assert [r.text for r in results(events, final=True)] == ["w0 w1 w2 w3 w4 w5 w6 w7"] * 2
+
+
 def breath(seconds: float = 0.06, rms: float = 0.05) -> np.ndarray:
     """Loud enough for the energy detector, and no speech to Silero (white noise)."""
     return (np.random.default_rng(7).standard_normal(int(seconds * SR)) * rms).astype(np.float32)
