@@ -43,3 +43,14 @@ def slow_int8_warning(flags: frozenset[str], machine: str | None = None) -> str 
         "four times as long as on one that has it, so expect that much higher latency and "
         "fewer streams per core (README, Benchmark); a GPU or a CPU with VNNI avoids it"
     )
+
+
+def int8_sums_may_saturate(flags: frozenset[str], machine: str | None = None) -> bool:
+    """Whether onnxruntime's default int8 matrix kernels (unsigned activations times signed
+    weights) may saturate on this CPU. On x86 without VNNI they add pairs of products in
+    16 bits (AVX2's vpmaddubsw), which overflows; VNNI's dot products sum in 32 bits. On an
+    x86 CPU whose flags are unknown: True, the safe side. Not x86: False (other kernels)."""
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64"):
+        return False
+    return not flags & VNNI_FLAGS

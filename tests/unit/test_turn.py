@@ -77,6 +77,26 @@ def test_the_answers_do_not_depend_on_the_cpus_int8_instructions(model: TurnMode
     assert float(np.mean(differences)) < 0.07, differences
 
 
+@pytest.mark.parametrize(
+    ("flags", "exact"),
+    [("sse4_2 avx2 fma", True), ("avx2 avx512f avx512_vnni", False), ("", True)],
+)
+def test_the_exact_int8_kernels_are_chosen_where_the_default_ones_overflow(
+    monkeypatch: pytest.MonkeyPatch, flags: str, exact: bool
+) -> None:
+    """u8u8 kernels where the CPU lacks VNNI (or is not known to have it); the default
+    ones, which answer the same there in about half the time, where it has it."""
+    monkeypatch.setattr("platform.machine", lambda: "x86_64")
+    model = TurnModel(INSTALLED, frozenset(flags.split()))
+    assert model.exact_int8_kernels is exact
+    options = model._session.get_session_options()
+    if exact:
+        assert options.get_session_config_entry("session.x64quantprecision") == "1"
+    else:
+        with pytest.raises(Exception, match="does not have configuration"):
+            options.get_session_config_entry("session.x64quantprecision")
+
+
 def test_a_missing_or_foreign_model_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TurnModelError, match="asr-server turn-model"):
         TurnModel(tmp_path / "nothing.onnx")
