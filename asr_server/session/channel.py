@@ -96,7 +96,7 @@ MIN_COMMIT_AUDIO_S = 1.5
 
 #: a client whose finalize came this far into a pause ends its turns before the turn
 #: model's answer could (a voice agent's VAD stops at about 200 ms; the model is asked at
-#: 150 ms and takes 40-90 ms on one core). In its streams the model waits for the pause's
+#: 150 ms and takes 35-90 ms on one core). In its streams the model waits for the pause's
 #: early final instead of running beside its decode (see _ask_turn_model)
 CLIENT_ENDS_TURNS_WITHIN_S = 0.3
 

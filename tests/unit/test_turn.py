@@ -85,7 +85,7 @@ def test_the_exact_int8_kernels_are_chosen_where_the_default_ones_overflow(
     monkeypatch: pytest.MonkeyPatch, flags: str, exact: bool
 ) -> None:
     """u8u8 kernels where the CPU lacks VNNI (or is not known to have it); the default
-    ones, which answer the same there in about half the time, where it has it."""
+    ones where it has VNNI, which answer the same there in about half the time."""
     monkeypatch.setattr("platform.machine", lambda: "x86_64")
     model = TurnModel(INSTALLED, frozenset(flags.split()))
     assert model.exact_int8_kernels is exact
