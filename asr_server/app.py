@@ -242,7 +242,12 @@ def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]
     except TurnModelError as exc:
         logger.info("SEMANTIC endpointing is off: %s", exc)
         return None, str(exc)
-    logger.info("SEMANTIC endpointing is on (%s)", turn.model.path)
+    kernels = (
+        "exact u8u8 int8 kernels: no VNNI known on this CPU"
+        if turn.model.exact_int8_kernels
+        else "onnxruntime's default int8 kernels"
+    )
+    logger.info("SEMANTIC endpointing is on (%s; %s)", turn.model.path, kernels)
     return turn, ""
 
 

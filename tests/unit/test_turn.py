@@ -115,3 +115,18 @@ def test_installing_again_is_a_no_op_offline(tmp_path: Path) -> None:
     from asr_server.vad.turn import sha256_of
 
     assert sha256_of(target) == MODEL_SHA256
+
+
+def test_the_start_up_log_says_which_int8_kernels_the_model_runs_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from asr_server.app import _load_turn_detection
+    from asr_server.engine.cpu import cpu_flags, int8_sums_may_saturate
+
+    with caplog.at_level("INFO", logger="asr_server.app"):
+        turn, why_not = _load_turn_detection(Settings())
+    assert turn is not None and why_not == ""
+    lines = [r.getMessage() for r in caplog.records]
+    (line,) = [m for m in lines if "SEMANTIC endpointing is on" in m]
+    exact = int8_sums_may_saturate(cpu_flags())
+    assert ("exact u8u8" in line) is exact and ("default int8 kernels" in line) is not exact
