@@ -30,11 +30,16 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
     return frozenset()
 
 
+def is_x86(machine: str | None = None) -> bool:
+    """``machine`` (this one's when not given) is 64-bit x86, as ``platform.machine()``
+    names it on Linux, macOS or Windows."""
+    return (machine or platform.machine()).lower() in ("x86_64", "amd64")
+
+
 def slow_int8_warning(flags: frozenset[str], machine: str | None = None) -> str | None:
     """A line for the log if int8 decoding will be slow on this x86 CPU, else None (also
     where the CPU is not x86 or its flags are unknown: nothing is claimed then)."""
-    machine = (machine or platform.machine()).lower()
-    if machine not in ("x86_64", "amd64") or not flags:
+    if not is_x86(machine) or not flags:
         return None
     if flags & VNNI_FLAGS:
         return None
@@ -50,7 +55,4 @@ def int8_sums_may_saturate(flags: frozenset[str], machine: str | None = None) ->
     weights) may saturate on this CPU. On x86 without VNNI they add pairs of products in
     16 bits (AVX2's vpmaddubsw), which overflows; VNNI's dot products sum in 32 bits. On an
     x86 CPU whose flags are unknown: True, the safe side. Not x86: False (other kernels)."""
-    machine = (machine or platform.machine()).lower()
-    if machine not in ("x86_64", "amd64"):
-        return False
-    return not flags & VNNI_FLAGS
+    return is_x86(machine) and not flags & VNNI_FLAGS
