@@ -88,7 +88,7 @@ def main() -> None:
     names = ["alone", *models]
     times: dict[str, list[float]] = {name: [] for name in names}
     for run in range(a.runs):
-        for name in names[run % 3 :] + names[: run % 3]:
+        for name in names[run % len(names) :] + names[: run % len(names)]:
             times[name].append(final(models.get(name)))
     print(f"a {a.seconds:g} s final, the question started {a.start_ms:g} ms into it")
     for name in names:
