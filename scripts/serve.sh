@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start the server with the embedded tiny.en model on a fresh machine: creates .venv on
-# first use, installs the project, then runs asr-server (flags pass through, e.g. --port).
+# first use, installs the project and the semantic end-of-turn model, then runs asr-server
+# (flags pass through, e.g. --port).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,5 +9,10 @@ if [[ ! -x .venv/bin/asr-server ]]; then
   "$PY" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e .
+  # SEMANTIC endpointing's model (from the pinned pipecat-ai wheel, once); without it the
+  # server still runs, refusing SEMANTIC streams with the command that installs it
+  .venv/bin/asr-server turn-model ||
+    echo "serve.sh: no turn model; SEMANTIC endpointing stays off until" \
+      "'.venv/bin/asr-server turn-model' succeeds" >&2
 fi
 exec .venv/bin/asr-server "$@"
