@@ -312,7 +312,7 @@ VARIANTS: dict[str, Variant] = {
 }
 
 #: cheaper finals (``--variant`` only): what they cost in accuracy against ``carried``.
-#: Measured 2026-12-01 and not taken: each one loses words somewhere (README, Accuracy).
+#: Measured 2026-12-01 and not taken: each one loses words somewhere (docs/accuracy.md).
 CHEAPER: dict[str, Variant] = {
     # shorter encoder windows, finals and partials alike
     "carried_window6": Variant(
@@ -324,7 +324,7 @@ CHEAPER: dict[str, Variant] = {
     # narrower beams for finals
     "carried_greedy": Variant(Options(commit=False, carry_s=10.0), final_beam=1),
     "carried_beam2": Variant(Options(commit=False, carry_s=10.0), final_beam=2),
-    # less carried (measured 2026-12-02, not taken: README, Accuracy): a carried final's
+    # less carried (measured 2026-12-02, not taken: docs/accuracy.md): a carried final's
     # text is forced token by token, about 2 ms a token on this CPU, so a 10 s one adds
     # some 50 ms to the next final
     "carried_max5": Variant(Options(commit=False, carry_s=5.0)),
@@ -336,7 +336,7 @@ CHEAPER: dict[str, Variant] = {
 
 
 #: what a final decoded early in a pause hears, against ``carried`` (measured 2026-12-02,
-#: README, Accuracy): 60 ms of pause instead of the 200 ms pad costs words, and neither
+#: docs/accuracy.md): 60 ms of pause instead of the 200 ms pad costs words, and neither
 #: filling the pause nor padding with silence wins that back on both lines
 EARLY: dict[str, Variant] = {
     "carried_pad60": Variant(Options(commit=False, carry_s=10.0, trailing_pad_s=0.06)),

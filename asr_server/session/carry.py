@@ -2,7 +2,7 @@
 what came before it, and the checks that decide whether the carried decode is trusted.
 
 A final is decoded after the previous final's audio, with that final's text forced as
-the prefix (README, "Accuracy"). Whisper now and then stops right after a forced
+the prefix (docs/accuracy.md). Whisper now and then stops right after a forced
 prefix, skips what follows it, or hears other words in another speaker's context; the
 checks here compare the carried final with the utterance's partial, which heard it
 alone (the latest partial, unless it stopped short: ``UtteranceState.hear``), and say
