@@ -291,6 +291,9 @@ class Variant:
     #: does); "silence": the audio padded with digital silence before the log-mel (as
     #: openai-whisper does), so the padding reads as the quietest sound in the clip
     mel_padding: str = "zeros"
+    #: decode in Whisper's timestamp mode, as offline ``transcribe`` does, instead of
+    #: after <|notimestamps|> (the text is the same tokens less the timestamps)
+    timestamps: bool = False
 
 
 #: the variants a plain run compares, one choice changed at a time
@@ -350,6 +353,28 @@ EARLY: dict[str, Variant] = {
 }
 
 
+#: decoding choices against ``carried`` (``--variant`` only): Whisper's timestamp mode,
+#: which offline ``transcribe`` uses and the server does not
+DECODING: dict[str, Variant] = {
+    "carried_timestamps": Variant(Options(commit=False, carry_s=10.0), timestamps=True),
+}
+
+
+def with_timestamps(engine_class):  # type: ignore[no-untyped-def]
+    """``engine_class`` decoding in timestamp mode: the prompt ends with the start of
+    transcript, or with <|0.00|> before a forced prefix, as faster-whisper's own prompt."""
+
+    class WithTimestamps(engine_class):  # type: ignore[misc,valid-type]
+        def _prompt(self, req, tok):  # type: ignore[no-untyped-def]
+            prompt, prefix = super()._prompt(req, tok)
+            head = prompt[: len(prompt) - len(prefix) - 1]  # up to <|notimestamps|>
+            if not prefix:
+                return head, prefix
+            return [*head, tok.timestamp_begin, *prefix], [tok.timestamp_begin, *prefix]
+
+    return WithTimestamps
+
+
 def silence_padded(engine_class):  # type: ignore[no-untyped-def]
     """``engine_class`` with its requests' audio padded with digital silence up to the
     encoder window before the log-mel, instead of the log-mel padded with 0."""
@@ -378,10 +403,12 @@ def run_variant(
 ) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from asr_server.engine.whisper import WhisperEngine
 
-    variant = VARIANTS.get(name) or CHEAPER.get(name) or EARLY[name]
+    variant = VARIANTS.get(name) or CHEAPER.get(name) or EARLY.get(name) or DECODING[name]
     engine_class = (
         WhisperEngine if variant.mel_padding == "zeros" else silence_padded(WhisperEngine)
     )
+    if variant.timestamps:
+        engine_class = with_timestamps(engine_class)
     engine = engine_class(
         model,
         workers=1,
@@ -438,8 +465,8 @@ def main() -> None:
     p.add_argument(
         "--variant",
         action="append",
-        choices=sorted({*VARIANTS, *CHEAPER, *EARLY}),
-        help="only these (repeatable); CHEAPER's and EARLY's run only when named",
+        choices=sorted({*VARIANTS, *CHEAPER, *EARLY, *DECODING}),
+        help="only these (repeatable); CHEAPER's, EARLY's and DECODING's run only when named",
     )
     p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
     p.add_argument("--json", type=Path)
