@@ -28,7 +28,7 @@ word timestamps.
   final is, ``speculate_ms`` into the pause (beam 5); then the decoder's probability of
   ". ? ! ..." or the end of the text right after the last word. The server's two asks
   then end a turn at the first one only if that probability also reaches a gate
-  (``punctuation_gates``). Tried 2026-12-03, not taken (README, "End of turn").
+  (``punctuation_gates``). Tried 2026-12-03, not taken (docs/end-of-turn.md).
 
 Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--json out.json]
 """
