@@ -15,9 +15,10 @@ choice at a time against offline faster-whisper on the same model, files and nor
 * ``carried_window30``: the same with finals' shortest encoder window at 30 s.
 
 VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
-choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), and EARLY what
-a final decoded early in a pause hears (SEMANTIC streams, voice agents); both run only by
-name. Offline hypotheses are cached (``--offline-cache``) across runs.
+choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), EARLY what a
+final decoded early in a pause hears (SEMANTIC streams, voice agents), and DECODING other
+ways to decode (Whisper's timestamp mode, as offline ``transcribe`` decodes); these run
+only by name. Offline hypotheses are cached (``--offline-cache``) across runs.
 
 Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
 """

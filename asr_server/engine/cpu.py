@@ -4,8 +4,8 @@ CTranslate2's int8 kernels are fast on x86 CPUs with VNNI (AVX-512 VNNI, or AVX-
 newer desktop parts). Without it (AVX2 only: AMD EPYC before Zen 4, older Intel) the same
 decodes took three to four times as long (2026-12-02, 2 cores: a 10 s encoder window 136
 against 41 ms on the Intel machines the README's figures come from), and a 2-core server
-held no call-center level under a 2 s final p95 where those held 16-40 calls (docs/benchmarks.md,
-docs/call-center.md).
+held no call-center level under a 2 s final p95 where those held 16-40 calls
+(docs/benchmarks.md, docs/call-center.md).
 """
 
 from __future__ import annotations
