@@ -9,10 +9,14 @@ if [[ ! -x .venv/bin/asr-server ]]; then
   "$PY" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
   .venv/bin/python -m pip install --quiet -e .
-  # SEMANTIC endpointing's model (from the pinned pipecat-ai wheel, once); without it the
-  # server still runs, refusing SEMANTIC streams with the command that installs it
+fi
+# SEMANTIC endpointing's model (from the pinned pipecat-ai wheel), tried once per .venv,
+# older ones included; without it the server still runs, refusing SEMANTIC streams with
+# the command that installs it
+if [[ ! -e .venv/.turn-model-tried ]]; then
   .venv/bin/asr-server turn-model ||
     echo "serve.sh: no turn model; SEMANTIC endpointing stays off until" \
       "'.venv/bin/asr-server turn-model' succeeds" >&2
+  touch .venv/.turn-model-tried
 fi
 exec .venv/bin/asr-server "$@"
