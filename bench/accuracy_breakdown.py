@@ -360,6 +360,9 @@ DECODING: dict[str, Variant] = {
     "carried_timestamps": Variant(Options(commit=False, carry_s=10.0), timestamps=True),
 }
 
+#: every variant a name can pick (``--variant``); a plain run compares VARIANTS only
+BY_NAME: dict[str, Variant] = {**VARIANTS, **CHEAPER, **EARLY, **DECODING}
+
 
 def with_timestamps(engine_class):  # type: ignore[no-untyped-def]
     """``engine_class`` decoding in timestamp mode: the prompt ends with the start of
@@ -404,7 +407,7 @@ def run_variant(
 ) -> dict[str, object]:  # type: ignore[no-untyped-def]
     from asr_server.engine.whisper import WhisperEngine
 
-    variant = VARIANTS.get(name) or CHEAPER.get(name) or EARLY.get(name) or DECODING[name]
+    variant = BY_NAME[name]
     engine_class = (
         WhisperEngine if variant.mel_padding == "zeros" else silence_padded(WhisperEngine)
     )
@@ -466,7 +469,7 @@ def main() -> None:
     p.add_argument(
         "--variant",
         action="append",
-        choices=sorted({*VARIANTS, *CHEAPER, *EARLY, *DECODING}),
+        choices=sorted(BY_NAME),
         help="only these (repeatable); CHEAPER's, EARLY's and DECODING's run only when named",
     )
     p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
