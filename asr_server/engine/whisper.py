@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from asr_server.audio.decode import SAMPLE_RATE
 from asr_server.engine.base import (
@@ -65,6 +66,22 @@ LOGPROB_THRESHOLD = -1.0
 COMPRESSION_RATIO_THRESHOLD = 2.4
 
 
+def single_threaded_blas() -> None:
+    """Gives numpy's BLAS (OpenBLAS in numpy's wheels) one thread, for the whole process.
+
+    The mel features' matrix product is the server's only BLAS call, a small one per
+    decode. With a thread per core, OpenBLAS's helper threads busy-wait between calls, and
+    a server decodes often enough that they never stop: on a 16-core GPU machine
+    (2026-12-04, 32 phone calls, bench/load_bench.py) the server used 10.7 cores, against
+    0.66 with one thread per library (``OPENBLAS``/``OMP``/``MKL_NUM_THREADS=1``), at the
+    same latencies and WER; on 2 cores the feature extractor alone, called every 20 ms,
+    used 1.1 CPU-seconds per second with OpenBLAS's default, 0.16 with one thread
+    (docs/gpu.md). CTranslate2's own threads (OpenMP, ``cpu_threads``) are not BLAS and
+    keep their setting.
+    """
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def token_budget(duration_s: float) -> int:
     """New tokens allowed for ``duration_s`` of audio: fast speech is ~5 tokens/s."""
     return int(min(224, 12 + 8 * duration_s))
@@ -92,6 +109,7 @@ class WhisperEngine:
         except ImportError as exc:  # pragma: no cover - both are dependencies
             raise ModelLoadError(f"faster-whisper is not installed: {exc}") from exc
 
+        single_threaded_blas()
         if device == "auto":
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         if compute_type == "auto":

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_info
 
 from asr_client.scoring import normalize
 from asr_server.engine.base import DecodeKind, DecodeRequest
@@ -20,6 +22,19 @@ pytestmark = pytest.mark.model
 def engine() -> WhisperEngine:
     return WhisperEngine(
         resolve_model("tiny.en", Path("/nonexistent")), max_batch_size=4, cpu_threads=2
+    )
+
+
+@pytest.fixture(scope="module")
+def cpu_engine(engine: WhisperEngine) -> WhisperEngine:
+    """The engine on a CPU, for what only a CPU does (on a GPU, ``engine`` is CUDA's)."""
+    if engine.device == "cpu":
+        return engine
+    return WhisperEngine(
+        resolve_model("tiny.en", Path("/nonexistent")),
+        device="cpu",
+        max_batch_size=4,
+        cpu_threads=2,
     )
 
 
@@ -49,11 +64,13 @@ def test_a_batch_decodes_like_single_requests(engine: WhisperEngine) -> None:
     assert " ".join(w.word for w in batched[3].words) == batched[3].text
 
 
-def test_requests_batch_only_with_their_own_window(engine: WhisperEngine) -> None:
-    """The batch key is the encoder window a request gets alone: its kind's shortest (5 s
-    for partials, 10 s for finals on a CPU) or its audio rounded up to a whole second.
+def test_requests_batch_only_with_their_own_window(cpu_engine: WhisperEngine) -> None:
+    """On a CPU the batch key is the encoder window a request gets alone: its kind's
+    shortest (5 s for partials, 10 s for finals) or its audio rounded up to a whole second.
     A batch of one key pads nobody, so each request is decoded from the input it has
-    alone (only a batch's int8 arithmetic may round otherwise, now and then)."""
+    alone (only a batch's int8 arithmetic may round otherwise, now and then). (A GPU
+    batches any requests of a kind: ``WhisperEngine.batch_key``.)"""
+    engine = cpu_engine
 
     def key(kind: DecodeKind, seconds: float) -> object:
         return engine.batch_key(DecodeRequest(np.zeros(int(seconds * 16_000)), kind))
@@ -79,6 +96,17 @@ def test_requests_batch_only_with_their_own_window(engine: WhisperEngine) -> Non
     alone = [normalize(engine.transcribe([r])[0].text) for r in requests]
     batched = engine.transcribe(requests[:2]) + engine.transcribe(requests[2:])
     assert [normalize(h.text) for h in batched] == alone
+
+
+def test_numpys_blas_runs_one_thread_once_an_engine_is_loaded(engine: WhisperEngine) -> None:
+    """OpenBLAS's idle threads busy-wait between the features' small matrix products,
+    costing up to a core each (single_threaded_blas); the engine leaves it one thread."""
+    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert blas, "numpy's BLAS not found"
+    assert [lib["num_threads"] for lib in blas] == [1] * len(blas)
+    openmp = [lib for lib in threadpool_info() if lib["user_api"] == "openmp"]
+    # CTranslate2's own threads are untouched where there are several cores to use
+    assert not openmp or (os.cpu_count() or 1) == 1 or max(lib["num_threads"] for lib in openmp) > 1
 
 
 def test_batch_limit_is_enforced(engine: WhisperEngine) -> None:
