@@ -10,6 +10,11 @@ The requests are utterances of the shared corpus (3-10 s), the same list for eve
 as partials (greedy) and as finals (beam 5). Each layout is measured ``--repeats`` times,
 interleaved with the others so machine noise hits all alike; the median is printed.
 
+``--device cuda`` measures the server's GPU layout instead (one engine call at a time,
+float16): batches of 1-32 requests, finals with a 10 s and a 30 s shortest window, and how
+many texts differ from the same request decoded alone (on a GPU a batch mixes windows,
+padded to its longest: ``WhisperEngine.batch_key``).
+
 ``--composition`` instead compares how batches are composed, in the default layout (a
 single-threaded call per core, batches of up to 4): a queue like a loaded server's,
 partials of 1-15 s cut from a long reading, decoded in queue order four at a time (each
@@ -20,6 +25,7 @@ request decoded alone.
 
 Usage: python bench/batching_bench.py [--requests 16] [--repeats 3] [--model tiny.en]
        python bench/batching_bench.py --composition [--requests 48]
+       python bench/batching_bench.py --device cuda [--requests 32]
 """
 
 from __future__ import annotations
@@ -140,6 +146,60 @@ def compare_composition(engine: WhisperEngine, n: int, repeats: int) -> None:
         )
 
 
+GPU_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+
+
+def gpu_batches(model_name: str, n: int, repeats: int) -> None:
+    """The CUDA layout: requests/s and time per engine call against the batch size."""
+    import gc
+
+    from asr_server.settings import Settings
+
+    model = resolve_model(model_name, Settings().engine.cache_dir)
+    distinct = utterances(16)
+    audio = [distinct[i % len(distinct)] for i in range(n)]
+    total_audio = sum(a.size for a in audio) / 16_000
+    print(f"{n} utterances ({len(distinct)} distinct), {total_audio:.1f} s of audio, cuda")
+    print("  kind     window  batch  requests/s  ms per call  audio-s per s  unlike alone  runs")
+    for final_window in (10.0, 30.0):
+        engine = WhisperEngine(
+            model,
+            device="cuda",
+            compute_type="float16",
+            workers=1,
+            max_batch_size=max(GPU_BATCH_SIZES),
+            final_beam_size=5,
+            final_min_window_s=final_window,
+        )
+        # a partial's window does not depend on the final's: measured once
+        kinds = [DecodeKind.PARTIAL] if final_window == 10.0 else []
+        for kind in [*kinds, DecodeKind.FINAL]:
+            requests = [DecodeRequest(a, kind, language="en") for a in audio]
+            engine.transcribe(requests[:1])  # warm-up: CUDA kernels, allocator
+            alone = [engine.transcribe([r])[0].text for r in requests]
+            window = "5+" if kind is DecodeKind.PARTIAL else f"{final_window:.0f}"
+            for size in GPU_BATCH_SIZES:
+                runs, texts = [], []
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    texts = [
+                        h.text
+                        for i in range(0, n, size)
+                        for h in engine.transcribe(requests[i : i + size])
+                    ]
+                    runs.append(time.perf_counter() - started)
+                wall = statistics.median(runs)
+                calls = -(-n // size)
+                unlike = sum(t != a for t, a in zip(texts, alone, strict=True))
+                print(
+                    f"  {kind.name.lower():8s} {window:>6s} {size:6d}  {n / wall:10.1f}"
+                    f"  {1000 * wall / calls:11.1f}  {total_audio / wall:13.1f}  {unlike:12d}"
+                    f"  {', '.join(f'{r:.2f}' for r in runs)}"
+                )
+        del engine
+        gc.collect()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, help="16, or 48 with --composition")
@@ -147,7 +207,11 @@ def main() -> None:
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--composition", action="store_true", help="compare batch composition")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
+    if args.device == "cuda":
+        gpu_batches(args.model, args.requests or 32, args.repeats)
+        return
     if args.composition:
         from asr_server.settings import Settings
 
