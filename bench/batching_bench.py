@@ -46,19 +46,15 @@ sys.path.insert(0, str(ROOT))
 from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
 from asr_server.engine.models import resolve_model  # noqa: E402
 from asr_server.engine.whisper import WhisperEngine  # noqa: E402
-from tests.helpers import corpus, read_pcm16  # noqa: E402
+from tests.helpers import corpus, first_channel  # noqa: E402
 
 
 def utterances(n: int) -> list[np.ndarray]:
-    import soxr
-
     out = []
     for rec in sorted(corpus().values(), key=lambda r: r.id):
         if rec.category != "short_read" or not 3 <= rec.duration_s <= 10:
             continue
-        pcm, rate = read_pcm16(rec.path)
-        audio = pcm[:, 0].astype(np.float32) / 32768
-        out.append(soxr.resample(audio, rate, 16_000).astype(np.float32))
+        out.append(first_channel(rec.path))
         if len(out) == n:
             break
     return out
@@ -87,10 +83,7 @@ def run_layout(engine: WhisperEngine, requests: list[DecodeRequest], batch: int)
 
 def partials_of_a_reading(n: int, seed: int = 1) -> list[DecodeRequest]:
     """``n`` partials of 1-15 s at random places in the corpus's long LJ Speech reading."""
-    import soxr
-
-    pcm, rate = read_pcm16(corpus()["concat_ljspeech_LJ001-0001_to_0032"].path)
-    reading = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, rate, 16_000)
+    reading = first_channel(corpus()["concat_ljspeech_LJ001-0001_to_0032"].path)
     rng = np.random.default_rng(seed)
     requests = []
     for _ in range(n):

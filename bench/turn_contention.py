@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,7 +32,7 @@ from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
 from asr_server.engine.factory import create_engine  # noqa: E402
 from asr_server.settings import Settings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
-from tests.helpers import corpus, read_pcm16  # noqa: E402
+from tests.helpers import corpus, first_channel  # noqa: E402
 
 RECORDING = "libri_2412-153948-0000"
 
@@ -52,8 +51,7 @@ def main() -> None:
 
     settings = Settings()
     engine = create_engine(settings)
-    pcm, rate = read_pcm16(corpus()[RECORDING].path)
-    audio = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, rate, 16_000)
+    audio = first_channel(corpus()[RECORDING].path)
     audio = audio[: int(a.seconds * 16_000)]
     request = DecodeRequest(audio, DecodeKind.FINAL, language="en")
     path = default_model_path(settings.engine.cache_dir)

@@ -67,6 +67,14 @@ def read_pcm16(path: Path) -> tuple[np.ndarray, int]:
     return data, sr
 
 
+def first_channel(path: Path, rate: int = 16_000) -> np.ndarray:
+    """A recording's first channel as float32 in [-1, 1], resampled to ``rate`` (soxr)."""
+    import soxr
+
+    pcm, sr = read_pcm16(path)
+    return np.asarray(soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, rate), np.float32)
+
+
 def settings(**overrides: object) -> Settings:
     base: dict[str, object] = {"host": "127.0.0.1", "port": 0, "metrics_port": 0}
     base.update(overrides)

@@ -13,12 +13,11 @@ from __future__ import annotations
 import grpc
 import numpy as np
 import pytest
-import soxr
 
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_client.scoring import normalize
-from tests.helpers import corpus, read_pcm16, serve_fake, stream_audio
+from tests.helpers import corpus, first_channel, read_pcm16, serve_fake, stream_audio
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
@@ -29,8 +28,7 @@ RECORDING = "libri_2412-153948-0000"  # "... nor of the circumstances which led 
 def with_a_pause_mid_sentence() -> tuple[np.ndarray, float]:
     """The recording at 16 kHz with 0.9 s of silence in its quietest spot between 40 and
     60 % (between "leave" and "my native country"), and 2 s of silence after it."""
-    pcm, sr = read_pcm16(corpus()[RECORDING].path)
-    audio = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, 16_000)
+    audio = first_channel(corpus()[RECORDING].path)
     audio = (np.clip(audio, -1, 1) * 32767).astype(np.int16)
     frames = audio[: len(audio) // 480 * 480].reshape(-1, 480).astype(np.float64)
     lo, hi = len(frames) * 4 // 10, len(frames) * 6 // 10

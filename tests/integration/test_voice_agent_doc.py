@@ -11,11 +11,10 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
-import soxr
 
 from asr_api.v1 import asr_pb2
 from asr_client.scoring import wer
-from tests.helpers import ROOT, corpus, read_pcm16
+from tests.helpers import ROOT, corpus, first_channel
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
@@ -45,8 +44,7 @@ async def caller(audio: np.ndarray, speed: float) -> AsyncIterator[bytes]:
 async def test_the_guides_turns_come_whole_with_their_confidence(make_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     server = await make_server()
     rec = corpus()[RECORDING]
-    pcm, sr = read_pcm16(rec.path)
-    speech = soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, 16_000)
+    speech = first_channel(rec.path)
     # the caller speaks, then waits for the answer (3 s: past the longest pause)
     audio = (np.concatenate([speech, np.zeros(3 * 16_000)]) * 32767).astype(np.int16)
     turns = doc_module(monkeypatch).turns

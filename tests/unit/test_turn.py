@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import soxr
 
 from asr_server.settings import Settings
 from asr_server.vad.turn import (
@@ -21,7 +20,7 @@ from asr_server.vad.turn import (
     default_model_path,
     install_model,
 )
-from tests.helpers import corpus, read_pcm16
+from tests.helpers import corpus, first_channel
 
 INSTALLED = default_model_path(Settings().engine.cache_dir)
 
@@ -32,8 +31,7 @@ def model() -> TurnModel:
 
 
 def speech(rid: str) -> np.ndarray:
-    pcm, sr = read_pcm16(corpus()[rid].path)
-    return soxr.resample(pcm[:, 0].astype(np.float32) / 32768, sr, 16_000)
+    return first_channel(corpus()[rid].path)
 
 
 @pytest.mark.parametrize(
