@@ -44,7 +44,7 @@ class EngineSettings(BaseModel):
         "decoder is faster than a multi-threaded one for Whisper's small steps), 1 on CUDA.",
     )
     max_batch_size: int = Field(
-        0, ge=0, le=64, description="Requests batched into one call; 0 = 8 on CUDA, 4 on CPU."
+        0, ge=0, le=64, description="Requests batched into one call; 0 = 8 on CUDA, 2 on CPU."
     )
     batch_wait_ms: int = Field(
         5, ge=0, le=200, description="How long a worker waits for a batch while others run."

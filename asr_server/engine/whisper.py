@@ -145,10 +145,12 @@ class WhisperEngine:
             prefix_forcing=True,
             word_timestamps=True,
         )
-        # Batching pays on the CPU too (bench/batching_bench.py, 2 cores, tiny.en int8: a
-        # batch of 4 per single-threaded call decodes 1.5x the partials and 1.2x the finals
-        # of one at a time); a batch only forms when requests are queued, i.e. under load.
-        self.max_batch_size = max_batch_size or (8 if device == "cuda" else 4)
+        # On a CPU, batches of 2: a batch only forms when requests are queued (under load),
+        # and a longer call keeps a final waiting behind it. On 2 cores (2026-12-04,
+        # docs/call-center.md) 2 decoded 9-15 % more requests a second than 1 and 4
+        # decoded finals slower than 1; under 96 phone calls, final p95 was 0.85-0.90 s
+        # with 2 and 1.71-4.69 s with 4.
+        self.max_batch_size = max_batch_size or (8 if device == "cuda" else 2)
         if final_min_window_s is None:  # (measured on 2 cores: 30 s is 270 ms, not 72 ms)
             final_min_window_s = 30.0 if device == "cuda" else CPU_FINAL_MIN_WINDOW_S
         self._min_frames = {
