@@ -151,7 +151,6 @@ async def test_official_sdk_transcribes_linear16(make_server, make_bridge) -> No
 @pytest.mark.model
 @pytest.mark.timeout(300)
 async def test_official_sdk_transcribes_8khz_mulaw(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
-
     server = await make_server()
     bridge = await make_bridge(server.port, token=TOKEN)
     rec = corpus()[RECORDING]

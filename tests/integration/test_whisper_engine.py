@@ -18,24 +18,24 @@ from tests.helpers import corpus, read_pcm16
 pytestmark = pytest.mark.model
 
 
+def tiny_engine(device: str = "auto") -> WhisperEngine:
+    return WhisperEngine(
+        resolve_model("tiny.en", Path("/nonexistent")),
+        device=device,
+        max_batch_size=4,
+        cpu_threads=2,
+    )
+
+
 @pytest.fixture(scope="module")
 def engine() -> WhisperEngine:
-    return WhisperEngine(
-        resolve_model("tiny.en", Path("/nonexistent")), max_batch_size=4, cpu_threads=2
-    )
+    return tiny_engine()
 
 
 @pytest.fixture(scope="module")
 def cpu_engine(engine: WhisperEngine) -> WhisperEngine:
     """The engine on a CPU, for what only a CPU does (on a GPU, ``engine`` is CUDA's)."""
-    if engine.device == "cpu":
-        return engine
-    return WhisperEngine(
-        resolve_model("tiny.en", Path("/nonexistent")),
-        device="cpu",
-        max_batch_size=4,
-        cpu_threads=2,
-    )
+    return engine if engine.device == "cpu" else tiny_engine("cpu")
 
 
 def audio(rid: str) -> np.ndarray:
@@ -101,10 +101,11 @@ def test_requests_batch_only_with_their_own_window(cpu_engine: WhisperEngine) ->
 def test_numpys_blas_runs_one_thread_once_an_engine_is_loaded(engine: WhisperEngine) -> None:
     """OpenBLAS's idle threads busy-wait between the features' small matrix products,
     costing up to a core each (single_threaded_blas); the engine leaves it one thread."""
-    blas = [lib for lib in threadpool_info() if lib["user_api"] == "blas"]
+    libraries = threadpool_info()
+    blas = [lib for lib in libraries if lib["user_api"] == "blas"]
     assert blas, "numpy's BLAS not found"
     assert [lib["num_threads"] for lib in blas] == [1] * len(blas)
-    openmp = [lib for lib in threadpool_info() if lib["user_api"] == "openmp"]
+    openmp = [lib for lib in libraries if lib["user_api"] == "openmp"]
     # CTranslate2's own threads are untouched where there are several cores to use
     assert not openmp or (os.cpu_count() or 1) == 1 or max(lib["num_threads"] for lib in openmp) > 1
 
