@@ -319,10 +319,16 @@ async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrEr
     would see "Internal error from Core" instead of our status. The abandoned read ends
     when the call does, with an abort nobody awaits: its outcome is retrieved here, or
     asyncio would log it as "Task exception was never retrieved".
+
+    ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` returns the read's
+    result when the call's task is cancelled just as the read completes (a client reset
+    arriving with its last message), and the handler then went on serving a call that
+    no longer exists, down to an "unexpected server error" on its first write.
     """
     read = asyncio.ensure_future(context.read())
     try:
-        return await asyncio.wait_for(asyncio.shield(read), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            return await asyncio.shield(read)
     except TimeoutError:
         read.add_done_callback(_outcome_ignored)
         raise on_timeout() from None
