@@ -5,6 +5,10 @@ and measures decode throughput (requests per second) and the latency of one requ
 
 * ``workers=W threads=T batch=B``: W concurrent engine calls, each with T CPU threads and
   up to B requests batched into one encoder/decoder call.
+* one request alone, for each number of threads per call: the median time of a request
+  decoded by itself (requests one after another, 50 ms apart), and the process's CPU use
+  in those 50 ms gaps (an OpenMP team busy-waiting between calls would show there; numpy's
+  BLAS once did, docs/gpu.md).
 
 The requests are utterances of the shared corpus (3-10 s), the same list for every layout,
 as partials (greedy) and as finals (beam 5). Each layout is measured ``--repeats`` times,
@@ -79,6 +83,24 @@ def run_layout(engine: WhisperEngine, requests: list[DecodeRequest], batch: int)
         started = time.perf_counter()
         list(pool.map(engine.transcribe, batches))
         return time.perf_counter() - started
+
+
+def alone(
+    engine: WhisperEngine, requests: list[DecodeRequest], repeats: int
+) -> tuple[float, float]:
+    """Median seconds of one request decoded by itself, and the CPU cores the process used
+    in the 50 ms pauses between requests."""
+    walls, idle_cpu, idle_wall = [], 0.0, 0.0
+    for _ in range(repeats):
+        for request in requests:
+            started = time.perf_counter()
+            engine.transcribe([request])
+            walls.append(time.perf_counter() - started)
+            cpu, started = time.process_time(), time.perf_counter()
+            time.sleep(0.05)
+            idle_cpu += time.process_time() - cpu
+            idle_wall += time.perf_counter() - started
+    return statistics.median(walls), idle_cpu / idle_wall
 
 
 def partials_of_a_reading(n: int, seed: int = 1) -> list[DecodeRequest]:
@@ -255,6 +277,10 @@ def main() -> None:
                 f"  {workers:7d} {threads:7d} {batch:5d}   {len(requests) / wall:10.2f}"
                 f"   {total_audio / wall:13.1f}    runs: {', '.join(f'{r:.2f}' for r in runs)}"
             )
+        print("  one request alone: threads  median ms   CPU cores used between requests")
+        for (_workers, threads), engine in engines.items():
+            wall, idle = alone(engine, requests, args.repeats)
+            print(f"  {threads:26d}  {1000 * wall:9.0f}   {idle:.2f}")
 
 
 if __name__ == "__main__":
