@@ -82,6 +82,28 @@ def single_threaded_blas() -> None:
     threadpool_limits(limits=1, user_api="blas")
 
 
+#: workers on a CPU when not set: one per core, up to the setting's own bound
+MAX_AUTO_WORKERS = 64
+
+
+def engine_layout(device: str, cores: int, workers: int, cpu_threads: int) -> tuple[int, int]:
+    """(concurrent engine calls, threads per call); 0 for either: chosen here.
+
+    On a CPU, one single-threaded decode per core: parallelism comes from concurrent
+    calls. A second OpenMP thread per call made decodes slower, not faster, on both 2-core
+    machines measured: on 2026-12-04's Xeon (bench/batching_bench.py) a final alone took
+    342 ms with two threads against 116 ms with one, and two workers of one thread decoded
+    six times the finals a second of one worker with two (the 2026-12-03 EPYC: 280 against
+    170-190 ms). Workers share the model's weights: about 20 MB more memory each with
+    tiny.en. On CUDA one call at a time; requests are batched instead.
+    """
+    if workers == 0:
+        workers = min(cores, MAX_AUTO_WORKERS) if device == "cpu" else 1
+    if cpu_threads == 0:
+        cpu_threads = 1 if device == "cpu" else 4
+    return workers, cpu_threads
+
+
 def token_budget(duration_s: float) -> int:
     """New tokens allowed for ``duration_s`` of audio: fast speech is ~5 tokens/s."""
     return int(min(224, 12 + 8 * duration_s))
@@ -114,13 +136,7 @@ class WhisperEngine:
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         if compute_type == "auto":
             compute_type = "float16" if device == "cuda" else "int8"
-        cores = os.cpu_count() or 1
-        if workers == 0:
-            # Measured on 2 cores with tiny.en: one decoder thread per call decodes ~2x faster
-            # than two threads on one call, so parallelism comes from concurrent calls.
-            workers = min(cores, 8) if device == "cpu" else 1
-        if cpu_threads == 0:
-            cpu_threads = max(1, cores // workers) if device == "cpu" else 4
+        workers, cpu_threads = engine_layout(device, os.cpu_count() or 1, workers, cpu_threads)
         self.workers = workers
         self.device = device
         self.compute_type = compute_type

@@ -18,12 +18,12 @@ from tests.helpers import corpus, read_pcm16
 pytestmark = pytest.mark.model
 
 
-def tiny_engine(device: str = "auto") -> WhisperEngine:
+def tiny_engine(device: str = "auto", cpu_threads: int = 0) -> WhisperEngine:
     return WhisperEngine(
         resolve_model("tiny.en", Path("/nonexistent")),
         device=device,
         max_batch_size=4,
-        cpu_threads=2,
+        cpu_threads=cpu_threads,
     )
 
 
@@ -98,15 +98,18 @@ def test_requests_batch_only_with_their_own_window(cpu_engine: WhisperEngine) ->
     assert [normalize(h.text) for h in batched] == alone
 
 
-def test_numpys_blas_runs_one_thread_once_an_engine_is_loaded(engine: WhisperEngine) -> None:
+def test_numpys_blas_runs_one_thread_once_an_engine_is_loaded() -> None:
     """OpenBLAS's idle threads busy-wait between the features' small matrix products,
-    costing up to a core each (single_threaded_blas); the engine leaves it one thread."""
+    costing up to a core each (single_threaded_blas); the engine leaves it one thread,
+    and leaves CTranslate2's OpenMP threads as many as asked for."""
+    tiny_engine("cpu", cpu_threads=2)
     libraries = threadpool_info()
     blas = [lib for lib in libraries if lib["user_api"] == "blas"]
     assert blas, "numpy's BLAS not found"
     assert [lib["num_threads"] for lib in blas] == [1] * len(blas)
     openmp = [lib for lib in libraries if lib["user_api"] == "openmp"]
-    # CTranslate2's own threads are untouched where there are several cores to use
+    # CTranslate2's own threads are untouched where there are several cores to use (it
+    # sets OpenMP's count to its cpu_threads when it loads)
     assert not openmp or (os.cpu_count() or 1) == 1 or max(lib["num_threads"] for lib in openmp) > 1
 
 

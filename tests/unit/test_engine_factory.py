@@ -8,6 +8,7 @@ import pytest
 from asr_server.engine.base import EngineCapabilities
 from asr_server.engine.factory import EngineConfigError, check_engine, create_engine
 from asr_server.engine.fake import FakeEngine
+from asr_server.engine.whisper import engine_layout
 from asr_server.settings import Settings
 
 
@@ -24,3 +25,22 @@ def test_an_engine_at_another_sample_rate_is_refused_with_a_reason() -> None:
     with pytest.raises(EngineConfigError, match="takes 8000 Hz audio.*works at 16000 Hz"):
         check_engine(engine)
     check_engine(FakeEngine())  # 16 kHz: fine
+
+
+@pytest.mark.parametrize(
+    ("device", "cores", "asked", "layout"),
+    [
+        ("cpu", 2, (0, 0), (2, 1)),
+        # one single-threaded call per core on big machines too (it was 8 calls of 2
+        # threads on 16 cores, slower on every machine measured)
+        ("cpu", 16, (0, 0), (16, 1)),
+        ("cpu", 96, (0, 0), (64, 1)),
+        ("cpu", 16, (1, 0), (1, 1)),
+        ("cpu", 16, (4, 4), (4, 4)),  # what the operator sets is kept
+        ("cuda", 16, (0, 0), (1, 4)),
+    ],
+)
+def test_the_engine_layout_is_one_single_threaded_call_per_core_on_a_cpu(
+    device: str, cores: int, asked: tuple[int, int], layout: tuple[int, int]
+) -> None:
+    assert engine_layout(device, cores, *asked) == layout
