@@ -10,6 +10,8 @@ held no call-center level under a 2 s final p95 where those held 16-40 calls
 
 from __future__ import annotations
 
+import math
+import os
 import platform
 from pathlib import Path
 
@@ -56,3 +58,53 @@ def int8_sums_may_saturate(flags: frozenset[str], machine: str | None = None) ->
     16 bits (AVX2's vpmaddubsw), which overflows; VNNI's dot products sum in 32 bits. On an
     x86 CPU whose flags are unknown: True, the safe side. Not x86: False (other kernels)."""
     return is_x86(machine) and not flags & VNNI_FLAGS
+
+
+CGROUP = Path("/sys/fs/cgroup")
+
+
+def usable_cores(cgroup: Path = CGROUP, membership: Path = Path("/proc/self/cgroup")) -> int:
+    """The cores this process may use: those it may run on, capped by a container's CPU
+    limit (a cgroup quota, v2 or v1: Docker's ``cpus``, Kubernetes' ``limits.cpu``, a
+    systemd ``CPUQuota``), rounded up. ``os.cpu_count()`` is the machine's: one engine
+    worker per *host* core under a 4-CPU limit would leave most of them throttled."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    cores = cores or os.cpu_count() or 1
+    quota = _cgroup_cpu_limit(cgroup, _cgroup_paths(membership))
+    return max(1, min(cores, math.ceil(quota))) if quota else cores
+
+
+def _cgroup_paths(membership: Path) -> dict[str, str]:
+    """This process's cgroup per hierarchy ("" for v2, "cpu" for v1's cpu controller), from
+    /proc/self/cgroup lines such as ``0::/system.slice/x`` or ``4:cpu,cpuacct:/docker/y``."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return {}
+    paths = {}
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            paths[controller] = path.lstrip("/")
+    return paths
+
+
+def _cgroup_cpu_limit(cgroup: Path, paths: dict[str, str]) -> float | None:
+    """CPUs allowed by the process's cgroup quota; None where there is none. The cgroup is
+    looked for where /proc/self/cgroup places it, then at the mount's root (a container
+    sees its own cgroup there)."""
+    for base in dict.fromkeys([cgroup / paths.get("", ""), cgroup]):
+        try:  # cgroup v2: "max 100000" or "400000 100000"
+            quota, period = (base / "cpu.max").read_text().split()[:2]
+            return None if quota == "max" else int(quota) / int(period)
+        except (OSError, ValueError):
+            pass
+    v1 = cgroup / "cpu"
+    for base in dict.fromkeys([v1 / paths.get("cpu", ""), v1]):
+        try:  # cgroup v1: -1 = no quota
+            quota_us = int((base / "cpu.cfs_quota_us").read_text())
+            period_us = int((base / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    return None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ from asr_server.engine.base import (
     Hypothesis,
     WordTiming,
 )
-from asr_server.engine.cpu import cpu_flags, slow_int8_warning
+from asr_server.engine.cpu import cpu_flags, slow_int8_warning, usable_cores
 from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
     compression_ratio,
@@ -136,7 +135,7 @@ class WhisperEngine:
             device = "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
         if compute_type == "auto":
             compute_type = "float16" if device == "cuda" else "int8"
-        workers, cpu_threads = engine_layout(device, os.cpu_count() or 1, workers, cpu_threads)
+        workers, cpu_threads = engine_layout(device, usable_cores(), workers, cpu_threads)
         self.workers = workers
         self.device = device
         self.compute_type = compute_type
@@ -178,7 +177,13 @@ class WhisperEngine:
         self._tokenizers: dict[str, object] = {}
         self._tokenizer_lock = threading.Lock()
         logger.info(
-            "loaded model %s from %s on %s (%s)", model.name, model.source, device, compute_type
+            "loaded model %s from %s on %s (%s), %d worker(s) of %d thread(s)",
+            model.name,
+            model.source,
+            device,
+            compute_type,
+            workers,
+            cpu_threads,
         )
         if device == "cpu" and compute_type.startswith("int8"):
             warning = slow_int8_warning(cpu_flags())

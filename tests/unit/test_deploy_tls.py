@@ -104,7 +104,7 @@ def test_overlay_renders_with_kubectl() -> None:
     (deployment,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     names = [e["name"] for e in container["env"]]
-    assert "ASR_INSECURE" in names and "ASR_ENGINE__CPU_THREADS" in names  # merged, not replaced
+    assert "ASR_INSECURE" in names and "ASR_ENGINE__WORKERS" in names  # merged, not replaced
     assert container["livenessProbe"]["periodSeconds"] == 15  # base's timing kept
     assert {m["mountPath"] for m in container["volumeMounts"]} >= {
         "/etc/streamasr/tls",
