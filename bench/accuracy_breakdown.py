@@ -416,7 +416,7 @@ def run_variant(
     engine = engine_class(
         model,
         workers=1,
-        cpu_threads=2,
+        cpu_threads=a.threads,
         min_window_s=variant.partial_window_s,
         final_min_window_s=variant.final_window_s,
         final_beam_size=variant.final_beam,
@@ -471,6 +471,12 @@ def main() -> None:
         action="append",
         choices=sorted(BY_NAME),
         help="only these (repeatable); CHEAPER's, EARLY's and DECODING's run only when named",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads per decode: 1, as the server's workers (2 until 2026-12-04)",
     )
     p.add_argument("--offline-cache", type=Path, default=Path("/tmp/streamasr-offline.json"))
     p.add_argument("--json", type=Path)
