@@ -94,7 +94,7 @@ def engine_layout(device: str, cores: int, workers: int, cpu_threads: int) -> tu
     342 ms with two threads against 116 ms with one, and two workers of one thread decoded
     six times the finals a second of one worker with two (the 2026-12-03 EPYC: 280 against
     170-190 ms). Workers share the model's weights: about 20 MB more memory each with
-    tiny.en. On CUDA one call at a time; requests are batched instead.
+    tiny.en, 25 MB with base. On CUDA one call at a time; requests are batched instead.
     """
     if workers == 0:
         workers = min(cores, MAX_AUTO_WORKERS) if device == "cpu" else 1
