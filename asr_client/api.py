@@ -353,7 +353,10 @@ class AsrClient:
     async def wait_ready(self, timeout_s: float | None = None) -> None:
         """Wait until the channel is connected (default: the connect timeout)."""
         timeout_s = self.connection.connect_timeout_s if timeout_s is None else timeout_s
-        await asyncio.wait_for(self._channel.channel_ready(), timeout_s)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+        # (a Ctrl-C) that arrives as the channel becomes ready
+        async with asyncio.timeout(timeout_s):
+            await self._channel.channel_ready()
 
     def stream(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -43,3 +44,34 @@ def test_a_stream_update_names_only_what_changes_and_a_new_call_starts_from_it()
     on = api.updated_config(config, eager)
     off = api.updated_config(on, api.stream_update(eager_finals=False))
     assert not off.endpointing.eager_finals
+
+
+class ReadyOnCue:
+    """A channel whose ``channel_ready()`` is a future the test completes."""
+
+    def __init__(self) -> None:
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def channel_ready(self) -> asyncio.Future[None]:
+        return self.ready
+
+
+async def test_wait_ready_gives_up_after_its_timeout() -> None:
+    client = api.AsrClient("127.0.0.1:1")
+    client._channel = ReadyOnCue()  # type: ignore[assignment]
+    with pytest.raises(TimeoutError):
+        await client.wait_ready(0.01)
+
+
+async def test_a_cancel_as_the_channel_becomes_ready_still_cancels() -> None:
+    # Ctrl-C landing in the same turn of the loop as the connection: the command must
+    # stop (on Python 3.11 asyncio.wait_for returned instead, and the cancel was lost)
+    client = api.AsrClient("127.0.0.1:1")
+    channel = ReadyOnCue()
+    client._channel = channel  # type: ignore[assignment]
+    waiting = asyncio.create_task(client.wait_ready(5))
+    await asyncio.sleep(0)
+    channel.ready.set_result(None)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
