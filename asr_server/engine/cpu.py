@@ -83,7 +83,10 @@ def _cgroup_paths(membership: Path) -> dict[str, str]:
         return {}
     paths = {}
     for line in lines:
-        _, controllers, path = line.split(":", 2)
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        _, controllers, path = fields
         for controller in controllers.split(",") if controllers else [""]:
             paths[controller] = path.lstrip("/")
     return paths

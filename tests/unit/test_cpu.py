@@ -89,7 +89,7 @@ def test_the_limit_is_read_from_the_process_own_cgroup(tmp_path: Path, host_core
     v1 = _mk(tmp_path / "v1")
     cgroup_v1(v1, -1)  # the root: no limit
     quota_files(_mk(v1 / "cpu" / "asr.slice"), 150_000)
-    membership.write_text("4:memory:/other\n2:cpuacct,cpu:/asr.slice\n0::/\n")
+    membership.write_text("4:memory:/other\n2:cpuacct,cpu:/asr.slice\n0::/\nnot a line\n")
     assert usable_cores(v1, membership) == 2
     v2 = _mk(tmp_path / "v2")
     cgroup_v2(v2, "max 100000")
