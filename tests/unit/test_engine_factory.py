@@ -32,7 +32,7 @@ def test_an_engine_at_another_sample_rate_is_refused_with_a_reason() -> None:
     [
         ("cpu", 2, (0, 0), (2, 1)),
         # one single-threaded call per core on big machines too (it was 8 calls of 2
-        # threads on 16 cores, slower on every machine measured)
+        # threads on 16 cores, slower on both machines measured)
         ("cpu", 16, (0, 0), (16, 1)),
         ("cpu", 96, (0, 0), (64, 1)),
         ("cpu", 16, (1, 0), (1, 1)),
