@@ -27,7 +27,9 @@ def session_tasks() -> list[str]:
     return [t.get_name() for t in asyncio.all_tasks() if t.get_name().split("-")[0][1:].isdigit()]
 
 
-async def test_rapid_reset_burst_leaves_the_server_responsive_and_clean(make_server) -> None:  # type: ignore[no-untyped-def]
+async def test_rapid_reset_burst_leaves_the_server_responsive_and_clean(
+    make_server, caplog
+) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     process = psutil.Process()
     tasks_before = len(asyncio.all_tasks())
@@ -51,6 +53,9 @@ async def test_rapid_reset_burst_leaves_the_server_responsive_and_clean(make_ser
 
     assert server.servicer.active == 0
     assert server.servicer.admission.pending == 0
+    # a reset call's handler stops: it never goes on to fail on a call that is gone (on
+    # Python 3.11 asyncio.wait_for once let a reset that came with a message through)
+    assert "unexpected server error" not in caplog.text
     assert session_tasks() == []
     assert len(asyncio.all_tasks()) <= tasks_before + 2
     # Nothing is kept per stream: after the first round warmed caches up, 44,000 more
