@@ -35,7 +35,6 @@ Usage: python bench/batching_bench.py [--requests 16] [--repeats 3] [--model tin
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -48,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from asr_server.engine.base import DecodeKind, DecodeRequest  # noqa: E402
+from asr_server.engine.cpu import usable_cores  # noqa: E402
 from asr_server.engine.models import resolve_model  # noqa: E402
 from asr_server.engine.whisper import WhisperEngine  # noqa: E402
 from tests.helpers import corpus, first_channel  # noqa: E402
@@ -220,7 +220,9 @@ def main() -> None:
     parser.add_argument("--requests", type=int, help="16, or 48 with --composition")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--cores", type=int, default=usable_cores(), help="the server's count by default"
+    )
     parser.add_argument("--composition", action="store_true", help="compare batch composition")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
