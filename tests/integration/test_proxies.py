@@ -139,15 +139,26 @@ async def test_streams_spread_over_every_replica(cluster: Cluster, proxy: str) -
     port = getattr(cluster, proxy)
     async with AsrClient(f"127.0.0.1:{port}") as client:  # one connection, as a gateway has
         for _wave in range(5):  # 30 streams, 6 at a time (capacity is 12)
-            await asyncio.gather(*(one_call(client) for _ in range(6)))
+            # All six are held open until each has its first answer, so every pick sees the
+            # others in flight: streams in flight are what both proxies balance on. (Calls
+            # run start to end could finish before the next one starts, and then every pick
+            # sees idle replicas and the spread is luck.)
+            calls = await asyncio.gather(*(Call(client).open() for _ in range(6)))
+            await asyncio.gather(*(call.finish() for call in calls))
     await eventually(
         lambda: sum(a - b for a, b in zip(cluster.opened(), before, strict=True)) >= 30
     )
     spread = [a - b for a, b in zip(cluster.opened(), before, strict=True)]
     assert sum(spread) == 30, spread
-    # nginx's least_conn spreads evenly; Envoy's least-request picks the less busy of two
-    # random replicas, so allow some skew, but every replica must take its share.
-    assert min(spread) >= 5, spread
+    if proxy == "nginx":
+        # least_conn with a shared zone: each wave goes two, two, two
+        assert spread == [10, 10, 10], spread
+    else:
+        # Envoy's least-request picks the less busy of two random replicas, so the spread
+        # varies (10 ± 3 is typical). Below 3 of 30 on a replica happens about once in
+        # 100,000 runs of that rule (simulated); a proxy that pins the client's one
+        # connection to a replica, or never picks one, fails here every time.
+        assert min(spread) >= 3, spread
 
 
 # -- (d) retryable admission ----------------------------------------------------------------
