@@ -16,9 +16,10 @@ choice at a time against offline faster-whisper on the same model, files and nor
 
 VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
 choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), EARLY what a
-final decoded early in a pause hears (SEMANTIC streams, voice agents), and DECODING other
-ways to decode (Whisper's timestamp mode, as offline ``transcribe`` decodes); these run
-only by name. Offline hypotheses are cached (``--offline-cache``) across runs.
+final decoded early in a pause hears (SEMANTIC streams, voice agents), DECODING other ways
+to decode (Whisper's timestamp mode, as offline ``transcribe`` decodes), and HELD longer
+utterances (pauses held open, for transcripts); these run only by name. Offline
+hypotheses are cached (``--offline-cache``) across runs.
 
 Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
 """
@@ -360,8 +361,21 @@ DECODING: dict[str, Variant] = {
     "carried_timestamps": Variant(Options(commit=False, carry_s=10.0), timestamps=True),
 }
 
+#: longer utterances for transcripts, against ``carried_split6`` (``--variant`` only;
+#: measured 2026-12-05, docs/accuracy.md): pauses up to 2 s held open, so that utterances
+#: end at the first pause after 6 s (the server's split) or at a long pause. Sentences
+#: come out whole more often; at 16 kHz it wins a little, as phone audio it loses more.
+HELD: dict[str, Variant] = {
+    "carried_split6_held2000": Variant(
+        Options(commit=False, carry_s=10.0, silence_ms=2000, split_after_s=6.0)
+    ),
+    "carried_split10_held2000": Variant(
+        Options(commit=False, carry_s=10.0, silence_ms=2000, split_after_s=10.0)
+    ),
+}
+
 #: every variant a name can pick (``--variant``); a plain run compares VARIANTS only
-BY_NAME: dict[str, Variant] = {**VARIANTS, **CHEAPER, **EARLY, **DECODING}
+BY_NAME: dict[str, Variant] = {**VARIANTS, **CHEAPER, **EARLY, **DECODING, **HELD}
 
 
 def with_timestamps(engine_class):  # type: ignore[no-untyped-def]
@@ -470,7 +484,7 @@ def main() -> None:
         "--variant",
         action="append",
         choices=sorted(BY_NAME),
-        help="only these (repeatable); CHEAPER's, EARLY's and DECODING's run only when named",
+        help="only these (repeatable); all but VARIANTS run only when named",
     )
     p.add_argument(
         "--threads",
