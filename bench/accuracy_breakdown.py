@@ -372,6 +372,7 @@ HELD: dict[str, Variant] = {
     "carried_split10_held2000": Variant(
         Options(commit=False, carry_s=10.0, silence_ms=2000, split_after_s=10.0)
     ),
+    "carried_held10000": Variant(Options(commit=False, carry_s=10.0, silence_ms=10000)),
 }
 
 #: every variant a name can pick (``--variant``); a plain run compares VARIANTS only
