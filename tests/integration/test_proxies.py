@@ -151,8 +151,9 @@ async def test_streams_spread_over_every_replica(cluster: Cluster, proxy: str) -
     spread = [a - b for a, b in zip(cluster.opened(), before, strict=True)]
     assert sum(spread) == 30, spread
     if proxy == "nginx":
-        # least_conn with a shared zone: each wave goes two, two, two
-        assert spread == [10, 10, 10], spread
+        # least_conn with a shared zone: each wave goes two, two, two (10/10/10 in every
+        # run seen), give or take a stream the last wave's closing still counted
+        assert max(spread) - min(spread) <= 2, spread
     else:
         # Envoy's least-request picks the less busy of two random replicas, so the spread
         # varies (10 ± 3 is typical). Below 3 of 30 on a replica happens about once in
