@@ -11,7 +11,9 @@ choice at a time against offline faster-whisper on the same model, files and nor
   server did until 2026-12; against ``segmented``, the cost of committing);
 * ``segmented``: each utterance decoded alone, nothing committed (the cost of the cuts);
 * ``carried``: nothing committed, each final decoded after the previous final's audio and
-  text (the server's default now);
+  text (the server's default from 2026-12-01 to 2026-12-02);
+* ``carried_split6``: the same, with an utterance of 6 s or more split at its next pause
+  (the server's defaults now: quote this one for the server);
 * ``carried_window30``: the same with finals' shortest encoder window at 30 s.
 
 VARIANTS below lists what a run compares (``--variant`` picks some); each changes one
