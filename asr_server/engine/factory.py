@@ -46,7 +46,7 @@ def _fake(settings: Settings) -> Engine:
     and proxies matter and recognition does not."""
     from asr_server.engine.fake import FakeEngine
 
-    return FakeEngine()
+    return FakeEngine(record_calls=False)  # nothing reads its calls: keeping them would grow
 
 
 BACKENDS: dict[str, Callable[[Settings], Engine]] = {

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pydantic
 import pytest
 
-from asr_server.engine.base import EngineCapabilities
+from asr_server.engine.base import DecodeKind, DecodeRequest, EngineCapabilities
 from asr_server.engine.factory import EngineConfigError, check_engine, create_engine
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.whisper import engine_layout
@@ -18,6 +19,19 @@ def test_the_backend_setting_chooses_the_engine() -> None:
     assert isinstance(create_engine(Settings(engine={"model": "fake"})), FakeEngine)
     with pytest.raises(pydantic.ValidationError, match="faster-whisper"):
         Settings(engine={"backend": "kaldi"})
+
+
+def test_a_server_on_the_fake_backend_keeps_no_request_audio() -> None:
+    """A drill replica (``ASR_ENGINE__MODEL=fake``) may stream for hours: the requests,
+    each with a copy of its utterance's audio, must not pile up (half an hour of one
+    stream kept 290 MB before). A FakeEngine made by a test still records them for inspection."""
+    request = DecodeRequest(np.full(16_000, 0.1, np.float32), DecodeKind.FINAL)
+    served = create_engine(Settings(engine={"backend": "fake"}))
+    assert served.transcribe([request])[0].text == "w0 w1 w2 w3"
+    assert served.calls == []  # type: ignore[attr-defined]
+    inspected = FakeEngine()
+    inspected.transcribe([request])
+    assert inspected.calls == [[request]]
 
 
 def test_an_engine_at_another_sample_rate_is_refused_with_a_reason() -> None:
