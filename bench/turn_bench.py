@@ -30,7 +30,7 @@ word timestamps.
   then end a turn at the first one only if that probability also reaches a gate
   (``punctuation_gates``). Tried 2026-12-03, not taken (docs/end-of-turn.md).
 
-Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--json out.json]
+Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--telephone] [--json out.json]
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ sys.path.insert(0, str(ROOT))
 
 from word_latency import words_of  # noqa: E402
 
+from asr_client.load.calls import telephone_band  # noqa: E402
+from asr_server.audio.decode import AudioDecoder, AudioFormat, Encoding  # noqa: E402
+from asr_server.audio.g711 import mulaw_encode  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
@@ -84,6 +87,15 @@ class Pause:
     asked: dict[float, float] = field(default_factory=dict)
     #: Whisper's probability that the sentence ends at this pause (``--punctuation``)
     sentence_end: float = 1.0
+
+
+def as_phone_line(audio: np.ndarray) -> np.ndarray:
+    """16 kHz audio as the server hears it from a phone line: the 300-3400 Hz band at
+    8 kHz, mu-law, then decoded and resampled to 16 kHz by the server's own decoder."""
+    pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
+    decoder = AudioDecoder(AudioFormat(Encoding.MULAW, 8_000))
+    heard = decoder.decode(mulaw_encode(telephone_band(pcm, SR)))[0]
+    return np.concatenate([heard, decoder.flush()[0]])[: audio.size]
 
 
 def reference_turns(row: dict[str, str]) -> list[list[str]]:
@@ -393,6 +405,12 @@ def main() -> None:
         action="store_true",
         help="also gate the first ask on Whisper's sentence end probability (slower)",
     )
+    p.add_argument(
+        "--telephone",
+        action="store_true",
+        help="the voice detector and the turn model hear each recording as a phone line "
+        "(300-3400 Hz, 8 kHz mu-law); the reference turn ends stay those of the original",
+    )
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     from faster_whisper import WhisperModel
@@ -416,7 +434,9 @@ def main() -> None:
         data, sr = sf.read(str(SHARED / row["file"]), dtype="float32", always_2d=True)
         audio = soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
         turns = reference_turns(row)
-        ends = turn_end_times(audio, turns, whisper)
+        ends = turn_end_times(audio, turns, whisper)  # aligned on the full-band audio
+        if a.telephone:
+            audio = as_phone_line(audio)
         pauses = label(pauses_of(audio), ends)
         turn_start = 0.0
         for pause in pauses:
@@ -479,6 +499,7 @@ def main() -> None:
         "turns": n_turns,
         "pauses_inside_turns": sum(not p.ends_turn for p in all_pauses),
         "probe_ms": a.probe_ms,
+        "telephone": a.telephone,
         "turn_model_median_ms": round(model_s * 1000, 1),
         "silence_at_300ms": at_budget(silence),
         "semantic_at_300ms": at_budget(semantic),
