@@ -54,11 +54,10 @@ import soxr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from streaming_bench import telephone  # noqa: E402
 from word_latency import words_of  # noqa: E402
 
-from asr_client.load.calls import telephone_band  # noqa: E402
 from asr_server.audio.decode import AudioDecoder, AudioFormat, Encoding  # noqa: E402
-from asr_server.audio.g711 import mulaw_encode  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
@@ -91,10 +90,12 @@ class Pause:
 
 def as_phone_line(audio: np.ndarray) -> np.ndarray:
     """16 kHz audio as the server hears it from a phone line: the 300-3400 Hz band at
-    8 kHz, mu-law, then decoded and resampled to 16 kHz by the server's own decoder."""
+    8 kHz, mu-law (streaming_bench's phone line), then decoded and resampled to 16 kHz by
+    the server's own decoder."""
     pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
-    decoder = AudioDecoder(AudioFormat(Encoding.MULAW, 8_000))
-    heard = decoder.decode(mulaw_encode(telephone_band(pcm, SR)))[0]
+    wire, rate = telephone(pcm.reshape(-1, 1), SR)
+    decoder = AudioDecoder(AudioFormat(Encoding.MULAW, rate))
+    heard = decoder.decode(wire)[0]
     return np.concatenate([heard, decoder.flush()[0]])[: audio.size]
 
 
