@@ -11,9 +11,9 @@ import enum
 from dataclasses import dataclass
 
 import numpy as np
-import soxr
 
 from asr_server.audio.g711 import ALAW_TO_FLOAT32, MULAW_TO_FLOAT32
+from asr_server.audio.resample import StreamingResampler
 
 #: the pipeline's one rate: every stream is resampled to it, the voice detectors and the
 #: engine work at it (an engine declares its rate; the server checks they agree)
@@ -82,10 +82,7 @@ class AudioDecoder:
         fmt.validate()
         self.format = fmt
         self._resamplers = (
-            [
-                soxr.ResampleStream(fmt.sample_rate_hz, SAMPLE_RATE, 1, dtype="float32")
-                for _ in range(fmt.channels)
-            ]
+            [StreamingResampler(fmt.sample_rate_hz, SAMPLE_RATE) for _ in range(fmt.channels)]
             if fmt.sample_rate_hz != SAMPLE_RATE
             else None
         )
@@ -112,7 +109,4 @@ class AudioDecoder:
     def _resample(self, channels: list[np.ndarray], *, last: bool) -> list[np.ndarray]:
         if self._resamplers is None:
             return [np.ascontiguousarray(c, dtype=np.float32) for c in channels]
-        return [
-            r.resample_chunk(np.ascontiguousarray(c, dtype=np.float32), last=last)
-            for r, c in zip(self._resamplers, channels, strict=True)
-        ]
+        return [r.process(c, last=last) for r, c in zip(self._resamplers, channels, strict=True)]
