@@ -1,17 +1,14 @@
 """Recognition of one audio channel: VAD → utterance audio → engine → events.
 
 The processor pulls 16 kHz audio from the channel's bounded inbox and runs the
-endpointer. While someone speaks it asks the scheduler for a partial every
-``partial_interval`` of new speech (without waiting for it: a newer request
-replaces a queued one); with ``commit_partials`` it commits the words two
-consecutive partials agree on. In a pause the final is decoded early, ahead of the
-endpoint (and, in SEMANTIC streams, the turn model is asked whether the turn is
-over). When the endpointer hears the end of speech — or the turn model, or the
-client, ends it, or the audio ends — the processor *waits* for the final: if the
-engine is behind, the inbox fills and the reader stops reading, which is the
-backpressure. Each final is decoded after the previous one when that helps
-(session/carry.py); what is known about the utterance being heard lives in
-session/utterance_state.py.
+endpointer. While someone speaks it asks for partials (session/partials.py). In a
+pause the final is decoded early, ahead of the endpoint (and, in SEMANTIC streams,
+the turn model is asked whether the turn is over). When the endpointer hears the end
+of speech — or the turn model, or the client, ends it, or the audio ends — the
+processor *waits* for the final: if the engine is behind, the inbox fills and the
+reader stops reading, which is the backpressure. Each final is decoded after the
+previous one when that helps (session/carry.py); what is known about the utterance
+being heard lives in session/utterance_state.py.
 
 An utterance longer than ``max_utterance`` is split where no word is cut: after
 the last committed word when their timing is known, else at the quietest point
@@ -29,13 +26,14 @@ from collections.abc import Awaitable, Callable, Coroutine
 
 import numpy as np
 
-from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
+from asr_server.engine.base import Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.finals import FinalDecoder
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
 from asr_server.session.language import LanguageTracker
+from asr_server.session.partials import Partials
 from asr_server.session.types import (
     ChannelStart,
     ConfigUpdate,
@@ -61,8 +59,6 @@ logger = logging.getLogger(__name__)
 
 #: trailing silence kept after the last voiced frame: the end of a word fades slowly
 TRAILING_PAD_S = 0.2
-#: how close to the utterance limit partials start asking for word timing (for a clean split)
-TIMING_LEAD_S = 4.0
 #: trailing silence after which the final is decoded speculatively, before the endpoint
 #: confirms it; if speech resumes the result is dropped (or set aside, below). Hides
 #: decode time from latency.
@@ -83,15 +79,6 @@ SPLIT_PAUSE_MARGIN_S = 0.1
 #: no partials once this much trailing silence is heard: silence adds no words (where the
 #: final is decoded early in a pause, none once a pause has begun: _partial_silence_cutoff)
 PARTIAL_SILENCE_CUTOFF_S = 0.15
-#: until an utterance's first partial has words, the next ask goes out as soon as the
-#: previous one is back (one at a time) and this much new audio has arrived. The first
-#: word becomes readable a quarter second or so into speech; a fixed 200 ms grid of asks
-#: (start + 120 ms, + 320 ms, ...) showed it up to 200 ms late. Under load decodes take
-#: longer and the asks thin out by themselves.
-FIRST_PARTIAL_STEP_S = 0.05
-#: hypotheses of less audio than this are shown but never committed: Whisper guesses on
-#: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
-MIN_COMMIT_AUDIO_S = 1.5
 
 
 #: a client whose finalize came this far into a pause ends its turns before the turn
@@ -139,12 +126,9 @@ class ChannelRecognizer:
         self.metrics = metrics
         self._emit = emit
         self._spawn = spawn
-        self._partial_interval = int(partial_interval_s * SAMPLE_RATE)
-        self._first_partial_step = int(FIRST_PARTIAL_STEP_S * SAMPLE_RATE)
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
         self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
-        self._key = coalesce_key
         self._agreement = agreement
         self._server_turn = turn  # SEMANTIC streams only: the server's thresholds
         self._set_endpointing(config)
@@ -188,6 +172,20 @@ class ChannelRecognizer:
             speech_check=speech_check,
         )
         self._utt: UtteranceState | None = None
+        self._partials = Partials(
+            channel=channel,
+            scheduler=scheduler,
+            metrics=metrics,
+            emit=emit,
+            spawn=spawn,
+            finals=self._finals,
+            language=self.language,
+            coalesce_key=coalesce_key,
+            partial_interval_s=partial_interval_s,
+            max_utterance=self._max_utterance,
+            commits=self._commits,
+            hearing=lambda: self._utt,
+        )
         # see settled_sample: the start of an utterance whose final is being decoded, and
         # the endpointer's bound as of the last events this channel finished handling
         self._finalizing_from: int | None = None
@@ -437,19 +435,9 @@ class ChannelRecognizer:
         if (
             self.config.interim_results
             and silence < self._partial_silence_cutoff
-            and self._partial_due(utt)
+            and self._partials.due(utt)
         ):
-            utt.samples_since_partial = 0
-            self._request_partial(utt)
-
-    def _partial_due(self, utt: UtteranceState) -> bool:
-        if utt.speculation is not None:
-            # the final is being decoded early in this pause: a partial now would be
-            # thrown away unless speech resumed, and it would slow that decode down
-            return False
-        if utt.partials_sent:
-            return utt.samples_since_partial >= self._partial_interval
-        return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_partial_step
+            self._partials.ask(utt, self.config)
 
     def _early_final(self, utt: UtteranceState, last_voiced_end: int, name: str) -> EarlyFinal:
         """The final of the audio up to the trailing pad (or as much of it as has been
@@ -854,67 +842,6 @@ class ChannelRecognizer:
             utt.last_partial_text,
         )
         return True
-
-    # -- partials -------------------------------------------------------------------------
-
-    def _request_partial(self, utt: UtteranceState) -> None:
-        near_limit = len(utt.audio) >= self._max_utterance - int(TIMING_LEAD_S * SAMPLE_RATE)
-        request = DecodeRequest(
-            utt.audio.snapshot(),
-            DecodeKind.PARTIAL,
-            language=self.language.decode_language(),
-            languages=self.config.languages,
-            prompt=self._finals.prompt(),
-            prefix=utt.agreement.committed_text,
-            word_timestamps=near_limit,
-        )
-        first = utt.partials_sent == 0
-        utt.first_ask_in_flight = first
-        self._spawn(self._partial(utt, request, first))
-
-    async def _partial(self, utt: UtteranceState, request: DecodeRequest, first: bool) -> None:
-        try:
-            hyp = await self.scheduler.decode(request, coalesce_key=self._key, urgent=first)
-        finally:
-            if first:
-                utt.first_ask_in_flight = False
-        if hyp is None or hyp.rejected or utt.finalizing or utt is not self._utt:
-            return
-        if request.audio.size <= utt.partial_samples:
-            return  # two workers ran this stream's partials and the newer one won
-        utt.partial_samples = request.audio.size
-        if utt.speculation is not None:
-            # a final is being decoded with the current committed prefix: committing more
-            # now could contradict it; the partial resumes if speech does
-            return
-        words = hyp.text.split()
-        timings = hyp.words if len(hyp.words) == len(words) else None
-        commit = self._commits and request.audio.size >= MIN_COMMIT_AUDIO_S * SAMPLE_RATE
-        if not utt.agreement.update(words, timings, commit=commit):
-            return
-        utt.partial_language = hyp.language
-        stable, unstable = utt.agreement.committed_text, utt.agreement.tail_text
-        text = f"{stable} {unstable}".strip()
-        if not text or text == utt.last_partial_text:
-            return
-        utt.last_partial_text = text
-        utt.hear(text, request.audio.size)
-        if utt.partials_sent == 0:
-            self.metrics.time_to_first_partial.observe(max(0.0, now() - utt.speech_arrived))
-        utt.partials_sent += 1
-        await self._emit(
-            RecognitionResult(
-                is_final=False,
-                stable_text=stable,
-                unstable_text=unstable,
-                start_s=utt.audio.start_sample / SAMPLE_RATE,
-                end_s=(utt.audio.start_sample + request.audio.size) / SAMPLE_RATE,
-                utterance_id=utt.utterance_id,
-                channel=self.channel,
-                language=hyp.language,
-            )
-        )
-        self.metrics.results.labels("partial").inc()
 
     # -- helpers --------------------------------------------------------------------------
 
