@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr_server.audio.g711 import ALAW_TO_FLOAT32, MULAW_TO_FLOAT32
-from asr_server.audio.resample import StreamingResampler
+from asr_server.audio.resample import resampler_for
 
 #: the pipeline's one rate: every stream is resampled to it, the voice detectors and the
 #: engine work at it (an engine declares its rate; the server checks they agree)
@@ -82,7 +82,7 @@ class AudioDecoder:
         fmt.validate()
         self.format = fmt
         self._resamplers = (
-            [StreamingResampler(fmt.sample_rate_hz, SAMPLE_RATE) for _ in range(fmt.channels)]
+            [resampler_for(fmt.sample_rate_hz, SAMPLE_RATE) for _ in range(fmt.channels)]
             if fmt.sample_rate_hz != SAMPLE_RATE
             else None
         )

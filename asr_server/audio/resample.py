@@ -26,6 +26,7 @@ import functools
 import math
 
 import numpy as np
+import soxr
 
 #: attenuation of the stop band; sets the filter's length with the transition width
 STOPBAND_DB = 80.0
@@ -35,6 +36,11 @@ TRANSITION = 0.2
 #: up to this many phases the output is computed a phase at a time (a few fast
 #: correlations); with more (44.1 kHz → 16 kHz has 160) sample by sample, gathered
 FEW_PHASES = 8
+#: the most phases a filter is designed for. Every common rate needs at most 640
+#: (11.025 kHz); an odd one such as 8001 Hz needs 16,000, a 3-10 MB table that takes
+#: 0.3-0.8 s to design, on the event loop, at the stream's start. Those go to soxr's
+#: stream instead, whose 20-60 ms block delay is the lesser cost (see resampler_for).
+MAX_PHASES = 640
 
 
 def _lowpass(up: int, down: int, in_rate: int, out_rate: int) -> tuple[np.ndarray, int]:
@@ -137,3 +143,22 @@ class StreamingResampler:
         oldest = newest_inputs - self._width + 1 - self._first
         windows = self._input[oldest[:, None] + np.arange(self._width)]
         return np.einsum("nk,nk->n", windows, self._phases[phases]).astype(np.float32)
+
+
+class _SoxrStream:
+    """soxr's streaming resampler, for rates with more than MAX_PHASES phases."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
+
+    def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
+        chunk = np.ascontiguousarray(samples, dtype=np.float32)
+        return np.asarray(self._stream.resample_chunk(chunk, last=last), np.float32)
+
+
+def resampler_for(in_rate: int, out_rate: int) -> StreamingResampler | _SoxrStream:
+    """The converter for one channel: this module's, unless the rates' ratio needs more
+    than MAX_PHASES phases (no common rate does)."""
+    if out_rate // math.gcd(in_rate, out_rate) > MAX_PHASES:
+        return _SoxrStream(in_rate, out_rate)
+    return StreamingResampler(in_rate, out_rate)
