@@ -260,26 +260,35 @@ async def stream_one(
     return out
 
 
-def channel_audio(item: Item, phone: bool = False) -> dict[int, np.ndarray]:
-    """Each scored channel as 16 kHz float32, as the server gets it: sent in 20 ms
-    messages at the recording's rate (or as a phone line) through the server's own
-    decoder and resampler. Offline decodes the same audio, so the two differ only in how
-    they decode it (tiny.en's WER moves by half a point between resamplers that agree to
-    80 dB in the voice band: docs/accuracy.md)."""
+def as_server_hears(
+    data: bytes, sample_rate_hz: int, channels: int, encoding: str
+) -> list[np.ndarray]:
+    """Wire audio as the server hears it: sent in 20 ms messages through its own decoder
+    and resampler (16 kHz float32, one array per channel)."""
     from asr_server.audio.decode import AudioDecoder, AudioFormat, Encoding
 
+    fmt = AudioFormat(Encoding(encoding), sample_rate_hz, channels)
+    decoder = AudioDecoder(fmt)
+    step = sample_rate_hz // 50 * fmt.frame_bytes
+    pieces = [decoder.decode(data[i : i + step]) for i in range(0, len(data), step)]
+    pieces.append(decoder.flush())
+    return [np.concatenate([p[ch] for p in pieces]) for ch in range(channels)]
+
+
+def channel_audio(item: Item, phone: bool = False) -> dict[int, np.ndarray]:
+    """Each scored channel as 16 kHz float32, as the server gets it: at the recording's
+    rate (or as a phone line) through the server's own decoder and resampler. Offline
+    decodes the same audio, so the two differ only in how they decode it (tiny.en's WER
+    moves by half a point between resamplers that agree to 80 dB in the voice band:
+    docs/accuracy.md)."""
     pcm, sr = load_pcm(item)
     channels = pcm.shape[1]
     if phone:
         data, sr = telephone(pcm, sr)
-        fmt = AudioFormat(Encoding.MULAW, sr, channels)
+        heard = as_server_hears(data, sr, channels, "MULAW")
     else:
-        data, fmt = pcm.tobytes(), AudioFormat(Encoding.LINEAR16, sr, channels)
-    decoder = AudioDecoder(fmt)
-    step = sr // 50 * fmt.frame_bytes
-    pieces = [decoder.decode(data[i : i + step]) for i in range(0, len(data), step)]
-    pieces.append(decoder.flush())
-    return {ch: np.concatenate([p[ch] for p in pieces]) for ch in references(item)}
+        heard = as_server_hears(pcm.tobytes(), sr, channels, "LINEAR16")
+    return {ch: heard[ch] for ch in references(item)}
 
 
 def offline_text(model, audio: np.ndarray) -> str:  # type: ignore[no-untyped-def]

@@ -54,10 +54,9 @@ import soxr
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streaming_bench import telephone  # noqa: E402
+from streaming_bench import as_server_hears, telephone  # noqa: E402
 from word_latency import words_of  # noqa: E402
 
-from asr_server.audio.decode import AudioDecoder, AudioFormat, Encoding  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
@@ -94,9 +93,7 @@ def as_phone_line(audio: np.ndarray) -> np.ndarray:
     the server's own decoder."""
     pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
     wire, rate = telephone(pcm.reshape(-1, 1), SR)
-    decoder = AudioDecoder(AudioFormat(Encoding.MULAW, rate))
-    heard = decoder.decode(wire)[0]
-    return np.concatenate([heard, decoder.flush()[0]])[: audio.size]
+    return as_server_hears(wire, rate, 1, "MULAW")[0][: audio.size]
 
 
 def reference_turns(row: dict[str, str]) -> list[list[str]]:

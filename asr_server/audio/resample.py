@@ -102,8 +102,9 @@ class StreamingResampler:
         samples = np.asarray(samples, dtype=np.float32)
         self._input = np.concatenate([self._input, samples])
         self._received += samples.size
+        whole = -(-self._received * self.up // self.down)  # the output of all the input
         if last:
-            end = -(-self._received * self.up // self.down)  # the whole stream's output
+            end = whole
             needed = self._newest_input(end - 1) + 1 - self._first
             if needed > self._input.size:  # the filter runs on into silence
                 self._input = np.concatenate(
@@ -111,7 +112,7 @@ class StreamingResampler:
                 )
         else:
             # output n needs input up to _newest_input(n): every n before this has it
-            end = -(-self._received * self.up // self.down) - self.delay
+            end = whole - self.delay
         start, end = self._emitted, max(self._emitted, end)
         out = self._compute(start, end)
         self._emitted = end
