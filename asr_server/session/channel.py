@@ -3,12 +3,13 @@
 The processor pulls 16 kHz audio from the channel's bounded inbox and runs the
 endpointer. While someone speaks it asks for partials (session/partials.py). In a
 pause the final is decoded early, ahead of the endpoint (and, in SEMANTIC streams,
-the turn model is asked whether the turn is over). When the endpointer hears the end
-of speech — or the turn model, or the client, ends it, or the audio ends — the
-processor *waits* for the final: if the engine is behind, the inbox fills and the
-reader stops reading, which is the backpressure. Each final is decoded after the
-previous one when that helps (session/carry.py); what is known about the utterance
-being heard lives in session/utterance_state.py.
+the turn model is asked whether the turn is over: session/turn_taking.py, which also
+sends eager results). When the endpointer hears the end of speech — or the turn
+model, or the client, ends it, or the audio ends — the processor *waits* for the
+final: if the engine is behind, the inbox fills and the reader stops reading, which
+is the backpressure. Each final is decoded after the previous one when that helps
+(session/carry.py); what is known about the utterance being heard lives in
+session/utterance_state.py.
 
 An utterance longer than ``max_utterance`` is split where no word is cut: after
 the last committed word when their timing is known, else at the quietest point
@@ -24,8 +25,6 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 
-import numpy as np
-
 from asr_server.engine.base import Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
@@ -34,6 +33,7 @@ from asr_server.session.finals import FinalDecoder
 from asr_server.session.inbox import AudioChunk, AudioInbox, DetectedEvents, EndOfAudio, now
 from asr_server.session.language import LanguageTracker
 from asr_server.session.partials import Partials
+from asr_server.session.turn_taking import TurnTaking
 from asr_server.session.types import (
     ChannelStart,
     ConfigUpdate,
@@ -52,7 +52,6 @@ from asr_server.session.utterance import SAMPLE_RATE, UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, TurnComplete, UtteranceState
 from asr_server.vad.base import SpeechCheck
 from asr_server.vad.endpointer import Endpointer, SpeechAudio, SpeechEnded, SpeechStarted
-from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
 from asr_server.vad.turn import TurnDetection
 
 logger = logging.getLogger(__name__)
@@ -84,15 +83,8 @@ PARTIAL_SILENCE_CUTOFF_S = 0.15
 #: a client whose finalize came this far into a pause ends its turns before the turn
 #: model's answer could (a voice agent's VAD stops at about 200 ms; the model is asked at
 #: 150 ms and takes 35-90 ms on one core). In its streams the model waits for the pause's
-#: early final instead of running beside its decode (see _ask_turn_model)
+#: early final instead of running beside its decode (see turn_taking.TurnTaking._ask)
 CLIENT_ENDS_TURNS_WITHIN_S = 0.3
-
-
-#: SEMANTIC: the turn model hears the previous utterance too when this one began within
-#: the longest pause a turn holds (it was cut where the model judged the turn over, and
-#: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
-#: a whole turn. At most this much of the pause between them is put back, as silence.
-TURN_CONTEXT_PAUSE_S = 1.0
 
 
 class ChannelRecognizer:
@@ -125,13 +117,23 @@ class ChannelRecognizer:
         self.scheduler = scheduler
         self.metrics = metrics
         self._emit = emit
-        self._spawn = spawn
         self._max_utterance = int(config.max_utterance_ms * SAMPLE_RATE / 1000)
         self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
         self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
         self._agreement = agreement
-        self._server_turn = turn  # SEMANTIC streams only: the server's thresholds
-        self._set_endpointing(config)
+        # SEMANTIC: a pause this long is held open on purpose, never split at
+        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
+        self._turns = TurnTaking(
+            channel=channel,
+            config=config,
+            server_turn=turn,
+            metrics=metrics,
+            emit=emit,
+            spawn=spawn,
+            hearing=lambda: self._utt,
+            client_ends_turns_first=lambda: self._client_ends_turns_first,
+            turn_complete=self._queue_turn_complete,
+        )
         # see _speculate_after
         self._late_speculation = int(SPECULATE_AFTER_S * SAMPLE_RATE)
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
@@ -147,9 +149,6 @@ class ChannelRecognizer:
         # second opinion (Silero, the VAD voice agents use) hears no speech after its end.
         self._speech_check = speech_check
         self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
-        #: SEMANTIC: the previous utterance's audio (the model's window of it) and end
-        self._turn_before: tuple[np.ndarray, int] | None = None
-        self._turn_window = TURN_WINDOW_S * SAMPLE_RATE
         self._inbox: AudioInbox | None = None
         caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
@@ -193,27 +192,13 @@ class ChannelRecognizer:
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
 
-    def _set_endpointing(self, config: StreamConfig) -> None:
-        """What the stream's endpointing settings decide here (at the start, and at each
-        update of them)."""
-        # SEMANTIC: a pause this long is held open on purpose, never split at
-        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
-        turn = self._server_turn
-        self._turn = (
-            turn.for_stream(config.turn_threshold, config.eager_threshold) if turn else None
-        )
-        # SEMANTIC: (pause in samples, threshold) of each question to the turn model
-        self._turn_probes = [
-            (int(ms * SAMPLE_RATE / 1000), threshold)
-            for ms, threshold in (self._turn.probes() if self._turn else [])
-        ]
-
     def _reconfigure(self, config: StreamConfig) -> None:
         """The client's update (StreamingUpdate), from this point of the audio on."""
         self.config = config
-        self._set_endpointing(config)
+        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
+        self._turns.reconfigure(config)
         self.endpointer.set_silence_ms(
-            config.max_silence_ms if self._turn is not None else config.silence_ms
+            config.max_silence_ms if self._turns.semantic else config.silence_ms
         )
         self._finals.reconfigure(config)
 
@@ -222,7 +207,7 @@ class ChannelRecognizer:
         """The pause after which the final is decoded ahead of the endpoint; sooner where
         the turn can end early in a pause: in SEMANTIC streams, at the turn model's first
         ask, and in streams whose client finalizes, so that it is ready at the finalize."""
-        if self._turn is not None:
+        if self._turns.semantic:
             return self._early_speculation
         if self._client_finalizes:
             return min(self._late_speculation, self._early_speculation)
@@ -252,7 +237,7 @@ class ChannelRecognizer:
     @property
     def _sets_aside(self) -> bool:
         """Whether an early final that a sound broke is set aside (see __init__)."""
-        return self._speech_check is not None and (self._turn is not None or self._client_finalizes)
+        return self._speech_check is not None and (self._turns.semantic or self._client_finalizes)
 
     @property
     def settled_sample(self) -> int:
@@ -422,16 +407,7 @@ class ChannelRecognizer:
                 self._speculate(utt, ev.last_voiced_end)
             elif self._needs_split_final(utt, silence):
                 utt.split_final = self._early_final(utt, ev.last_voiced_end, "split-final")
-            if (
-                utt.probes_asked < len(self._turn_probes)
-                and silence >= self._turn_probes[utt.probes_asked][0]
-            ):
-                threshold = self._turn_probes[utt.probes_asked][1]
-                first = utt.probes_asked == 0
-                utt.probes_asked += 1
-                self._spawn(
-                    self._ask_turn_model(utt, utt.pause, ev.last_voiced_end, threshold, first)
-                )
+            self._turns.at_pause(utt, silence, ev.last_voiced_end)
         if (
             self.config.interim_results
             and silence < self._partial_silence_cutoff
@@ -450,113 +426,13 @@ class ChannelRecognizer:
         return early
 
     def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
-        early = utt.speculation = self._early_final(utt, last_voiced_end, "speculative-final")
-        task = early.task
-        if self.config.eager_finals:
-            if self._turn_probes:
-                utt.first_answer = asyncio.get_running_loop().create_future()
-            self._spawn(self._send_eager(utt, task, utt.first_answer))
+        utt.speculation = self._early_final(utt, last_voiced_end, "speculative-final")
+        self._turns.speculated(utt)
 
-    async def _send_eager(
-        self,
-        utt: UtteranceState,
-        task: asyncio.Task[Hypothesis | None],
-        first_answer: asyncio.Future[float] | None,
-    ) -> None:
-        """The speculative final, once decoded, as an eager result, unless speech resumed
-        (the speculation was dropped) or the final is already on its way. SEMANTIC: only
-        if the turn model's first answer in this pause reached the eager threshold (else
-        eager results would come at every pause, mostly to be withdrawn)."""
-        await asyncio.wait([task])
-        turn_probability = 0.0
-        if first_answer is not None and self._turn is not None:
-            await asyncio.wait([first_answer])
-            if first_answer.cancelled():
-                return
-            turn_probability = first_answer.result()
-            # sure enough to end the turn: the final itself follows at once
-            if not self._turn.eager_threshold <= turn_probability < self._turn.threshold:
-                return
-        if (
-            task.cancelled()
-            or task.exception() is not None
-            or utt.speculation is None
-            or utt.speculation.task is not task
-            or utt.finalizing
-        ):
-            return
-        hyp = task.result()
-        committed = utt.agreement.committed_text
-        if hyp is None or hyp.rejected or not hyp.text or not hyp.text.startswith(committed):
-            return
-        utt.eager_sent = True
-        await self._emit(
-            RecognitionResult(
-                is_final=False,
-                # the eager text may be withdrawn: only what was committed is stable
-                stable_text=committed,
-                unstable_text=hyp.text[len(committed) :].strip(),
-                start_s=utt.audio.start_sample / SAMPLE_RATE,
-                end_s=utt.speculation.end / SAMPLE_RATE,
-                utterance_id=utt.utterance_id,
-                channel=self.channel,
-                language=hyp.language,
-                eager=True,
-                turn_probability=turn_probability,
-                confidence=hyp.confidence,
-            )
-        )
-        self.metrics.results.labels("eager").inc()
-
-    async def _ask_turn_model(
-        self, utt: UtteranceState, pause: int, speech_end: int, threshold: float, first: bool
-    ) -> None:
-        """At a pause of a SEMANTIC stream: is the turn complete? If so, the channel ends
-        the utterance when it reaches this answer in its inbox, if the pause still lasts."""
-        assert self._turn is not None and self._inbox is not None
-        early = utt.speculation
-        if early is not None and self._client_ends_turns_first:
-            # Beside the final's decode on the same cores, the model slowed it by about
-            # 40 ms (a 5.5 s final: 224 -> 262 ms, medians of 9, the Zen 4 machine), and
-            # this client's finalize ends the turn before the answer would come anyway.
-            await asyncio.wait([early.task])
-        if utt.finalizing or utt.pause != pause or self._utt is not utt:
-            # the turn ended (the client's finalize) or speech resumed before the question
-            # came to be asked: its answer could change nothing
-            self.metrics.turn_model_skipped.inc()
-            return
-        answer = utt.first_answer if first else None
-        heard = self._turn_audio(utt)
-        try:
-            with self.metrics.turn_model.time():
-                verdict = await asyncio.to_thread(self._turn.model.predict, heard)
-        except BaseException:
-            if answer is not None:
-                answer.cancel()  # no eager result; the error surfaces as before
-            raise
-        if answer is not None and not answer.done():  # (done: cancelled, speech resumed)
-            answer.set_result(verdict.probability)
-        utt.turn_probability = verdict.probability
-        if verdict.complete(threshold):
-            self._inbox.put_event(
-                DetectedEvents(
-                    [TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)]
-                )
-            )
-
-    def _turn_audio(self, utt: UtteranceState) -> np.ndarray:
-        """What the turn model hears: the utterance, after the previous one if the speaker
-        went on within the longest pause a turn holds (the model reads the last 8 s)."""
-        audio = utt.audio.snapshot()
-        before = self._turn_before
-        if before is None:
-            return audio
-        previous, previous_end = before
-        gap = utt.audio.start_sample - previous_end
-        if not 0 <= gap <= self.config.max_silence_ms * SAMPLE_RATE // 1000:
-            return audio
-        pause = np.zeros(min(gap, int(TURN_CONTEXT_PAUSE_S * SAMPLE_RATE)), np.float32)
-        return np.concatenate([previous, pause, audio])[-self._turn_window :]
+    def _queue_turn_complete(self, ev: TurnComplete) -> None:
+        """The turn model's yes, behind the audio not yet handled (speech may resume in it)."""
+        assert self._inbox is not None
+        self._inbox.put_event(DetectedEvents([ev]))
 
     async def _turn_complete(self, ev: TurnComplete) -> None:
         utt = self._utt
@@ -585,7 +461,7 @@ class ChannelRecognizer:
             )
         )
         self.metrics.speech_events.labels("ended").inc()
-        if self._turn is not None:  # SEMANTIC: every utterance that ends ends a turn
+        if self._turns.semantic:  # SEMANTIC: every utterance that ends ends a turn
             await self._emit(
                 EndOfTurn(
                     end_sample / SAMPLE_RATE,
@@ -706,7 +582,7 @@ class ChannelRecognizer:
         return (
             early is not None
             and not utt.eager_sent
-            and (self._turn is None or utt.pause_heard < self._held_pause)
+            and (not self._turns.semantic or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
             and self._long_enough_to_split(utt, early.speech_end)
             and utt.audio.start_sample < early.end < utt.audio.end_sample
@@ -825,8 +701,7 @@ class ChannelRecognizer:
             self.metrics.final_confidence.observe(hyp.confidence)
         audio = utt.audio.snapshot()
         self._finals.final_emitted(audio, utt.audio.end_sample, hyp)
-        if self._turn is not None:
-            self._turn_before = (audio[-self._turn_window :].copy(), utt.audio.end_sample)
+        self._turns.final_emitted(audio, utt.audio.end_sample)
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
         latency = max(0.0, now() - self._arrival(speech_end))
         self.metrics.final_latency.observe(latency)

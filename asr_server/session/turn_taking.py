@@ -1,0 +1,213 @@
+"""Where a turn may end in a pause: the turn model's questions (SEMANTIC streams) and
+the eager results sent ahead of the final (streams with eager finals).
+
+In a SEMANTIC stream the turn model is asked at each probe of a pause (vad/turn.py:
+150 ms, and again at 600 ms, by default) whether the speaker is done. A yes goes to the
+channel's inbox as a ``TurnComplete``, behind the audio not yet handled, and ends the
+utterance there if the pause still lasts. The model hears the utterance, after the one
+before it when the speaker went on within the longest pause a turn holds.
+
+With eager finals, the final decoded early in a pause is sent as an eager result once
+decoded (a SEMANTIC stream's only when the model's first answer says the turn may be
+over); if speech resumes, the channel withdraws it (SpeechResumed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+
+import numpy as np
+
+from asr_server.engine.base import Hypothesis
+from asr_server.metrics import Metrics
+from asr_server.session.types import OutEvent, RecognitionResult, StreamConfig
+from asr_server.session.utterance import SAMPLE_RATE
+from asr_server.session.utterance_state import TurnComplete, UtteranceState
+from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
+from asr_server.vad.turn import TurnDetection
+
+#: SEMANTIC: the turn model hears the previous utterance too when this one began within
+#: the longest pause a turn holds (it was cut where the model judged the turn over, and
+#: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
+#: a whole turn. At most this much of the pause between them is put back, as silence.
+TURN_CONTEXT_PAUSE_S = 1.0
+
+
+class TurnTaking:
+    """One channel's turn questions and eager results.
+
+    ``hearing`` tells which utterance the channel is hearing now (an answer about any
+    other changes nothing), ``client_ends_turns_first`` whether the stream's client ends
+    its turns itself before the model's answer would come, and ``turn_complete`` hands
+    a yes to the channel's inbox."""
+
+    def __init__(
+        self,
+        *,
+        channel: int,
+        config: StreamConfig,
+        server_turn: TurnDetection | None,
+        metrics: Metrics,
+        emit: Callable[[OutEvent], Awaitable[None]],
+        spawn: Callable[[Coroutine[None, None, None]], object],
+        hearing: Callable[[], UtteranceState | None],
+        client_ends_turns_first: Callable[[], bool],
+        turn_complete: Callable[[TurnComplete], None],
+    ) -> None:
+        self.channel = channel
+        self.metrics = metrics
+        self._emit = emit
+        self._spawn = spawn
+        self._hearing = hearing
+        self._client_ends_turns_first = client_ends_turns_first
+        self._turn_complete = turn_complete
+        self._server_turn = server_turn  # SEMANTIC streams only: the server's thresholds
+        #: the previous utterance's audio (the model's window of it) and end
+        self._before: tuple[np.ndarray, int] | None = None
+        self._window = TURN_WINDOW_S * SAMPLE_RATE
+        self.reconfigure(config)
+
+    def reconfigure(self, config: StreamConfig) -> None:
+        """The stream's turn settings (at the start, and at each update of them)."""
+        self.config = config
+        turn = self._server_turn
+        #: the stream's thresholds; None: not a SEMANTIC stream
+        self.turn = turn.for_stream(config.turn_threshold, config.eager_threshold) if turn else None
+        # (pause in samples, threshold) of each question to the turn model
+        self._probes = [
+            (int(ms * SAMPLE_RATE / 1000), threshold)
+            for ms, threshold in (self.turn.probes() if self.turn else [])
+        ]
+
+    @property
+    def semantic(self) -> bool:
+        return self.turn is not None
+
+    # -- the turn model -------------------------------------------------------------------
+
+    def at_pause(self, utt: UtteranceState, silence: int, speech_end: int) -> None:
+        """``silence`` samples into a pause that began at ``speech_end``: the model is
+        asked once the pause reaches each probe (the answer comes later, see ask)."""
+        if utt.probes_asked >= len(self._probes) or silence < self._probes[utt.probes_asked][0]:
+            return
+        threshold = self._probes[utt.probes_asked][1]
+        first = utt.probes_asked == 0
+        utt.probes_asked += 1
+        self._spawn(self._ask(utt, utt.pause, speech_end, threshold, first))
+
+    async def _ask(
+        self, utt: UtteranceState, pause: int, speech_end: int, threshold: float, first: bool
+    ) -> None:
+        """Is the turn complete? If so, the channel ends the utterance when it reaches
+        this answer in its inbox, if the pause still lasts."""
+        assert self.turn is not None
+        early = utt.speculation
+        if early is not None and self._client_ends_turns_first():
+            # Beside the final's decode on the same cores, the model slowed it by about
+            # 40 ms (a 5.5 s final: 224 -> 262 ms, medians of 9, the Zen 4 machine), and
+            # this client's finalize ends the turn before the answer would come anyway.
+            await asyncio.wait([early.task])
+        if utt.finalizing or utt.pause != pause or self._hearing() is not utt:
+            # the turn ended (the client's finalize) or speech resumed before the question
+            # came to be asked: its answer could change nothing
+            self.metrics.turn_model_skipped.inc()
+            return
+        answer = utt.first_answer if first else None
+        heard = self._heard(utt)
+        try:
+            with self.metrics.turn_model.time():
+                verdict = await asyncio.to_thread(self.turn.model.predict, heard)
+        except BaseException:
+            if answer is not None:
+                answer.cancel()  # no eager result; the error surfaces as before
+            raise
+        if answer is not None and not answer.done():  # (done: cancelled, speech resumed)
+            answer.set_result(verdict.probability)
+        utt.turn_probability = verdict.probability
+        if verdict.complete(threshold):
+            self._turn_complete(
+                TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)
+            )
+
+    def _heard(self, utt: UtteranceState) -> np.ndarray:
+        """What the turn model hears: the utterance, after the previous one if the speaker
+        went on within the longest pause a turn holds (the model reads the last 8 s)."""
+        audio = utt.audio.snapshot()
+        before = self._before
+        if before is None:
+            return audio
+        previous, previous_end = before
+        gap = utt.audio.start_sample - previous_end
+        if not 0 <= gap <= self.config.max_silence_ms * SAMPLE_RATE // 1000:
+            return audio
+        pause = np.zeros(min(gap, int(TURN_CONTEXT_PAUSE_S * SAMPLE_RATE)), np.float32)
+        return np.concatenate([previous, pause, audio])[-self._window :]
+
+    def final_emitted(self, audio: np.ndarray, end_sample: int) -> None:
+        """An utterance's final went out: the next utterance's questions hear its end."""
+        if self.turn is not None:
+            self._before = (audio[-self._window :].copy(), end_sample)
+
+    # -- eager results --------------------------------------------------------------------
+
+    def speculated(self, utt: UtteranceState) -> None:
+        """The final of this pause is being decoded early (utt.speculation): with eager
+        finals it goes out as an eager result once decoded."""
+        if not self.config.eager_finals:
+            return
+        assert utt.speculation is not None
+        if self._probes:
+            utt.first_answer = asyncio.get_running_loop().create_future()
+        self._spawn(self._send_eager(utt, utt.speculation.task, utt.first_answer))
+
+    async def _send_eager(
+        self,
+        utt: UtteranceState,
+        task: asyncio.Task[Hypothesis | None],
+        first_answer: asyncio.Future[float] | None,
+    ) -> None:
+        """The speculative final, once decoded, as an eager result, unless speech resumed
+        (the speculation was dropped) or the final is already on its way. SEMANTIC: only
+        if the turn model's first answer in this pause reached the eager threshold (else
+        eager results would come at every pause, mostly to be withdrawn)."""
+        await asyncio.wait([task])
+        turn_probability = 0.0
+        if first_answer is not None and self.turn is not None:
+            await asyncio.wait([first_answer])
+            if first_answer.cancelled():
+                return
+            turn_probability = first_answer.result()
+            # sure enough to end the turn: the final itself follows at once
+            if not self.turn.eager_threshold <= turn_probability < self.turn.threshold:
+                return
+        if (
+            task.cancelled()
+            or task.exception() is not None
+            or utt.speculation is None
+            or utt.speculation.task is not task
+            or utt.finalizing
+        ):
+            return
+        hyp = task.result()
+        committed = utt.agreement.committed_text
+        if hyp is None or hyp.rejected or not hyp.text or not hyp.text.startswith(committed):
+            return
+        utt.eager_sent = True
+        await self._emit(
+            RecognitionResult(
+                is_final=False,
+                # the eager text may be withdrawn: only what was committed is stable
+                stable_text=committed,
+                unstable_text=hyp.text[len(committed) :].strip(),
+                start_s=utt.audio.start_sample / SAMPLE_RATE,
+                end_s=utt.speculation.end / SAMPLE_RATE,
+                utterance_id=utt.utterance_id,
+                channel=self.channel,
+                language=hyp.language,
+                eager=True,
+                turn_probability=turn_probability,
+                confidence=hyp.confidence,
+            )
+        )
+        self.metrics.results.labels("eager").inc()
