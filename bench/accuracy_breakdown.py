@@ -21,7 +21,7 @@ choice. CHEAPER lists cheaper decodes (shorter windows, narrower beams), EARLY w
 final decoded early in a pause hears (SEMANTIC streams, voice agents), DECODING other ways
 to decode (Whisper's timestamp mode, as offline ``transcribe`` decodes), and HELD longer
 utterances (pauses held open, for transcripts); these run only by name. Offline
-hypotheses are cached (``--offline-cache``) across runs.
+hypotheses are cached (``--offline-cache``) across runs, keyed by the audio decoded.
 
 Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--variant carried]
 """
@@ -29,6 +29,7 @@ Usage: python bench/accuracy_breakdown.py [--telephone] [--model base] [--varian
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -446,7 +447,9 @@ def run_variant(
         for ch, audio in channel_audio(item, a.telephone).items():
             ref = references(item)[ch]
             hyp = " ".join(sim.run(audio))
-            key = f"{a.model}|{a.telephone}|{item.id}|{ch}"
+            # keyed by the audio itself: a change in how recordings are heard (the
+            # server's resampler, 2026-12-05) must not reuse texts of other audio
+            key = f"{a.model}|{item.id}|{ch}|{hashlib.sha1(audio.tobytes()).hexdigest()[:16]}"
             if key not in cache:
                 if offline_model is None:
                     from faster_whisper import WhisperModel
