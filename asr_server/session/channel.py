@@ -121,8 +121,6 @@ class ChannelRecognizer:
         self._split_at_pause_after = int(split_at_pause_after_s * SAMPLE_RATE)
         self._split_margin = int(SPLIT_PAUSE_MARGIN_S * SAMPLE_RATE)
         self._agreement = agreement
-        # SEMANTIC: a pause this long is held open on purpose, never split at
-        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
         self._turns = TurnTaking(
             channel=channel,
             config=config,
@@ -195,7 +193,6 @@ class ChannelRecognizer:
     def _reconfigure(self, config: StreamConfig) -> None:
         """The client's update (StreamingUpdate), from this point of the audio on."""
         self.config = config
-        self._held_pause = config.silence_ms * SAMPLE_RATE // 1000
         self._turns.reconfigure(config)
         self.endpointer.set_silence_ms(
             config.max_silence_ms if self._turns.semantic else config.silence_ms
@@ -212,6 +209,12 @@ class ChannelRecognizer:
         if self._client_finalizes:
             return min(self._late_speculation, self._early_speculation)
         return self._late_speculation
+
+    @property
+    def _held_pause(self) -> int:
+        """SEMANTIC: a pause this long is held open on purpose, never split at (the
+        silence that would have ended the utterance in a SILENCE stream)."""
+        return self.config.silence_ms * SAMPLE_RATE // 1000
 
     @property
     def _partial_silence_cutoff(self) -> int:
