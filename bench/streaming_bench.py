@@ -50,7 +50,8 @@ from asr_client import AsrClient, audio_config  # noqa: E402
 from asr_client.scoring import normalize, wer  # noqa: E402
 
 SHARED = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
-WER_CATEGORIES = {"short_read", "multispeaker", "telephony_8k"}
+#: the shared corpus's categories that are scored, and bench/synth_corpus.py's
+WER_CATEGORIES = {"short_read", "multispeaker", "telephony_8k", "synthetic_phrases"}
 _CHANNEL_TAG = re.compile(r"\[(left|right)\]", re.IGNORECASE)
 
 
