@@ -107,6 +107,9 @@ class Options:
     #: a margin or more when speech resumes after it, as the server splits SILENCE streams
     #: (streaming.split_at_pause_after_s; 0 = off)
     split_after_s: float = 0.0
+    #: the carry holds the finals before the previous one too, while their audio fits in
+    #: ``carry_s`` and each followed the one before within ``carry_gap_s``
+    carry_chain: bool = False
 
 
 @dataclass
@@ -213,7 +216,11 @@ class Simulator:
                 self.looped_tails += looped != text
             if text:
                 finals.append(text)
-            last = (a, utt.start + a.size, text)
+            if o.carry_chain and carried_text and text and carried.size + a.size <= o.carry_s * SR:
+                assert last is not None
+                last = (np.concatenate([carried, a]), utt.start + a.size, f"{last[2]} {text}")
+            else:
+                last = (a, utt.start + a.size, text)
             utt = None
 
         def partial() -> None:
@@ -378,8 +385,30 @@ HELD: dict[str, Variant] = {
     "carried_held10000": Variant(Options(commit=False, carry_s=10.0, silence_ms=10000)),
 }
 
+#: the carry over several finals (``--variant`` only; 2026-12-05): against
+#: ``carried_split6``, and with utterances ended at 200 ms pauses, as a voice agent's
+#: client that finalizes at its VAD's stop ends them
+CHAINED: dict[str, Variant] = {
+    "carried_split6_chain": Variant(
+        Options(commit=False, carry_s=10.0, split_after_s=6.0, carry_chain=True)
+    ),
+    "carried_split6_silence200": Variant(
+        Options(commit=False, carry_s=10.0, split_after_s=6.0, silence_ms=200)
+    ),
+    "carried_split6_silence200_chain": Variant(
+        Options(commit=False, carry_s=10.0, split_after_s=6.0, silence_ms=200, carry_chain=True)
+    ),
+}
+
 #: every variant a name can pick (``--variant``); a plain run compares VARIANTS only
-BY_NAME: dict[str, Variant] = {**VARIANTS, **CHEAPER, **EARLY, **DECODING, **HELD}
+BY_NAME: dict[str, Variant] = {
+    **VARIANTS,
+    **CHEAPER,
+    **EARLY,
+    **DECODING,
+    **HELD,
+    **CHAINED,
+}
 
 
 def with_timestamps(engine_class):  # type: ignore[no-untyped-def]
