@@ -391,6 +391,24 @@ def at_target(rows: list[dict[str, float]]) -> dict[str, float] | None:
     return min(ok, key=lambda r: (r["latency_s"], r["false_cutoff"])) if ok else None
 
 
+def load_models():  # type: ignore[no-untyped-def]
+    """tiny.en (faster-whisper, for the turn ends' word timestamps) and the turn model."""
+    from faster_whisper import WhisperModel
+
+    from asr_server.engine.models import resolve_model
+
+    cache = Path.home() / ".cache" / "streamasr"
+    whisper = WhisperModel(
+        resolve_model("tiny.en", cache).path_or_id, device="cpu", compute_type="int8"
+    )
+    return whisper, TurnModel(default_model_path(cache))
+
+
+def manifest_rows() -> dict[str, dict[str, str]]:
+    with open(SHARED / "MANIFEST.tsv", newline="") as f:
+        return {r["id"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     defaults = TurnSettings()
@@ -411,18 +429,9 @@ def main() -> None:
     )
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    from faster_whisper import WhisperModel
-
-    from asr_server.engine.models import resolve_model
-
-    cache = Path.home() / ".cache" / "streamasr"
-    whisper = WhisperModel(
-        resolve_model("tiny.en", cache).path_or_id, device="cpu", compute_type="int8"
-    )
-    turn_model = TurnModel(default_model_path(cache))
+    whisper, turn_model = load_models()
     probe_s = a.probe_ms / 1000
-    with open(SHARED / "MANIFEST.tsv", newline="") as f:
-        rows = {r["id"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    rows = manifest_rows()
     all_pauses: list[Pause] = []
     n_turns = 0
     model_times = []

@@ -15,7 +15,6 @@ Usage: python bench/turn_pauses.py [--json out.json]
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import statistics
@@ -35,7 +34,6 @@ from streaming_bench import telephone  # noqa: E402
 
 from asr_server.audio.g711 import mulaw_decode  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
-from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 
 SR = tb.SR
 VERSIONS = ("wide", "phone_server", "phone_soxr")
@@ -60,18 +58,9 @@ def main() -> None:
     p.add_argument("--probe-ms", type=int, default=defaults.probe_ms)
     p.add_argument("--json", type=Path)
     a = p.parse_args()
-    from faster_whisper import WhisperModel
-
-    from asr_server.engine.models import resolve_model
-
-    cache = Path.home() / ".cache" / "streamasr"
-    whisper = WhisperModel(
-        resolve_model("tiny.en", cache).path_or_id, device="cpu", compute_type="int8"
-    )
-    turn_model = TurnModel(default_model_path(cache))
+    whisper, turn_model = tb.load_models()
     first_s, second_s = a.probe_ms / 1000, defaults.second_probe_ms / 1000
-    with open(tb.SHARED / "MANIFEST.tsv", newline="") as f:
-        rows = {r["id"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    rows = tb.manifest_rows()
     answers: list[dict[str, object]] = []
     for rec in (*tb.RECORDINGS, *tb.SPEAKER_TAGGED):
         row = rows[rec]
