@@ -409,6 +409,12 @@ def manifest_rows() -> dict[str, dict[str, str]]:
         return {r["id"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
 
 
+def recording_audio(row: dict[str, str]) -> np.ndarray:
+    """A manifest row's recording, its channels mixed, at 16 kHz."""
+    data, sr = sf.read(str(SHARED / row["file"]), dtype="float32", always_2d=True)
+    return soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     defaults = TurnSettings()
@@ -438,8 +444,7 @@ def main() -> None:
     per_recording = {}
     for rec in (*RECORDINGS, *SPEAKER_TAGGED):
         row = rows[rec]
-        data, sr = sf.read(str(SHARED / row["file"]), dtype="float32", always_2d=True)
-        audio = soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
+        audio = recording_audio(row)
         turns = reference_turns(row)
         ends = turn_end_times(audio, turns, whisper)  # aligned on the full-band audio
         if a.telephone:

@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,8 +63,7 @@ def main() -> None:
     answers: list[dict[str, object]] = []
     for rec in (*tb.RECORDINGS, *tb.SPEAKER_TAGGED):
         row = rows[rec]
-        data, sr = sf.read(str(tb.SHARED / row["file"]), dtype="float32", always_2d=True)
-        wide = soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
+        wide = tb.recording_audio(row)
         ends = tb.turn_end_times(wide, tb.reference_turns(row), whisper)
         audio = {
             "wide": wide,
@@ -114,17 +112,14 @@ def main() -> None:
         )
         figures[version] = per
     for one, other in (("wide", "phone_server"), ("phone_server", "phone_soxr")):
-        deltas = [
-            logit(float(x[f"{other}_first"])) - logit(float(x[f"{one}_first"]))  # type: ignore[arg-type]
+        pairs = [
+            (float(x[f"{one}_first"]), float(x[f"{other}_first"]))  # type: ignore[arg-type]
             for x in answers
             if f"{one}_first" in x and f"{other}_first" in x
         ]
-        crossed = sum(
-            (float(x[f"{one}_first"]) >= defaults.threshold)  # type: ignore[arg-type]
-            != (float(x[f"{other}_first"]) >= defaults.threshold)  # type: ignore[arg-type]
-            for x in answers
-            if f"{one}_first" in x and f"{other}_first" in x
-        )
+        deltas = [logit(b) - logit(a) for a, b in pairs]
+        bar = defaults.threshold
+        crossed = sum((a >= bar) != (b >= bar) for a, b in pairs)
         figures[f"first_answer_log_odds_{other}_minus_{one}"] = {
             "median_abs": round(statistics.median(abs(d) for d in deltas), 2),
             "mean": round(statistics.fmean(deltas), 2),
