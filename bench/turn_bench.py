@@ -30,7 +30,15 @@ word timestamps.
   then end a turn at the first one only if that probability also reaches a gate
   (``punctuation_gates``). Tried 2026-12-03, not taken (docs/end-of-turn.md).
 
-Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--telephone] [--json out.json]
+* ``--held-out``: the same figures on recordings the defaults were not chosen on: the
+  corpus's one-sentence clips (read English, the other languages Smart Turn knows, each
+  channel of the two-speaker stereo clip), each one turn that ends at its last voiced
+  frame; every pause inside it is inside the turn. They pause less often than the
+  recordings above and are mostly read aloud: compare policies on them, not their rates
+  with those above.
+
+Usage: python bench/turn_bench.py [--probe-ms 200] [--punctuation] [--telephone] [--held-out]
+       [--json out.json]
 """
 
 from __future__ import annotations
@@ -67,6 +75,12 @@ SR = 16_000
 #: speaker tags); LibriSpeech excerpts have neither
 RECORDINGS = ("osr_us_000_0034_8k", "concat_ljspeech_LJ001-0001_to_0032", "jfk")
 SPEAKER_TAGGED = ("picovoice_diarization_test",)
+#: NOTES.tsv categories whose clips are one sentence each (``--held-out``), less those
+#: above, those with two sentences and the one whose 29 s are several
+HELD_OUT_CATEGORIES = ("short_read", "non_english")
+NOT_ONE_SENTENCE = ("kgs_et_test_with_silence", "kgs_et_test_2lauset")
+#: one speaker per channel, a sentence each
+ONE_SENTENCE_PER_CHANNEL = ("fw_stereo_diarization",)
 MIN_PAUSE_S = 0.1
 MATCH_S = 0.6
 BUDGET_S = 0.3
@@ -288,6 +302,7 @@ def score(
         "false_cutoff": round(len(cut) / n_turns, 4),
         "latency_s": round(statistics.median(latencies), 3),
         "latency_p90_s": round(float(np.percentile(latencies, 90)), 3),
+        "latency_mean_s": round(statistics.fmean(latencies), 3),
     }
 
 
@@ -415,6 +430,43 @@ def recording_audio(row: dict[str, str]) -> np.ndarray:
     return soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
 
 
+def recordings(held_out: bool, rows, whisper):  # type: ignore[no-untyped-def]
+    """(name, 16 kHz audio, reference turn ends) of each recording measured; a held-out
+    clip's one turn end is left empty: its last voiced frame, as the detector hears it."""
+    if held_out:
+        return [(rec, audio, []) for rec, audio in held_out_clips(rows)]
+    out = []
+    for rec in (*RECORDINGS, *SPEAKER_TAGGED):
+        audio = recording_audio(rows[rec])
+        ends = turn_end_times(audio, reference_turns(rows[rec]), whisper)  # full band
+        out.append((rec, audio, ends))
+    return out
+
+
+def held_out_clips(rows: dict[str, dict[str, str]]) -> list[tuple[str, np.ndarray]]:
+    """``--held-out``: (name, 16 kHz audio) of each one-sentence clip the defaults were not
+    chosen on; a clip's one turn ends at its last voiced frame."""
+    with open(SHARED / "NOTES.tsv", newline="") as f:
+        notes = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    chosen_on = {*RECORDINGS, *SPEAKER_TAGGED}
+    clips = []
+    for note in notes:
+        rec = note["id"]
+        if (
+            note["category"] not in HELD_OUT_CATEGORIES
+            or rec in chosen_on
+            or rec in NOT_ONE_SENTENCE
+            or rec.startswith("ljspeech_")  # the parts of concat_ljspeech_*
+        ):
+            continue
+        clips.append((rec, recording_audio(rows[rec])))
+    for rec in ONE_SENTENCE_PER_CHANNEL:
+        data, sr = sf.read(str(SHARED / rows[rec]["file"]), dtype="float32", always_2d=True)
+        for ch in range(data.shape[1]):
+            clips.append((f"{rec}:{ch}", soxr.resample(data[:, ch], sr, SR).astype(np.float32)))
+    return clips
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     defaults = TurnSettings()
@@ -433,6 +485,11 @@ def main() -> None:
         help="the voice detector and the turn model hear each recording as a phone line "
         "(300-3400 Hz, 8 kHz mu-law); the reference turn ends stay those of the original",
     )
+    p.add_argument(
+        "--held-out",
+        action="store_true",
+        help="the one-sentence clips instead of the multi-sentence recordings (see above)",
+    )
     p.add_argument("--json", type=Path)
     a = p.parse_args()
     whisper, turn_model = load_models()
@@ -442,14 +499,11 @@ def main() -> None:
     n_turns = 0
     model_times = []
     per_recording = {}
-    for rec in (*RECORDINGS, *SPEAKER_TAGGED):
-        row = rows[rec]
-        audio = recording_audio(row)
-        turns = reference_turns(row)
-        ends = turn_end_times(audio, turns, whisper)  # aligned on the full-band audio
+    for rec, audio, ends in recordings(a.held_out, rows, whisper):
         if a.telephone:
             audio = as_phone_line(audio)
-        pauses = label(pauses_of(audio), ends)
+        heard = pauses_of(audio)
+        pauses = label(heard, ends or [heard[-1][0]])  # (held out: its last voiced frame)
         turn_start = 0.0
         for pause in pauses:
             ask = functools.partial(probability_at, turn_model, audio, pause, turn_start)
@@ -467,7 +521,7 @@ def main() -> None:
                 turn_start = pause.start_s
         found = sum(p.ends_turn for p in pauses)
         per_recording[rec] = {
-            "turns": len(turns),
+            "turns": len(ends) if ends else 1,
             "turn_ends_found": found,
             "pauses_inside_turns": sum(not p.ends_turn for p in pauses),
         }
@@ -482,15 +536,21 @@ def main() -> None:
         all_pauses, n_turns, probe_s, model_s, [x / 1000 for x in range(400, 2001, 100)]
     )
     two_stage = sweep_two_stage(all_pauses, n_turns, probe_s, model_s, a.max_silence_ms / 1000)
-    server = [
-        r
-        for r in two_stage
-        if r["threshold"] == defaults.threshold
-        and r["second_probe_ms"] == defaults.second_probe_ms
-        and r["second_threshold"] == defaults.second_threshold
-    ]
+    # the server's first threshold for this line: a phone line's is the narrowband one
+    first = defaults.narrowband_threshold if a.telephone else defaults.threshold
+
+    def server_row(first_threshold: float) -> dict[str, float] | None:
+        rows = [
+            r
+            for r in two_stage
+            if r["threshold"] == first_threshold
+            and r["second_probe_ms"] == defaults.second_probe_ms
+            and r["second_threshold"] == defaults.second_threshold
+        ]
+        return rows[0] if rows and a.probe_ms == defaults.probe_ms else None
+
     server_probes = [
-        (probe_s, defaults.threshold),
+        (probe_s, first),
         (defaults.second_probe_ms / 1000, defaults.second_threshold),
     ]
     eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
@@ -512,13 +572,16 @@ def main() -> None:
         "pauses_inside_turns": sum(not p.ends_turn for p in all_pauses),
         "probe_ms": a.probe_ms,
         "telephone": a.telephone,
+        "held_out": a.held_out,
         "turn_model_median_ms": round(model_s * 1000, 1),
         "silence_at_300ms": at_budget(silence),
         "semantic_at_300ms": at_budget(semantic),
         "silence_at_5pct": at_target(silence),
         "semantic_at_5pct": at_target(semantic),
         "semantic_with_shorter_max_silence_at_5pct": at_target(combined),
-        "server_defaults": server[0] if server and a.probe_ms == defaults.probe_ms else None,
+        "server_defaults": server_row(first),
+        # a phone line asked as full-band audio is (before the narrowband threshold)
+        "server_full_band_threshold": server_row(defaults.threshold) if a.telephone else None,
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "eager_with_server_probes": eager,

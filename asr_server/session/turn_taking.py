@@ -27,6 +27,10 @@ from asr_server.session.utterance_state import TurnComplete, UtteranceState
 from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
 from asr_server.vad.turn import TurnDetection
 
+#: audio sent at this rate or less carries a phone line's band at most, where the turn model
+#: is asked with the server's narrowband threshold (settings.TurnSettings)
+NARROWBAND_MAX_RATE_HZ = 8_000
+
 #: SEMANTIC: the turn model hears the previous utterance too when this one began within
 #: the longest pause a turn holds (it was cut where the model judged the turn over, and
 #: the speaker went on): judged alone, a continuation such as JFK's "ask not" sounds like
@@ -73,7 +77,15 @@ class TurnTaking:
         self.config = config
         turn = self._server_turn
         #: the stream's thresholds; None: not a SEMANTIC stream
-        self.turn = turn.for_stream(config.turn_threshold, config.eager_threshold) if turn else None
+        self.turn = (
+            turn.for_stream(
+                config.turn_threshold,
+                config.eager_threshold,
+                narrowband=config.format.sample_rate_hz <= NARROWBAND_MAX_RATE_HZ,
+            )
+            if turn
+            else None
+        )
         # (pause in samples, threshold) of each question to the turn model
         self._probes = [
             (int(ms * SAMPLE_RATE / 1000), threshold)

@@ -183,21 +183,29 @@ class TurnDetection:
     second_threshold: float
     #: eager finals: the first answer from which the early final is sent as an eager result
     eager_threshold: float
+    #: the first ask's threshold for narrowband audio (a phone line: 8 kHz or less)
+    narrowband_threshold: float
 
     def for_stream(
-        self, threshold: float | None = None, eager_threshold: float | None = None
+        self,
+        threshold: float | None = None,
+        eager_threshold: float | None = None,
+        *,
+        narrowband: bool = False,
     ) -> TurnDetection:
         """A stream's own thresholds (proto: EndpointingConfig.turn_threshold and
         eager_threshold): ``threshold`` is the second ask's, and the first ask's where it
         is higher than the server's (the first, least informed answer is never trusted
-        more than the server trusts it)."""
-        if threshold is None and eager_threshold is None:
+        more than the server trusts it). A ``narrowband`` stream's first ask starts from
+        ``narrowband_threshold``."""
+        first = self.narrowband_threshold if narrowband else self.threshold
+        if threshold is None and eager_threshold is None and first == self.threshold:
             return self
         if threshold is not None and threshold >= 1.0:
             threshold = math.inf  # never: the model's float answer can round to 1.0
         return dataclasses.replace(
             self,
-            threshold=max(self.threshold, threshold or 0.0),
+            threshold=max(first, threshold or 0.0),
             second_threshold=threshold or self.second_threshold,
             eager_threshold=eager_threshold or self.eager_threshold,
         )
@@ -222,4 +230,5 @@ def load_turn_detection(settings: Settings) -> TurnDetection:
         t.second_probe_ms,
         t.second_threshold,
         t.eager_threshold,
+        t.narrowband_threshold,
     )

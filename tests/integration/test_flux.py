@@ -200,7 +200,9 @@ async def serve_fake_sure_of(make_server, probability: float):  # type: ignore[n
     server = await serve_fake(make_server)
     server.servicer.services = dataclasses.replace(
         server.servicer.services,
-        turn=TurnDetection(SureOf(probability), 0.98, 150, 600, 0.7, eager_threshold=0.5),  # type: ignore[arg-type]
+        turn=TurnDetection(
+            SureOf(probability), 0.98, 150, 600, 0.7, eager_threshold=0.5, narrowband_threshold=0.99
+        ),  # type: ignore[arg-type]
     )
     return server
 

@@ -97,7 +97,11 @@ class Harness:
 
     async def settle(self) -> None:
         assert self.session is not None and self.scheduler is not None
-        sent = self.session._decoder.input_samples / SR
+        decoder = self.session._decoder
+        # (audio at another rate than 16 kHz: less what the resampler holds back, < 4 ms)
+        sent = decoder.input_samples / decoder.format.sample_rate_hz
+        if decoder.format.sample_rate_hz != SR:
+            sent -= 0.004
         session, scheduler = self.session, self.scheduler
         await eventually(
             lambda: session.progress.audio_processed_s >= sent - 1e-6 and scheduler.idle
@@ -115,6 +119,7 @@ class Harness:
         source: AsyncIterator[object],
         *,
         channels: int = 1,
+        sample_rate: int = SR,
         interim: bool = True,
         max_utterance_ms: int = 15_000,
         **config: object,
@@ -126,7 +131,7 @@ class Harness:
         )
         await scheduler.start()
         config = StreamConfig(
-            AudioFormat(Encoding.LINEAR16, SR, channels),
+            AudioFormat(Encoding.LINEAR16, sample_rate, channels),
             interim_results=interim,
             max_utterance_ms=max_utterance_ms,
             **config,  # type: ignore[arg-type]
@@ -445,7 +450,7 @@ class ScriptedTurnModel:
 
 def semantic(model: ScriptedTurnModel) -> TurnDetection:
     """The settings' defaults: asked at 150 ms (0.98) and 600 ms (0.7), eager from 0.5."""
-    return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5)  # type: ignore[arg-type]
+    return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5, narrowband_threshold=0.99)  # type: ignore[arg-type]
 
 
 async def test_no_partial_is_asked_while_the_final_is_decoded_early() -> None:
@@ -1175,6 +1180,29 @@ async def test_a_stream_sets_its_own_turn_threshold(
     assert (model.heard == []) == (turn_threshold == 1.0)
 
 
+@pytest.mark.parametrize(
+    ("rate", "ends_after_s"),
+    [
+        (SR, 0.15),  # full band: 0.985 reaches the first ask's 0.98
+        (8_000, 0.6),  # a phone line's first ask wants 0.99: the second ask (0.7) ends it
+    ],
+)
+async def test_a_phone_lines_first_ask_needs_the_narrowband_threshold(
+    rate: int, ends_after_s: float
+) -> None:
+    model = ScriptedTurnModel(0.985)
+    h = Harness(turn=semantic(model))
+    audio = np.concatenate([silence(0.5, rate), tone(2.0, rate), silence(1.5, rate)])
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 960 * rate // SR)), semantic=True, sample_rate=rate
+    )
+    (end,) = [e for e in events if isinstance(e, EndOfTurn)]
+    assert end.reason is TurnEndReason.MODEL and end.probability == pytest.approx(0.985)
+    processed = h.progress[events.index(end)].audio_processed_s
+    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+    assert len(results(events, final=True)) == 1
+
+
 async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on() -> None:
     """StreamingUpdate, in order with the audio: the first turn ends at the server's
     thresholds (never sure enough: the longest pause), the second at the stream's new one;
@@ -1227,6 +1255,12 @@ def test_a_streams_turn_threshold_never_trusts_the_first_ask_more() -> None:
     never = server.for_stream(1.0)
     assert never.threshold > 1 and never.second_threshold > 1
     assert never.probes() == []  # nothing to ask
+    # a phone line's first ask starts from the narrowband threshold, and a stream's own
+    # threshold still only raises it
+    phone = server.for_stream(narrowband=True)
+    assert phone.probes() == [(150, 0.99), (600, 0.7)] and phone.eager_threshold == 0.5
+    assert server.for_stream(0.5, 0.3, narrowband=True).probes() == [(150, 0.99), (600, 0.5)]
+    assert server.for_stream(0.995, narrowband=True).probes() == [(150, 0.995), (600, 0.995)]
 
 
 async def test_a_semantic_turn_the_client_finalizes_says_so() -> None:

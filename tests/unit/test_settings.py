@@ -47,6 +47,7 @@ def test_environment_then_flags(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ASR_VAD__SILENCE_MS", "5"),
         ("ASR_TURN__SPECULATE_MS", "200"),  # after the first ask (150 ms)
         ("ASR_TURN__EAGER_THRESHOLD", "1.5"),
+        ("ASR_TURN__NARROWBAND_THRESHOLD", "0"),
     ],
 )
 def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:

@@ -128,3 +128,13 @@ def test_the_start_up_log_says_which_int8_kernels_the_model_runs_on(
     (line,) = [m for m in lines if "SEMANTIC endpointing is on" in m]
     exact = int8_sums_may_saturate(cpu_flags())
     assert ("exact u8u8" in line) is exact and ("default int8 kernels" in line) is not exact
+
+
+def test_the_server_reads_its_narrowband_threshold_from_the_settings() -> None:
+    from asr_server.vad.turn import load_turn_detection
+
+    assert load_turn_detection(Settings()).narrowband_threshold == 0.99
+    turn = load_turn_detection(Settings(turn={"narrowband_threshold": 0.98}))  # type: ignore[arg-type]
+    assert turn.narrowband_threshold == 0.98
+    # set to the full-band threshold, a phone line is asked as any other stream is
+    assert turn.for_stream(narrowband=True) is turn
