@@ -25,11 +25,7 @@ from asr_server.session.types import OutEvent, RecognitionResult, StreamConfig
 from asr_server.session.utterance import SAMPLE_RATE
 from asr_server.session.utterance_state import TurnComplete, UtteranceState
 from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
-from asr_server.vad.turn import TurnDetection
-
-#: audio sent at this rate or less carries a phone line's band at most, where the turn model
-#: is asked with the server's narrowband threshold (settings.TurnSettings)
-NARROWBAND_MAX_RATE_HZ = 8_000
+from asr_server.vad.turn import TurnDetection, is_narrowband
 
 #: SEMANTIC: the turn model hears the previous utterance too when this one began within
 #: the longest pause a turn holds (it was cut where the model judged the turn over, and
@@ -81,7 +77,7 @@ class TurnTaking:
             turn.for_stream(
                 config.turn_threshold,
                 config.eager_threshold,
-                narrowband=config.format.sample_rate_hz <= NARROWBAND_MAX_RATE_HZ,
+                narrowband=is_narrowband(config.format.sample_rate_hz),
             )
             if turn
             else None

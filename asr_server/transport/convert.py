@@ -24,6 +24,7 @@ from asr_server.session.types import (
 )
 from asr_server.settings import Settings
 from asr_server.transport.resume import resume_from_proto
+from asr_server.vad.turn import is_narrowband
 
 _ENCODINGS = {
     asr_pb2.AudioFormat.LINEAR16: Encoding.LINEAR16,
@@ -112,7 +113,7 @@ def stream_config_from_proto(
         turn_threshold=msg.endpointing.turn_threshold or None,
         eager_threshold=msg.endpointing.eager_threshold or None,
     )
-    endpointing.check(settings, "config.endpointing")
+    endpointing.check(settings, fmt.sample_rate_hz, "config.endpointing")
     _check_prompt(msg.initial_prompt, msg.hotwords, settings, "config")
     hotwords = tuple(h.strip() for h in msg.hotwords if h.strip())
     return StreamConfig(
@@ -149,7 +150,7 @@ class _Endpointing:
             config.silence_ms, config.max_silence_ms, config.turn_threshold, config.eager_threshold
         )
 
-    def check(self, settings: Settings, where: str) -> None:
+    def check(self, settings: Settings, sample_rate_hz: int, where: str) -> None:
         if not 100 <= self.silence_ms <= 10_000:
             raise AsrError.invalid(
                 f"{where}.silence_ms {self.silence_ms} is out of range 100-10000"
@@ -164,7 +165,11 @@ class _Endpointing:
         ):
             if value is not None and not 0.0 < value <= 1.0:  # NaN fails too
                 raise AsrError.invalid(f"{where}.{name} {value:g} is out of range 0-1")
-        first_ask = max(settings.turn.threshold, self.turn_threshold or 0.0)
+        turn = settings.turn
+        server_first = (
+            turn.narrowband_threshold if is_narrowband(sample_rate_hz) else turn.threshold
+        )
+        first_ask = max(server_first, self.turn_threshold or 0.0)
         eager = self.eager_threshold or settings.turn.eager_threshold
         if eager >= first_ask:
             raise AsrError.invalid(
@@ -188,7 +193,7 @@ def stream_update_from_proto(
         endpointing = replace(endpointing, turn_threshold=msg.turn_threshold or None)
     if msg.HasField("eager_threshold"):
         endpointing = replace(endpointing, eager_threshold=msg.eager_threshold or None)
-    endpointing.check(settings, "update")
+    endpointing.check(settings, current.format.sample_rate_hz, "update")
     eager_finals = msg.eager_finals if msg.HasField("eager_finals") else current.eager_finals
     hotwords = current.hotwords
     if msg.replace_hotwords:

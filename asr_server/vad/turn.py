@@ -170,6 +170,15 @@ class TurnModel:
         return TurnVerdict(float(np.asarray(probability).reshape(-1)[0]))
 
 
+#: audio sent at this rate or less carries a phone line's band at most, where the first
+#: ask trusts the model from the server's narrowband threshold (settings.TurnSettings)
+NARROWBAND_MAX_RATE_HZ = 8_000
+
+
+def is_narrowband(sample_rate_hz: int) -> bool:
+    return sample_rate_hz <= NARROWBAND_MAX_RATE_HZ
+
+
 @dataclass(frozen=True)
 class TurnDetection:
     """The turn model as streams use it: asked after ``probe_ms`` of pause and trusted from

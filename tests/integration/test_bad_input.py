@@ -330,6 +330,20 @@ CASES = [
         Code.INVALID_ARGUMENT,
         "eager_threshold 0.99 must be below the turn model's first threshold (0.98)",
     ),
+    (
+        "eager threshold at a phone line's first ask",
+        [
+            config(
+                endpointing="semantic",
+                eager_finals=True,
+                eager_threshold=0.995,
+                encoding="MULAW",
+                sample_rate_hz=8000,
+            )
+        ],
+        Code.INVALID_ARGUMENT,
+        "eager_threshold 0.995 must be below the turn model's first threshold (0.99)",
+    ),
     ("language with NUL", [config(language="en\x00")], Code.INVALID_ARGUMENT, "language"),
     (
         "1 MB prompt",

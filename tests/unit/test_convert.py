@@ -1,0 +1,37 @@
+"""A client's endpointing settings against the server's turn thresholds (transport/convert)."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr_api.v1 import asr_pb2
+from asr_client import audio_config
+from asr_server.errors import AsrError
+from asr_server.settings import Settings
+from asr_server.transport.convert import stream_config_from_proto, stream_update_from_proto
+
+
+def semantic_config(eager_threshold: float, **fmt: object) -> asr_pb2.StreamingConfig:
+    return audio_config(  # type: ignore[return-value]
+        endpointing="semantic", eager_finals=True, eager_threshold=eager_threshold, **fmt
+    )
+
+
+def parse(msg: asr_pb2.StreamingConfig):  # type: ignore[no-untyped-def]
+    return stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=None)
+
+
+def test_an_eager_threshold_must_stay_below_the_first_ask_of_its_own_line() -> None:
+    # between the full-band first ask (0.98) and a phone line's (0.99)
+    phone = parse(semantic_config(0.985, encoding="MULAW", sample_rate_hz=8000))
+    assert phone.eager_threshold == pytest.approx(0.985)
+    with pytest.raises(AsrError, match=r"first threshold \(0.98\)"):
+        parse(semantic_config(0.985))
+    # an update is checked against the stream's own line too
+    update = asr_pb2.StreamingUpdate(eager_threshold=0.995)
+    with pytest.raises(AsrError, match=r"first threshold \(0.99\)"):
+        stream_update_from_proto(update, phone, Settings())
+    update = asr_pb2.StreamingUpdate(eager_threshold=0.987)
+    assert stream_update_from_proto(update, phone, Settings()).eager_threshold == pytest.approx(
+        0.987
+    )
