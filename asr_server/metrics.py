@@ -77,6 +77,13 @@ class Metrics:
             "turns itself within 0.3 s of pause, a question waits for the pause's early final.",
             registry=r,
         )
+        self.turn_phone_band = Counter(
+            "asr_turn_phone_band_channels_total",
+            "SEMANTIC channels sent at more than 8 kHz whose speech has nothing above a phone "
+            "line's band (a call resampled on its way): the turn model is asked as on a phone "
+            "line (ASR_TURN__NARROWBAND_THRESHOLD), as for audio sent at 8 kHz.",
+            registry=r,
+        )
         self.finals_without_speech = Counter(
             "asr_finals_without_speech_total",
             "Utterances that got no final because Whisper, decoding them after the previous "

@@ -20,6 +20,11 @@ word timestamps.
   the threshold (latency = probe + the model's own time), else waits for
   ``--max-silence-ms`` (2 s, the server's default) like SILENCE.
 
+* The server's own policy (``server_defaults``, eager finals, a stream's threshold) asks
+  a phone line's speech with its narrowband first threshold: every recording with
+  ``--telephone``, and at 16 kHz a recording whose speech the server's bandwidth meter
+  finds has nothing above 4 kHz (``phone_line_recordings``; OSR's 8 kHz recording).
+  ``server_full_band_threshold`` asks every recording as full-band audio.
 * Eager finals (SEMANTIC): sent at the model's first answer in a pause when it is at
   least an eager threshold but below the one that ends the turn; withdrawn at a pause
   inside a turn, confirmed at a turn end (``eager_with_server_probes``).
@@ -65,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from streaming_bench import as_server_hears, telephone  # noqa: E402
 from word_latency import words_of  # noqa: E402
 
+from asr_server.audio.bandwidth import BandwidthMeter  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
 from asr_server.vad.webrtc import WebRtcVoiceDetector  # noqa: E402
@@ -99,6 +105,19 @@ class Pause:
     asked: dict[float, float] = field(default_factory=dict)
     #: Whisper's probability that the sentence ends at this pause (``--punctuation``)
     sentence_end: float = 1.0
+    #: a phone line's speech, to the server: sent at 8 kHz, or with nothing above 4 kHz
+    narrowband: bool = False
+
+
+def line_probes(
+    p: Pause, probes: list[tuple[float, float]], narrowband_first: float
+) -> list[tuple[float, float]]:
+    """The probes as the server asks them at ``p``: on a phone line's speech the first
+    ask's bar is at least ``narrowband_first`` (0: as everywhere)."""
+    if not p.narrowband or not probes:
+        return probes
+    (at, threshold), *rest = probes
+    return [(at, max(threshold, narrowband_first)), *rest]
 
 
 def as_phone_line(audio: np.ndarray) -> np.ndarray:
@@ -269,14 +288,16 @@ def ends_at(
     model_s: float,
     max_silence_s: float,
     first_gate: float = 0.0,
+    narrowband_first: float = 0.0,
 ) -> float:
     """When SEMANTIC ends the turn at pause ``p`` (inf: it does not), asking the model at
-    each ``(pause, threshold)`` of ``probes``. Its answer comes ``model_s`` later and counts
-    only if the pause still lasts (as in the server); then the longest pause ends it. At a
-    turn end the speaker waits, however short the pause in the recording. The first ask
-    also needs Whisper's sentence end probability to reach ``first_gate``."""
+    each ``(pause, threshold)`` of ``probes`` (``line_probes``). Its answer comes
+    ``model_s`` later and counts only if the pause still lasts (as in the server); then
+    the longest pause ends it. At a turn end the speaker waits, however short the pause in
+    the recording. The first ask also needs Whisper's sentence end probability to reach
+    ``first_gate``."""
     length = INF if p.ends_turn else p.length_s
-    for k, (at, threshold) in enumerate(probes):
+    for k, (at, threshold) in enumerate(line_probes(p, probes, narrowband_first)):
         decided = at + model_s
         gated = k == 0 and p.sentence_end < first_gate
         if length >= decided and p.asked.get(at, 0.0) >= threshold and not gated:
@@ -291,10 +312,16 @@ def score(
     model_s: float,
     max_silence_s: float,
     first_gate: float = 0.0,
+    narrowband_first: float = 0.0,
 ) -> dict[str, float]:
     """False cut-offs (share of turns) and the latency at turn ends, of one policy."""
     decide = functools.partial(
-        ends_at, probes=probes, model_s=model_s, max_silence_s=max_silence_s, first_gate=first_gate
+        ends_at,
+        probes=probes,
+        model_s=model_s,
+        max_silence_s=max_silence_s,
+        first_gate=first_gate,
+        narrowband_first=narrowband_first,
     )
     cut = {p.turn for p in pauses if not p.ends_turn and decide(p) < INF}
     latencies = [decide(p) for p in pauses if p.ends_turn]
@@ -341,13 +368,21 @@ def sweep_stream_threshold(
     server_probes: list[tuple[float, float]],
     model_s: float,
     max_silence_s: float,
+    narrowband_first: float,
 ) -> list[dict[str, float]]:
     """A stream's own ``turn_threshold`` (EndpointingConfig) as the server applies it: the
     second ask's threshold, and the first ask's where it is above the server's."""
     (first_s, first), (second_s, _) = server_probes
     return [
         {"turn_threshold": t}
-        | score(pauses, n_turns, [(first_s, max(first, t)), (second_s, t)], model_s, max_silence_s)
+        | score(
+            pauses,
+            n_turns,
+            [(first_s, max(first, t)), (second_s, t)],
+            model_s,
+            max_silence_s,
+            narrowband_first=narrowband_first,
+        )
         for t in STREAM_THRESHOLDS
     ]
 
@@ -360,24 +395,29 @@ def sweep_eager(
     probes: list[tuple[float, float]],
     model_s: float,
     max_silence_s: float,
+    narrowband_first: float,
 ) -> list[dict[str, float]]:
     """Eager finals in SEMANTIC mode: an eager result goes out at the model's first answer
     in a pause when that answer reaches the eager threshold but not the one that ends the
     turn. Inside a turn it is withdrawn when speech resumes; at a turn end the final
     confirms it, later by ``lead`` (when the turn is decided minus the first answer)."""
-    probe, threshold = probes[0]
+    probe = probes[0][0]
     answered = probe + model_s
     rows = []
     for eager in EAGER_THRESHOLDS:
         withdrawn = confirmed = 0
         leads = []
         for p in pauses:
-            first = p.asked.get(probe, 0.0)
+            first, threshold = (
+                p.asked.get(probe, 0.0),
+                line_probes(p, probes, narrowband_first)[0][1],
+            )
             if not eager <= first < threshold:
                 continue
             if p.ends_turn:
                 confirmed += 1
-                leads.append(ends_at(p, probes, model_s, max_silence_s) - answered)
+                ends = ends_at(p, probes, model_s, max_silence_s, narrowband_first=narrowband_first)
+                leads.append(ends - answered)
             elif p.length_s >= answered:
                 withdrawn += 1
         sent = withdrawn + confirmed
@@ -428,6 +468,15 @@ def recording_audio(row: dict[str, str]) -> np.ndarray:
     """A manifest row's recording, its channels mixed, at 16 kHz."""
     data, sr = sf.read(str(SHARED / row["file"]), dtype="float32", always_2d=True)
     return soxr.resample(data.mean(axis=1), sr, SR).astype(np.float32)
+
+
+def phone_band_only(audio: np.ndarray) -> bool:
+    """The server's bandwidth meter on the recording's speech (its loud stretches)."""
+    frames = audio[: audio.size // 320 * 320].reshape(-1, 320)
+    level = np.abs(frames).max(axis=1)
+    meter = BandwidthMeter()
+    meter.add(frames[level > 0.05 * level.max()].ravel())
+    return meter.narrowband
 
 
 def recordings(held_out: bool, rows, whisper):  # type: ignore[no-untyped-def]
@@ -504,6 +553,9 @@ def main() -> None:
             audio = as_phone_line(audio)
         heard = pauses_of(audio)
         pauses = label(heard, ends or [heard[-1][0]])  # (held out: its last voiced frame)
+        narrowband = a.telephone or phone_band_only(audio)
+        for pause in pauses:
+            pause.narrowband = narrowband
         turn_start = 0.0
         for pause in pauses:
             ask = functools.partial(probability_at, turn_model, audio, pause, turn_start)
@@ -522,6 +574,7 @@ def main() -> None:
         found = sum(p.ends_turn for p in pauses)
         per_recording[rec] = {
             "turns": len(ends) if ends else 1,
+            "narrowband": narrowband,
             "turn_ends_found": found,
             "pauses_inside_turns": sum(not p.ends_turn for p in pauses),
         }
@@ -536,31 +589,43 @@ def main() -> None:
         all_pauses, n_turns, probe_s, model_s, [x / 1000 for x in range(400, 2001, 100)]
     )
     two_stage = sweep_two_stage(all_pauses, n_turns, probe_s, model_s, a.max_silence_ms / 1000)
-    # the server's first threshold for this line: a phone line's is the narrowband one
-    first = defaults.narrowband_threshold if a.telephone else defaults.threshold
-
-    def server_row(first_threshold: float) -> dict[str, float] | None:
-        rows = [
-            r
-            for r in two_stage
-            if r["threshold"] == first_threshold
-            and r["second_probe_ms"] == defaults.second_probe_ms
-            and r["second_threshold"] == defaults.second_threshold
-        ]
-        return rows[0] if rows and a.probe_ms == defaults.probe_ms else None
-
+    # the server's thresholds: on a phone line's speech (sent at 8 kHz, or measured to
+    # have nothing above 4 kHz) the first ask's is the narrowband one
     server_probes = [
-        (probe_s, first),
+        (probe_s, defaults.threshold),
         (defaults.second_probe_ms / 1000, defaults.second_threshold),
     ]
-    eager = sweep_eager(all_pauses, server_probes, model_s, a.max_silence_ms / 1000)
+    narrowband_first = defaults.narrowband_threshold
+    max_silence_s = a.max_silence_ms / 1000
+
+    def server_row(narrowband_first: float) -> dict[str, float] | None:
+        if a.probe_ms != defaults.probe_ms:
+            return None
+        return {"narrowband_threshold": narrowband_first} | score(
+            all_pauses,
+            n_turns,
+            server_probes,
+            model_s,
+            max_silence_s,
+            narrowband_first=narrowband_first,
+        )
+
+    eager = sweep_eager(all_pauses, server_probes, model_s, max_silence_s, narrowband_first)
     stream_thresholds = sweep_stream_threshold(
-        all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000
+        all_pauses, n_turns, server_probes, model_s, max_silence_s, narrowband_first
     )
     gated = (
         [
             {"first_gate": gate}
-            | score(all_pauses, n_turns, server_probes, model_s, a.max_silence_ms / 1000, gate)
+            | score(
+                all_pauses,
+                n_turns,
+                server_probes,
+                model_s,
+                max_silence_s,
+                gate,
+                narrowband_first=narrowband_first,
+            )
             for gate in (0.0, 0.3, 0.5, 0.7, 0.8, 0.85, 0.9, 0.95)
         ]
         if a.punctuation
@@ -579,9 +644,10 @@ def main() -> None:
         "silence_at_5pct": at_target(silence),
         "semantic_at_5pct": at_target(semantic),
         "semantic_with_shorter_max_silence_at_5pct": at_target(combined),
-        "server_defaults": server_row(first),
-        # a phone line asked as full-band audio is (before the narrowband threshold)
-        "server_full_band_threshold": server_row(defaults.threshold) if a.telephone else None,
+        "phone_line_recordings": [r for r, v in per_recording.items() if v["narrowband"]],
+        "server_defaults": server_row(narrowband_first),
+        # phone lines asked as full-band audio is (before the narrowband threshold)
+        "server_full_band_threshold": server_row(0.0),
         "two_stage_at_300ms": at_budget(two_stage),
         "two_stage_at_5pct": at_target(two_stage),
         "eager_with_server_probes": eager,

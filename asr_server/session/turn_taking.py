@@ -15,10 +15,12 @@ over); if speech resumes, the channel withdraws it (SpeechResumed).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Coroutine
 
 import numpy as np
 
+from asr_server.audio.bandwidth import HIGH_BAND_HZ, BandwidthMeter
 from asr_server.engine.base import Hypothesis
 from asr_server.metrics import Metrics
 from asr_server.session.types import OutEvent, RecognitionResult, StreamConfig
@@ -26,6 +28,8 @@ from asr_server.session.utterance import SAMPLE_RATE
 from asr_server.session.utterance_state import TurnComplete, UtteranceState
 from asr_server.vad.turn import WINDOW_S as TURN_WINDOW_S
 from asr_server.vad.turn import TurnDetection, is_narrowband
+
+logger = logging.getLogger(__name__)
 
 #: SEMANTIC: the turn model hears the previous utterance too when this one began within
 #: the longest pause a turn holds (it was cut where the model judged the turn over, and
@@ -66,18 +70,27 @@ class TurnTaking:
         #: the previous utterance's audio (the model's window of it) and end
         self._before: tuple[np.ndarray, int] | None = None
         self._window = TURN_WINDOW_S * SAMPLE_RATE
+        #: is the speech a phone line's, whatever its rate? (heard up to each first ask:
+        #: the utterance id and how much of its audio the meter has had)
+        self._bandwidth = BandwidthMeter()
+        self._metered = (-1, 0)
+        self.narrowband = False
         self.reconfigure(config)
 
     def reconfigure(self, config: StreamConfig) -> None:
         """The stream's turn settings (at the start, and at each update of them)."""
         self.config = config
+        self._set_thresholds(
+            is_narrowband(config.format.sample_rate_hz) or self._bandwidth.narrowband
+        )
+
+    def _set_thresholds(self, narrowband: bool) -> None:
+        self.narrowband = narrowband
         turn = self._server_turn
         #: the stream's thresholds; None: not a SEMANTIC stream
         self.turn = (
             turn.for_stream(
-                config.turn_threshold,
-                config.eager_threshold,
-                narrowband=is_narrowband(config.format.sample_rate_hz),
+                self.config.turn_threshold, self.config.eager_threshold, narrowband=narrowband
             )
             if turn
             else None
@@ -87,6 +100,29 @@ class TurnTaking:
             (int(ms * SAMPLE_RATE / 1000), threshold)
             for ms, threshold in (self.turn.probes() if self.turn else [])
         ]
+
+    def _meter(self, utt: UtteranceState) -> None:
+        """Before a pause's first question: the meter hears the utterance's audio it has
+        not had yet; speech with nothing above a phone line's band (an 8 kHz call sent at
+        16 kHz) is asked as a phone line is, from this question on."""
+        utterance_id, had = self._metered
+        start = had if utterance_id == utt.utterance_id else 0
+        audio = utt.audio.snapshot()
+        self._bandwidth.add(audio[start:])
+        self._metered = (utt.utterance_id, audio.size)
+        narrowband = is_narrowband(self.config.format.sample_rate_hz) or self._bandwidth.narrowband
+        if narrowband != self.narrowband:
+            logger.info(
+                "channel %d: speech above %d Hz at %.0f dB against the voice band: turns "
+                "are judged as on %s",
+                self.channel,
+                HIGH_BAND_HZ[0],
+                self._bandwidth.high_band_db,
+                "a phone line" if narrowband else "full-band audio",
+            )
+            self._set_thresholds(narrowband)
+            if narrowband:
+                self.metrics.turn_phone_band.inc()
 
     @property
     def semantic(self) -> bool:
@@ -99,6 +135,8 @@ class TurnTaking:
         asked once the pause reaches each probe (the answer comes later, see ask)."""
         if utt.probes_asked >= len(self._probes) or silence < self._probes[utt.probes_asked][0]:
             return
+        if utt.probes_asked == 0:
+            self._meter(utt)
         threshold = self._probes[utt.probes_asked][1]
         first = utt.probes_asked == 0
         utt.probes_asked += 1

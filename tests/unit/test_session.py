@@ -1180,19 +1180,27 @@ async def test_a_stream_sets_its_own_turn_threshold(
     assert (model.heard == []) == (turn_threshold == 1.0)
 
 
+def hissing_tone(seconds: float, rate: int = SR) -> np.ndarray:
+    """A tone with a hiss across the band: full-band audio to the bandwidth meter."""
+    hiss = np.random.default_rng(0).standard_normal(int(seconds * rate)) * 0.02
+    return tone(seconds, rate) + hiss.astype(np.float32)
+
+
 @pytest.mark.parametrize(
-    ("rate", "ends_after_s"),
+    ("rate", "full_band", "ends_after_s"),
     [
-        (SR, 0.15),  # full band: 0.985 reaches the first ask's 0.98
-        (8_000, 0.6),  # a phone line's first ask wants 0.99: the second ask (0.7) ends it
+        (SR, True, 0.15),  # full band: 0.985 reaches the first ask's 0.98
+        (8_000, True, 0.6),  # a phone line's first ask wants 0.99: the second (0.7) ends it
+        (SR, False, 0.6),  # so does speech with nothing above 4 kHz, at any rate
     ],
 )
 async def test_a_phone_lines_first_ask_needs_the_narrowband_threshold(
-    rate: int, ends_after_s: float
+    rate: int, full_band: bool, ends_after_s: float
 ) -> None:
     model = ScriptedTurnModel(0.985)
     h = Harness(turn=semantic(model))
-    audio = np.concatenate([silence(0.5, rate), tone(2.0, rate), silence(1.5, rate)])
+    speech = hissing_tone(2.0, rate) if full_band else tone(2.0, rate)
+    audio = np.concatenate([silence(0.5, rate), speech, silence(1.5, rate)])
     events = await h.run(
         h.lockstep(chunks(pcm16(audio), 960 * rate // SR)), semantic=True, sample_rate=rate
     )
@@ -1201,6 +1209,8 @@ async def test_a_phone_lines_first_ask_needs_the_narrowband_threshold(
     processed = h.progress[events.index(end)].audio_processed_s
     assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
     assert len(results(events, final=True)) == 1
+    # judged by its band, not its rate: counted
+    assert h.metrics.turn_phone_band._value.get() == (rate == SR and not full_band)
 
 
 async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on() -> None:
