@@ -120,6 +120,25 @@ def line_probes(
     return [(at, max(threshold, narrowband_first)), *rest]
 
 
+def as_band_limited_line(audio: np.ndarray) -> np.ndarray:
+    """``--telephone band``: the phone line's band at 8 kHz, as linear PCM (no mu-law)."""
+    from asr_client.load.calls import telephone_band
+
+    narrow = telephone_band(_pcm16(audio), SR)
+    return as_server_hears(narrow.tobytes(), 8000, 1, "LINEAR16")[0][: audio.size]
+
+
+def as_mulaw_at_16k(audio: np.ndarray) -> np.ndarray:
+    """``--telephone mulaw``: mu-law's quantizing alone, at 16 kHz (the full band)."""
+    from asr_server.audio.g711 import mulaw_encode
+
+    return as_server_hears(mulaw_encode(_pcm16(audio)), SR, 1, "MULAW")[0][: audio.size]
+
+
+def _pcm16(audio: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
+
+
 def as_phone_line(audio: np.ndarray) -> np.ndarray:
     """16 kHz audio as the server hears it from a phone line: the 300-3400 Hz band at
     8 kHz, mu-law (streaming_bench's phone line), then decoded and resampled to 16 kHz by
@@ -127,6 +146,14 @@ def as_phone_line(audio: np.ndarray) -> np.ndarray:
     pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
     wire, rate = telephone(pcm.reshape(-1, 1), SR)
     return as_server_hears(wire, rate, 1, "MULAW")[0][: audio.size]
+
+
+#: --telephone: what the recordings go through, and whether it is sent at 8 kHz
+LINES = {
+    "phone": (as_phone_line, True),
+    "band": (as_band_limited_line, True),
+    "mulaw": (as_mulaw_at_16k, False),
+}
 
 
 def reference_turns(row: dict[str, str]) -> list[list[str]]:
@@ -530,9 +557,12 @@ def main() -> None:
     )
     p.add_argument(
         "--telephone",
-        action="store_true",
+        nargs="?",
+        const="phone",
+        choices=sorted(LINES),
         help="the voice detector and the turn model hear each recording as a phone line "
-        "(300-3400 Hz, 8 kHz mu-law); the reference turn ends stay those of the original",
+        "(300-3400 Hz, 8 kHz mu-law); the reference turn ends stay those of the original. "
+        "'band': the band at 8 kHz without mu-law; 'mulaw': mu-law alone at 16 kHz",
     )
     p.add_argument(
         "--held-out",
@@ -549,11 +579,12 @@ def main() -> None:
     model_times = []
     per_recording = {}
     for rec, audio, ends in recordings(a.held_out, rows, whisper):
-        if a.telephone:
-            audio = as_phone_line(audio)
+        line, sent_at_8k = LINES[a.telephone] if a.telephone else (None, False)
+        if line is not None:
+            audio = line(audio)
         heard = pauses_of(audio)
         pauses = label(heard, ends or [heard[-1][0]])  # (held out: its last voiced frame)
-        narrowband = a.telephone or phone_band_only(audio)
+        narrowband = sent_at_8k or phone_band_only(audio)
         for pause in pauses:
             pause.narrowband = narrowband
         turn_start = 0.0
