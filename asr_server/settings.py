@@ -112,17 +112,18 @@ class TurnSettings(BaseModel):
     threshold: float = Field(
         0.98, gt=0.0, lt=1.0, description="Turn-complete probability that ends an utterance."
     )
-    # On a phone line (300-3400 Hz) the model is surer inside turns than it is on full-band
-    # audio and a little less sure at turn ends, so the first ask's 0.98 ended turns at
-    # pauses inside them and a turn end seldom reached it anyway; from 0.99 the first ask
-    # ends few turns and the second decides, as it did for most of them (bench/turn_bench.py
-    # --telephone, with and without --held-out; docs/end-of-turn.md).
+    # On a phone line's band (300-3400 Hz) the model is surer inside turns than on
+    # full-band audio and a little less sure at turn ends, so the first ask's 0.98 ended
+    # turns at pauses inside them and a turn end seldom reached it anyway; from 0.99 the
+    # first ask ends few turns and the second decides, as it did for most of them
+    # (bench/turn_bench.py --telephone [band] [--held-out]; docs/end-of-turn.md).
     narrowband_threshold: float = Field(
         0.99,
         gt=0.0,
         le=1.0,
-        description="The first ask's threshold for audio sent at 8 kHz or less (phone lines); "
-        "set it to `threshold` to treat them alike.",
+        description="The first ask's threshold on a phone line's speech: audio sent at 8 kHz "
+        "or less, or with nothing above 4 kHz at any rate (audio/bandwidth.py); set it to "
+        "`threshold` to treat phone lines as full-band audio.",
     )
     probe_ms: int = Field(
         150, ge=60, le=2000, description="Pause after which the turn model is asked."

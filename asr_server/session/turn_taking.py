@@ -105,12 +105,14 @@ class TurnTaking:
         """Before a pause's first question: the meter hears the utterance's audio it has
         not had yet; speech with nothing above a phone line's band (an 8 kHz call sent at
         16 kHz) is asked as a phone line is, from this question on."""
+        if is_narrowband(self.config.format.sample_rate_hz):
+            return  # sent as a phone line: nothing to measure
         utterance_id, had = self._metered
         start = had if utterance_id == utt.utterance_id else 0
         audio = utt.audio.snapshot()
         self._bandwidth.add(audio[start:])
         self._metered = (utt.utterance_id, audio.size)
-        narrowband = is_narrowband(self.config.format.sample_rate_hz) or self._bandwidth.narrowband
+        narrowband = self._bandwidth.narrowband
         if narrowband != self.narrowband:
             logger.info(
                 "channel %d: speech above %d Hz at %.0f dB against the voice band: turns "
