@@ -114,6 +114,37 @@ async def test_a_high_turn_threshold_keeps_jfk_one_sentence(make_server) -> None
     assert normalize(finals[0]) == normalize(rec.transcript), finals
 
 
+async def test_a_phone_call_resampled_to_16_khz_is_asked_as_a_phone_line(make_server) -> None:  # type: ignore[no-untyped-def]
+    """Harvard sentences recorded at 8 kHz, sent at 16 kHz as agent frameworks resample
+    calls: the server hears no speech above 4 kHz and asks the turn model with the phone
+    line's first threshold (counted); full-band speech is not counted."""
+    import soxr
+
+    server = await make_server()
+    counted = server.metrics.turn_phone_band
+    wideband = (first_channel(corpus()[RECORDING].path) * 32767).astype(np.int16)
+    await stream_audio(
+        server.port,
+        wideband.reshape(-1, 1),
+        16_000,
+        speed=2.0,
+        config=audio_config(endpointing="semantic", interim_results=False),
+    )
+    assert counted._value.get() == 0
+    pcm, sr = read_pcm16(corpus()["osr_us_000_0034_8k"].path)
+    call = soxr.resample(pcm[: 12 * sr, 0], sr, 16_000)  # three sentences
+    received = await stream_audio(
+        server.port,
+        call.reshape(-1, 1),
+        16_000,
+        speed=2.0,
+        config=audio_config(endpointing="semantic", interim_results=False),
+    )
+    assert counted._value.get() == 1
+    texts = [r.response.result.text for r in received if r.response.HasField("result")]
+    assert "gold ring" in normalize(" ".join(texts)), texts
+
+
 async def test_semantic_without_the_model_is_a_clear_refusal(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
