@@ -144,6 +144,18 @@ def telephone(pcm: np.ndarray, sr: int) -> tuple[bytes, int]:
     return mulaw_encode(narrow.reshape(-1)), 8000
 
 
+def resampled_call(mulaw: bytes, channels: int) -> bytes:
+    """A phone line's 8 kHz mu-law as 16 kHz PCM, resampled with soxr (pipecat's path for
+    Twilio's calls): a 16 kHz stream with nothing above 4 kHz."""
+    import soxr
+
+    from asr_server.audio.g711 import mulaw_decode
+
+    at_8k = mulaw_decode(mulaw).astype(np.float32).reshape(-1, channels) / 32768
+    at_16k = soxr.resample(at_8k, 8_000, 16_000)
+    return np.clip(np.rint(at_16k * 32768), -32768, 32767).astype("<i2").tobytes()
+
+
 async def stream_one(
     port: int,
     item: Item,
@@ -155,6 +167,7 @@ async def stream_one(
     spoken: dict[int, list[SpokenWord]] | None = None,
     language: str = "",
     speech_ends: list[float] | None = None,
+    phone_resampled: bool = False,
 ) -> Outcome:
     """One recording at ``speed``; ``speech_ends`` (audio seconds): where a client VAD heard
     speech end, finalized VAD_STOP_S later (the --finalize-at-vad-stop mode)."""
@@ -166,6 +179,9 @@ async def stream_one(
     if phone:
         data, sr = telephone(pcm, sr)
         frame_bytes, encoding = channels, "MULAW"
+        if phone_resampled:  # decoded and sent on as 16 kHz PCM, as agent frameworks do
+            data, sr = resampled_call(data, channels), 16_000
+            frame_bytes, encoding = 2 * channels, "LINEAR16"
     chunk = int(sr * chunk_ms / 1000) * frame_bytes
     out = Outcome(item)
     onset: dict[tuple[int, int], float] = {}
@@ -499,6 +515,12 @@ async def main() -> None:
         help="send every recording as a phone line: 300-3400 Hz, 8 kHz, mu-law",
     )
     p.add_argument(
+        "--resampled",
+        action="store_true",
+        help="with --telephone: send the phone line resampled to 16 kHz PCM, as agent "
+        "frameworks do (the offline baseline and word timing still hear it at 8 kHz)",
+    )
+    p.add_argument(
         "--endpointing",
         choices=("silence", "semantic"),
         default="silence",
@@ -547,6 +569,7 @@ async def main() -> None:
                 {ch: w for (i, ch), w in spoken.items() if i == item.id},
                 a.language,
                 client_ends.get(item.id),
+                a.resampled,
             )
         )
         print(

@@ -122,26 +122,22 @@ async def test_a_phone_call_resampled_to_16_khz_is_asked_as_a_phone_line(make_se
 
     server = await make_server()
     counted = server.metrics.turn_phone_band
-    wideband = (first_channel(corpus()[RECORDING].path) * 32767).astype(np.int16)
-    await stream_audio(
-        server.port,
-        wideband.reshape(-1, 1),
-        16_000,
-        speed=2.0,
-        config=audio_config(endpointing="semantic", interim_results=False),
-    )
+
+    async def semantic_at_16k(pcm: np.ndarray) -> list[str]:
+        received = await stream_audio(
+            server.port,
+            pcm.reshape(-1, 1),
+            16_000,
+            speed=2.0,
+            config=audio_config(endpointing="semantic", interim_results=False),
+        )
+        return [r.response.result.text for r in received if r.response.HasField("result")]
+
+    await semantic_at_16k((first_channel(corpus()[RECORDING].path) * 32767).astype(np.int16))
     assert counted._value.get() == 0
     pcm, sr = read_pcm16(corpus()["osr_us_000_0034_8k"].path)
-    call = soxr.resample(pcm[: 12 * sr, 0], sr, 16_000)  # three sentences
-    received = await stream_audio(
-        server.port,
-        call.reshape(-1, 1),
-        16_000,
-        speed=2.0,
-        config=audio_config(endpointing="semantic", interim_results=False),
-    )
+    texts = await semantic_at_16k(soxr.resample(pcm[: 12 * sr, 0], sr, 16_000))  # 3 sentences
     assert counted._value.get() == 1
-    texts = [r.response.result.text for r in received if r.response.HasField("result")]
     assert "gold ring" in normalize(" ".join(texts)), texts
 
 
