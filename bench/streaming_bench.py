@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from word_latency import ChannelWords, SpokenWord, spoken_words  # noqa: E402
 
 from asr_client import AsrClient, audio_config  # noqa: E402
+from asr_client.audio_files import to_int16  # noqa: E402
 from asr_client.scoring import normalize, wer  # noqa: E402
 
 SHARED = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
@@ -144,16 +145,15 @@ def telephone(pcm: np.ndarray, sr: int) -> tuple[bytes, int]:
     return mulaw_encode(narrow.reshape(-1)), 8000
 
 
-def resampled_call(mulaw: bytes, channels: int) -> bytes:
-    """A phone line's 8 kHz mu-law as 16 kHz PCM, resampled with soxr (pipecat's path for
-    Twilio's calls): a 16 kHz stream with nothing above 4 kHz."""
+def resampled_call(mulaw: bytes, channels: int) -> np.ndarray:
+    """A phone line's 8 kHz mu-law decoded and resampled to 16 kHz with soxr (frames x
+    channels, float32): pipecat's path for Twilio's calls, nothing above 4 kHz."""
     import soxr
 
-    from asr_server.audio.g711 import mulaw_decode
+    from asr_server.audio.decode import Encoding, decode_samples
 
-    at_8k = mulaw_decode(mulaw).astype(np.float32).reshape(-1, channels) / 32768
-    at_16k = soxr.resample(at_8k, 8_000, 16_000)
-    return np.clip(np.rint(at_16k * 32768), -32768, 32767).astype("<i2").tobytes()
+    at_8k = decode_samples(mulaw, Encoding.MULAW).reshape(-1, channels)
+    return np.asarray(soxr.resample(at_8k, 8_000, 16_000), np.float32)
 
 
 async def stream_one(
@@ -180,7 +180,7 @@ async def stream_one(
         data, sr = telephone(pcm, sr)
         frame_bytes, encoding = channels, "MULAW"
         if phone_resampled:  # decoded and sent on as 16 kHz PCM, as agent frameworks do
-            data, sr = resampled_call(data, channels), 16_000
+            data, sr = to_int16(resampled_call(data, channels)).tobytes(), 16_000
             frame_bytes, encoding = 2 * channels, "LINEAR16"
     chunk = int(sr * chunk_ms / 1000) * frame_bytes
     out = Outcome(item)

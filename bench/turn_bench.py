@@ -70,6 +70,7 @@ sys.path.insert(0, str(ROOT))
 from streaming_bench import as_server_hears, telephone  # noqa: E402
 from word_latency import words_of  # noqa: E402
 
+from asr_client.audio_files import to_int16  # noqa: E402
 from asr_server.audio.bandwidth import BandwidthMeter  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 from asr_server.vad.turn import TurnModel, default_model_path  # noqa: E402
@@ -124,7 +125,7 @@ def as_band_limited_line(audio: np.ndarray) -> np.ndarray:
     """``--telephone band``: the phone line's band at 8 kHz, as linear PCM (no mu-law)."""
     from asr_client.load.calls import telephone_band
 
-    narrow = telephone_band(_pcm16(audio), SR)
+    narrow = telephone_band(to_int16(audio), SR)
     return as_server_hears(narrow.tobytes(), 8000, 1, "LINEAR16")[0][: audio.size]
 
 
@@ -132,19 +133,14 @@ def as_mulaw_at_16k(audio: np.ndarray) -> np.ndarray:
     """``--telephone mulaw``: mu-law's quantizing alone, at 16 kHz (the full band)."""
     from asr_server.audio.g711 import mulaw_encode
 
-    return as_server_hears(mulaw_encode(_pcm16(audio)), SR, 1, "MULAW")[0][: audio.size]
-
-
-def _pcm16(audio: np.ndarray) -> np.ndarray:
-    return np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
+    return as_server_hears(mulaw_encode(to_int16(audio)), SR, 1, "MULAW")[0][: audio.size]
 
 
 def as_phone_line(audio: np.ndarray) -> np.ndarray:
     """16 kHz audio as the server hears it from a phone line: the 300-3400 Hz band at
     8 kHz, mu-law (streaming_bench's phone line), then decoded and resampled to 16 kHz by
     the server's own decoder."""
-    pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
-    wire, rate = telephone(pcm.reshape(-1, 1), SR)
+    wire, rate = telephone(to_int16(audio).reshape(-1, 1), SR)
     return as_server_hears(wire, rate, 1, "MULAW")[0][: audio.size]
 
 
@@ -435,10 +431,8 @@ def sweep_eager(
         withdrawn = confirmed = 0
         leads = []
         for p in pauses:
-            first, threshold = (
-                p.asked.get(probe, 0.0),
-                line_probes(p, probes, narrowband_first)[0][1],
-            )
+            first = p.asked.get(probe, 0.0)
+            threshold = line_probes(p, probes, narrowband_first)[0][1]
             if not eager <= first < threshold:
                 continue
             if p.ends_turn:
@@ -578,8 +572,8 @@ def main() -> None:
     n_turns = 0
     model_times = []
     per_recording = {}
+    line, sent_at_8k = LINES[a.telephone] if a.telephone else (None, False)
     for rec, audio, ends in recordings(a.held_out, rows, whisper):
-        line, sent_at_8k = LINES[a.telephone] if a.telephone else (None, False)
         if line is not None:
             audio = line(audio)
         heard = pauses_of(audio)

@@ -22,16 +22,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import soxr
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import turn_bench as tb  # noqa: E402
-from streaming_bench import telephone  # noqa: E402
+from streaming_bench import resampled_call, telephone  # noqa: E402
 
-from asr_server.audio.g711 import mulaw_decode  # noqa: E402
+from asr_client.audio_files import to_int16  # noqa: E402
 from asr_server.settings import TurnSettings  # noqa: E402
 
 SR = tb.SR
@@ -40,10 +39,8 @@ VERSIONS = ("wide", "phone_server", "phone_soxr")
 
 def phone_through_soxr(audio: np.ndarray) -> np.ndarray:
     """The same phone line as ``tb.as_phone_line``, resampled by soxr (HQ, whole file)."""
-    pcm = np.clip(np.rint(audio * 32768), -32768, 32767).astype(np.int16)
-    wire, rate = telephone(pcm.reshape(-1, 1), SR)
-    narrow = mulaw_decode(wire).astype(np.float32) / 32768
-    return np.asarray(soxr.resample(narrow, rate, SR), np.float32)[: audio.size]
+    wire, _ = telephone(to_int16(audio).reshape(-1, 1), SR)
+    return resampled_call(wire, 1)[: audio.size, 0]
 
 
 def logit(p: float) -> float:
