@@ -108,10 +108,8 @@ class TurnTaking:
         if is_narrowband(self.config.format.sample_rate_hz):
             return  # sent as a phone line: nothing to measure
         utterance_id, had = self._metered
-        start = had if utterance_id == utt.utterance_id else 0
-        audio = utt.audio.snapshot()
-        self._bandwidth.add(audio[start:])
-        self._metered = (utt.utterance_id, audio.size)
+        self._bandwidth.add(utt.audio.since(had if utterance_id == utt.utterance_id else 0))
+        self._metered = (utt.utterance_id, len(utt.audio))
         narrowband = self._bandwidth.narrowband
         if narrowband != self.narrowband:
             logger.info(

@@ -43,6 +43,11 @@ class UtteranceAudio:
         n = self._n if end_sample is None else max(0, min(self._n, end_sample - self.start_sample))
         return self._buf[:n].copy()
 
+    def since(self, offset: int) -> np.ndarray:
+        """A copy of the audio from ``offset`` samples into the utterance on (what a
+        reader that has had the first ``offset`` has not)."""
+        return self._buf[min(max(offset, 0), self._n) : self._n].copy()
+
     def split_off(self, at_sample: int) -> UtteranceAudio:
         """Keep audio before ``at_sample``; return the rest as a new utterance's audio."""
         cut = max(0, min(self._n, at_sample - self.start_sample))

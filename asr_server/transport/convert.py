@@ -24,7 +24,7 @@ from asr_server.session.types import (
 )
 from asr_server.settings import Settings
 from asr_server.transport.resume import resume_from_proto
-from asr_server.vad.turn import is_narrowband
+from asr_server.vad.turn import first_ask_threshold, is_narrowband
 
 _ENCODINGS = {
     asr_pb2.AudioFormat.LINEAR16: Encoding.LINEAR16,
@@ -166,10 +166,12 @@ class _Endpointing:
             if value is not None and not 0.0 < value <= 1.0:  # NaN fails too
                 raise AsrError.invalid(f"{where}.{name} {value:g} is out of range 0-1")
         turn = settings.turn
-        server_first = (
-            turn.narrowband_threshold if is_narrowband(sample_rate_hz) else turn.threshold
+        first_ask = first_ask_threshold(
+            turn.threshold,
+            turn.narrowband_threshold,
+            self.turn_threshold,
+            narrowband=is_narrowband(sample_rate_hz),
         )
-        first_ask = max(server_first, self.turn_threshold or 0.0)
         eager = self.eager_threshold or settings.turn.eager_threshold
         if eager >= first_ask:
             raise AsrError.invalid(

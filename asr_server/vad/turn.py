@@ -179,6 +179,16 @@ def is_narrowband(sample_rate_hz: int) -> bool:
     return sample_rate_hz <= NARROWBAND_MAX_RATE_HZ
 
 
+def first_ask_threshold(
+    server: float, server_narrowband: float, stream: float | None, *, narrowband: bool
+) -> float:
+    """The bar of a stream's first ask: the server's (its narrowband one on a phone line),
+    raised by the stream's own ``turn_threshold`` and never lowered by it (the first,
+    least informed answer is never trusted more than the server trusts it). The one
+    rule for TurnDetection.for_stream and the config check (transport/convert.py)."""
+    return max(server_narrowband if narrowband else server, stream or 0.0)
+
+
 @dataclass(frozen=True)
 class TurnDetection:
     """The turn model as streams use it: asked after ``probe_ms`` of pause and trusted from
@@ -207,7 +217,9 @@ class TurnDetection:
         is higher than the server's (the first, least informed answer is never trusted
         more than the server trusts it). A ``narrowband`` stream's first ask starts from
         ``narrowband_threshold``."""
-        first = self.narrowband_threshold if narrowband else self.threshold
+        first = first_ask_threshold(
+            self.threshold, self.narrowband_threshold, threshold, narrowband=narrowband
+        )
         if threshold is None and eager_threshold is None and first == self.threshold:
             return self
         if threshold is not None and threshold >= 1.0:

@@ -1831,3 +1831,15 @@ async def test_semantic_eager_results_wait_for_a_first_answer_that_the_turn_may_
     assert second.text == final.text
     # each says how sure the model was at its pause (a client may weigh it)
     assert first.turn_probability == second.turn_probability == pytest.approx(0.8)
+
+
+def test_an_utterances_audio_since_an_offset_is_what_a_reader_has_not_had() -> None:
+    audio = UtteranceAudio(48_000, capacity=4)
+    audio.append(np.arange(3, dtype=np.float32))
+    audio.append(np.arange(3, 10, dtype=np.float32))  # grows past its capacity
+    assert audio.since(0).tolist() == list(range(10))
+    assert audio.since(7).tolist() == [7, 8, 9]
+    assert audio.since(10).size == 0 and audio.since(99).size == 0
+    tail = audio.since(8)
+    tail[:] = -1  # a copy: the utterance's audio is not touched
+    assert audio.since(8).tolist() == [8, 9]

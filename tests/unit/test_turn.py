@@ -138,3 +138,15 @@ def test_the_server_reads_its_narrowband_threshold_from_the_settings() -> None:
     assert turn.narrowband_threshold == 0.98
     # set to the full-band threshold, a phone line is asked as any other stream is
     assert turn.for_stream(narrowband=True) is turn
+
+
+def test_a_streams_first_ask_starts_from_the_servers_bar_for_its_line() -> None:
+    from asr_server.vad.turn import first_ask_threshold
+
+    # the server's bar, its phone-line one on a phone line
+    assert first_ask_threshold(0.98, 0.99, None, narrowband=False) == 0.98
+    assert first_ask_threshold(0.98, 0.99, None, narrowband=True) == 0.99
+    # a stream may raise it, never lower it
+    assert first_ask_threshold(0.98, 0.99, 0.5, narrowband=True) == 0.99
+    assert first_ask_threshold(0.98, 0.99, 0.985, narrowband=False) == 0.985
+    assert first_ask_threshold(0.98, 0.99, 0.995, narrowband=True) == 0.995
