@@ -131,7 +131,7 @@ def stream_config_from_proto(
         initial_prompt=msg.initial_prompt.strip(),
         hotwords=hotwords,
         word_timestamps=msg.word_timestamps,
-        resume=resume_from_proto(msg, fmt, settings),
+        resume=resume_from_proto(msg, fmt, settings, languages),
     )
 
 

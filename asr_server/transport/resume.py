@@ -17,8 +17,14 @@ MAX_LANGUAGE_CHARS = 16
 
 
 def resume_from_proto(
-    msg: asr_pb2.StreamingConfig, fmt: AudioFormat, settings: Settings
+    msg: asr_pb2.StreamingConfig,
+    fmt: AudioFormat,
+    settings: Settings,
+    languages: frozenset[str] | None = None,
 ) -> ResumeState | None:
+    """``languages``: the codes the model knows (None: any). A channel's language is
+    decoded with as it stands, so a code the model does not know would fail every
+    decode it is batched with: refused here, as ``config.language`` is."""
     if not msg.HasField("resume"):
         return None
     r = msg.resume
@@ -35,8 +41,14 @@ def resume_from_proto(
         )
     channels = []
     for i, c in enumerate(r.channels):
-        if not math.isfinite(c.final_until_s) or c.final_until_s < 0:
-            raise AsrError.invalid(f"config.resume.channels[{i}].final_until_s must be >= 0")
+        # no final of the session can end past what this stream may still hear (further
+        # out, the samples to mute would overflow)
+        until_limit = r.stream_offset_s + limit
+        if not (math.isfinite(c.final_until_s) and 0 <= c.final_until_s <= until_limit):
+            raise AsrError.invalid(
+                f"config.resume.channels[{i}].final_until_s must be between 0 and "
+                f"{until_limit:.0f} s"
+            )
         if c.next_utterance_id >= MAX_UTTERANCE_ID:
             raise AsrError.invalid(f"config.resume.channels[{i}].next_utterance_id is too large")
         if len(c.previous_text) > settings.streaming.max_prompt_chars:
@@ -49,6 +61,11 @@ def resume_from_proto(
             len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()
         ):
             raise AsrError.invalid(f"config.resume.channels[{i}].language is not a language")
+        if language and languages is not None and language not in languages:
+            raise AsrError.invalid(
+                f"config.resume.channels[{i}].language {language!r} is not one this server's "
+                "model knows (leave it empty to detect)"
+            )
         mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
         channels.append(
             ChannelStart(

@@ -71,6 +71,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self.model_name = model_name
         self.languages = languages
         self.draining = False
+        #: (loop time the drain began, its timeout): streams seated later are told too
+        self._drain: tuple[float, float] | None = None
         self._ids = itertools.count(1)
         self._sessions: set[StreamSession] = set()
 
@@ -80,11 +82,18 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         Clients move to another replica at their next utterance boundary (a resume);
         returns how many streams were told."""
         self.draining = True
+        self._drain = (asyncio.get_running_loop().time(), deadline_s)
         for session in self._sessions:
-            session.going_away(
-                deadline_s, "server is shutting down; continue the stream on another replica"
-            )
+            self._tell_going_away(session)
         return len(self._sessions)
+
+    def _tell_going_away(self, session: StreamSession) -> None:
+        assert self._drain is not None
+        began, timeout_s = self._drain
+        left_s = max(0.0, timeout_s - (asyncio.get_running_loop().time() - began))
+        session.going_away(
+            left_s, "server is shutting down; continue the stream on another replica"
+        )
 
     @property
     def active(self) -> int:
@@ -127,6 +136,9 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 await context.write(event_to_proto(event, progress, offset_s))
 
             self._sessions.add(session)
+            if self._drain is not None:
+                # admitted before the drain began, seated after it: told as the others were
+                self._tell_going_away(session)
             try:
                 requests = self._requests(context, services, config)
                 await session.run(requests, send)

@@ -14,7 +14,7 @@ import grpc
 import numpy as np
 import pytest
 
-from asr_api.v1 import asr_pb2
+from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
 from asr_client.resume import (
     FinalizeRequest,
@@ -207,6 +207,29 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     assert any(r.WhichOneof("event") == "going_away" for r in moved)
     assert finals(moved) == finals(reference)
     utterance_ids_never_repeat(moved)
+
+
+async def test_a_stream_seated_after_the_drain_began_is_told_to_move_too(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A call admitted before the drain whose config arrives after it: GoingAway tells it
+    how long is left, as the streams open at the drain were told."""
+    server = await serve_fake(make_server)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = asr_pb2_grpc.RecognizerStub(channel).StreamingRecognize()
+        first = asyncio.create_task(call.read())  # the call reaches the server: pending
+        await eventually(lambda: server.servicer.admission.pending == 1)
+        drained = asyncio.create_task(server.drain_and_stop(20.0))
+        await eventually(lambda: server.servicer.draining)
+        await asyncio.sleep(0.3)
+        await call.write(asr_pb2.StreamingRecognizeRequest(config=audio_config()))
+        await call.write(asr_pb2.StreamingRecognizeRequest(audio=bytes(3200)))
+        response = await asyncio.wait_for(first, 10)
+        assert response.WhichOneof("event") == "going_away"
+        assert 0 < response.going_away.deadline_s < 20.0 - 0.2
+        await call.done_writing()
+        while await call.read() is not grpc.aio.EOF:  # the stream ends, and the drain
+            pass
+        assert await call.code() == grpc.StatusCode.OK
+        await asyncio.wait_for(drained, 10)
 
 
 def refused(server) -> float:  # type: ignore[no-untyped-def]

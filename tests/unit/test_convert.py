@@ -35,3 +35,31 @@ def test_an_eager_threshold_must_stay_below_the_first_ask_of_its_own_line() -> N
     assert stream_update_from_proto(update, phone, Settings()).eager_threshold == pytest.approx(
         0.987
     )
+
+
+def resuming(**channel: object) -> asr_pb2.StreamingConfig:
+    msg = audio_config()
+    msg.resume.stream_offset_s = 30.0
+    msg.resume.channels.add(**channel)  # type: ignore[arg-type]
+    return msg  # type: ignore[return-value]
+
+
+def test_a_resumed_channels_language_must_be_one_the_model_knows() -> None:
+    # decoded with as it stands: a code the model does not know would fail every decode
+    # batched with it, other streams' too
+    known = frozenset({"en", "es"})
+    config = stream_config_from_proto(
+        resuming(language="es"), Settings(), model_name="base", languages=known
+    )
+    assert config.resume is not None and config.resume.channels[0].language == "es"
+    with pytest.raises(AsrError, match=r"language 'zz' is not one this server's model knows"):
+        stream_config_from_proto(
+            resuming(language="zz"), Settings(), model_name="base", languages=known
+        )
+
+
+@pytest.mark.parametrize("until", [1.7e308, 30.0 + 4 * 3600 + 1, -1.0, float("inf")])
+def test_a_resumes_final_end_out_of_range_is_invalid_not_an_overflow(until: float) -> None:
+    with pytest.raises(AsrError, match=r"final_until_s must be between 0 and"):
+        parse(resuming(final_until_s=until))
+    assert parse(resuming(final_until_s=29.5)).resume is not None
