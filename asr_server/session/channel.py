@@ -647,7 +647,9 @@ class ChannelRecognizer:
         hyp = await early if early is not None else None
         if hyp is None:
             hyp = await self._finals.decode(utt, *self._finals.request(utt))
-        if hyp is not None:
+        # a final without words (a noise Whisper rejected) is no speech to judge the
+        # stream's language on, however sure detection was of it
+        if hyp is not None and not hyp.rejected and hyp.text:
             hyp = await self._in_stream_language(utt, hyp)
         return hyp is not None and await self._emit_final(utt, hyp)
 

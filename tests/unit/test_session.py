@@ -1843,3 +1843,38 @@ def test_an_utterances_audio_since_an_offset_is_what_a_reader_has_not_had() -> N
     tail = audio.since(8)
     tail[:] = -1  # a copy: the utterance's audio is not touched
     assert audio.since(8).tolist() == [8, 9]
+
+
+class HearsNoiseAsWelsh(FakeEngine):
+    """A multilingual stand-in whose finals carry detection scores: a quiet noise (which
+    it rejects, as Whisper does non-speech) sounds Welsh to it, a loud tone Spanish."""
+
+    is_multilingual = True
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        noise = float(np.abs(req.audio).max()) < 0.1
+        if noise:
+            hyp = Hypothesis("", "cy", rejected=True)
+        scores = (("cy", 0.9), ("es", 0.1)) if noise else (("es", 0.95), ("cy", 0.05))
+        return dataclasses.replace(
+            hyp,
+            language=req.language or scores[0][0],
+            language_scores=scores if req.kind is DecodeKind.FINAL else (),
+        )
+
+
+async def test_a_noise_without_words_does_not_choose_the_streams_language() -> None:
+    # 3 s of line noise the detector took for speech, detected at 0.9 as Welsh: that is
+    # no speech to keep a language on; the Spanish speech after it is decoded as Spanish
+    engine = HearsNoiseAsWelsh(
+        capabilities=EngineCapabilities(languages=None, language_detection=True)
+    )
+    audio = np.concatenate([silence(0.3), tone(3.0, amp=0.05), silence(1.0), tone(1.9)])
+    h = Harness(engine)
+    events = await h.run(h.lockstep(chunks(pcm16(np.concatenate([audio, silence(1.0)])))))
+    (final,) = results(events, final=True)
+    assert final.language == "es"
+    assert all(r.language == "es" for r in results(events, final=False))
+    finals = [r for call in engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert all(r.language != "cy" for r in finals)  # nothing was decoded again in Welsh
