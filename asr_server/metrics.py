@@ -219,7 +219,8 @@ class Metrics:
         )
         self.stream_timeouts = Counter(
             "asr_stream_timeouts_total",
-            "Streams ended for sending nothing in time, by kind (config, idle).",
+            "Calls ended for sending nothing in time, by kind (config, idle, request: a "
+            "Recognize call's one message).",
             ["kind"],
             registry=r,
         )

@@ -10,6 +10,8 @@ unary call half-closed without any message is dropped by grpc.aio without a stat
 So the handlers here use a deserializer that returns an ``Undecodable`` marker instead of
 raising, and Recognize is registered as a stream-unary method that reads its one message
 itself (identical on the wire); the servicer answers both markers with INVALID_ARGUMENT.
+Reading it itself also puts the read under admission and a timeout (servicer.Recognize):
+a call that never sends its message holds a pending slot, not a handler forever.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ class Undecodable:
 
 class RecognizerHandlers(Protocol):
     async def StreamingRecognize(self, request_iterator: Any, context: Any) -> None: ...  # noqa: N802
-    async def Recognize(self, request: Any, context: Any) -> asr_pb2.RecognizeResponse: ...  # noqa: N802
+    async def Recognize(self, request_iterator: Any, context: Any) -> asr_pb2.RecognizeResponse: ...  # noqa: N802
 
 
 def tolerant(parse: Callable[[bytes], T], type_name: str) -> Callable[[bytes], T | Undecodable]:
@@ -55,12 +57,6 @@ def tolerant(parse: Callable[[bytes], T], type_name: str) -> Callable[[bytes], T
 def add_recognizer_to_server(servicer: RecognizerHandlers, server: grpc.aio.Server) -> None:
     """The generated ``add_RecognizerServicer_to_server``, with tolerant request parsing."""
 
-    async def recognize(request_iterator: Any, context: grpc.aio.ServicerContext) -> Any:
-        request = await context.read()
-        if request is grpc.aio.EOF:
-            request = Undecodable("Recognize needs one RecognizeRequest; none was sent")
-        return await servicer.Recognize(request, context)
-
     handlers = {
         "StreamingRecognize": grpc.stream_stream_rpc_method_handler(
             servicer.StreamingRecognize,
@@ -70,7 +66,7 @@ def add_recognizer_to_server(servicer: RecognizerHandlers, server: grpc.aio.Serv
             response_serializer=asr_pb2.StreamingRecognizeResponse.SerializeToString,
         ),
         "Recognize": grpc.stream_unary_rpc_method_handler(
-            recognize,
+            servicer.Recognize,
             request_deserializer=tolerant(asr_pb2.RecognizeRequest.FromString, "RecognizeRequest"),
             response_serializer=asr_pb2.RecognizeResponse.SerializeToString,
         ),

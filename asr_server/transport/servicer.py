@@ -147,11 +147,21 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
         await self._serve_call(stream_id, context, stream)
 
-    async def Recognize(self, request, context):  # type: ignore[no-untyped-def] # noqa: N802
+    async def Recognize(self, request_iterator, context):  # type: ignore[no-untyped-def] # noqa: N802
+        """Registered stream-unary (transport/decoding.py): its one message is read here,
+        once the call is admitted (a pending slot) and within ``idle_timeout_s``."""
         call_id = f"r{next(self._ids)}"
         response = asr_pb2.RecognizeResponse()
 
         async def recognize(services: SessionServices, ticket: Ticket) -> None:
+            timeout_s = services.settings.idle_timeout_s
+            request = await _read_within(
+                context,
+                timeout_s,
+                lambda: self._timed_out("request", f"no RecognizeRequest within {timeout_s:g} s"),
+            )
+            if request is grpc.aio.EOF:
+                raise AsrError.invalid("Recognize needs one RecognizeRequest; none was sent")
             if isinstance(request, Undecodable):
                 raise AsrError.invalid(request.reason)
             config = self._supported(

@@ -342,6 +342,41 @@ async def test_streams_without_a_config_cannot_lock_out_a_real_caller(make_serve
     assert server.servicer.active == 0
 
 
+async def test_a_recognize_call_that_never_sends_its_request_is_pending_and_timed_out(
+    make_server,
+) -> None:  # type: ignore[no-untyped-def]
+    """Recognize reads its one message once admitted: a call that sends nothing holds a
+    pending slot (bounded, never a seat) until the idle timeout ends it."""
+    server = await serve_fake(make_server, max_pending_streams=2, idle_timeout_s=1.0)
+    never = asyncio.Event()
+
+    async def nothing():  # type: ignore[no-untyped-def]
+        await never.wait()
+        yield b""  # pragma: no cover
+
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        method = channel.stream_unary(
+            "/asr.v1.Recognizer/Recognize", request_serializer=None, response_deserializer=None
+        )
+        silent = [method(nothing()) for _ in range(2)]
+        await eventually(lambda: server.servicer.admission.pending == 2)
+        # the pending limit holds for them as for streams without a config
+        refused = AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None)
+        try:
+            code, details = await _status_of(refused.stream(audio_config()))
+        finally:
+            await refused.close()
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
+        for call in silent:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await asyncio.wait_for(call, 10)
+            assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "no RecognizeRequest within 1 s" in (err.value.details() or "")
+        never.set()
+    assert sample(server, "asr_stream_timeouts_total", kind="request") == 2
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_pending_streams_are_bounded(make_server) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server, max_pending_streams=3, config_timeout_s=30)
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
