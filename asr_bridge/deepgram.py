@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from asr_api.v1 import asr_pb2
+from asr_bridge.wire import json_message
 from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 from asr_server.audio.g711 import alaw_decode, mulaw_decode
 
@@ -358,7 +359,7 @@ def control_message(text: str, types: Collection[str], hint: str) -> dict[str, A
     """A client text message of one of ``types`` (``hint`` names the ones to use), as a
     JSON object; ``SchemaError`` otherwise."""
     try:
-        message = json.loads(text)
+        message = json_message(text)
     except json.JSONDecodeError:
         raise SchemaError("a text message must be JSON") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):

@@ -13,13 +13,13 @@ or, on request, in the shape of OpenAI Realtime transcription events.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.realtime import ServerEvents
+from asr_bridge.wire import json_message
 from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
 from asr_server.audio.decode import MAX_RATE_HZ, MIN_RATE_HZ
 
@@ -98,7 +98,7 @@ def parse_binary(data: bytes) -> Audio:
 
 def parse_text(text: str) -> ClientMessage:
     try:
-        message = json.loads(text)
+        message = json_message(text)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
@@ -113,7 +113,8 @@ def parse_text(text: str) -> ClientMessage:
     if kind == "input_audio_buffer.append":  # the OpenAI Realtime way to send audio
         try:
             return parse_binary(base64.b64decode(message.get("audio", ""), validate=True))
-        except (binascii.Error, TypeError):
+        # (binascii.Error, and the ValueError of a non-ASCII string, are ValueErrors)
+        except (ValueError, TypeError):
             raise ProtocolError('"audio" must be base64 of int16 PCM') from None
     raise ProtocolError(f"unknown message type {kind!r}")
 
@@ -150,7 +151,7 @@ def _parse_start(m: dict[str, Any]) -> Start:
         language=_typed(m, "language", str, ""),
         languages=tuple(languages),
         interim_results=_typed(m, "interim_results", bool, True),
-        silence_ms=_typed(m, "silence_ms", int, 0),
+        silence_ms=_silence_ms(m),
         endpointing=endpointing,
         eager_finals=_typed(m, "eager_finals", bool, False),
         turn_threshold=float(turn_threshold),
@@ -158,6 +159,20 @@ def _parse_start(m: dict[str, Any]) -> Start:
         word_timestamps=_typed(m, "word_timestamps", bool, False),
         events=events,
     )
+
+
+#: the longest silence a stream may ask for (the server's range is 100-10000 ms)
+MAX_SILENCE_MS = 10_000
+
+
+def _silence_ms(m: dict[str, Any]) -> int:
+    value = _typed(m, "silence_ms", int, 0)
+    if not 0 <= value <= MAX_SILENCE_MS:  # (and a uint32 in the config it becomes)
+        raise ProtocolError(
+            f'"silence_ms" must be from 100 to {MAX_SILENCE_MS} (0: the server\'s default), '
+            f"got {value}"
+        )
+    return value
 
 
 def _typed(m: dict[str, Any], key: str, kind: type[T], default: T) -> T:

@@ -23,7 +23,6 @@ What is accepted but has no effect here, and what is refused, is in docs/compat.
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import itertools
 import json
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asr_api.v1 import asr_pb2
+from asr_bridge.wire import json_message
 
 Event = dict[str, Any]
 
@@ -335,7 +335,7 @@ class ClientEvent:
 
 def parse_client_event(text: str) -> ClientEvent:
     try:
-        message = json.loads(text)
+        message = json_message(text)
     except json.JSONDecodeError as exc:
         raise RealtimeError(f"not JSON: {exc}", code="invalid_json") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
@@ -350,7 +350,7 @@ def decode_audio(event: ClientEvent, frame_bytes: int) -> bytes:
         raise RealtimeError('"audio" must be a base64 string', param="audio")
     try:
         data = base64.b64decode(audio, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a string that is not ASCII
         raise RealtimeError('"audio" is not valid base64', param="audio") from None
     if len(data) % frame_bytes:
         raise RealtimeError(

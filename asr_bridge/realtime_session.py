@@ -93,6 +93,12 @@ class RealtimeSession:
                     await self._client_error(exc, None)
         except ClientGone:
             logger.info("session %s: client went away", self.session_id)
+        except StreamClosedError:
+            # a write met the end of a stream the server had just ended: the relay tells
+            # the client why and closes the socket
+            if self._downstream is not None:
+                with contextlib.suppress(ClientGone):
+                    await self._downstream
         finally:
             if self._keeping is not None:
                 self._keeping.cancel()

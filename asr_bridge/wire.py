@@ -17,6 +17,21 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 _GONE = (WebSocketDisconnect, OSError, RuntimeError)
 
 
+def json_message(text: str) -> Any:
+    """A client's text message parsed as JSON, which must hold text only: JSON's escapes
+    can spell a lone UTF-16 surrogate ("\\ud800"), which Python decodes into a string that
+    no UTF-8 (and no protobuf string field) can hold. ``json.JSONDecodeError`` either way,
+    so each protocol answers it as it answers any message that is not JSON."""
+    value = json.loads(text)
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise json.JSONDecodeError(
+            "a string holds a lone surrogate escape (\\ud800-\\udfff), not text", text, 0
+        ) from exc
+    return value
+
+
 class ClientGone(Exception):
     """The client closed the WebSocket or the connection dropped."""
 

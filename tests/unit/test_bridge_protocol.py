@@ -70,6 +70,12 @@ def test_a_semantic_start_may_set_its_turn_threshold() -> None:
         ('{"type": "start", "sample_rate": 16000, "turn_threshold": 2}', "turn_threshold"),
         ('{"type": "start", "sample_rate": 16000, "turn_threshold": true}', "turn_threshold"),
         ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "base64"),
+        ('{"type": "input_audio_buffer.append", "audio": "\u00e9"}', "base64"),
+        ('{"type": "start", "sample_rate": 16000, "silence_ms": -1}', "silence_ms"),
+        ('{"type": "start", "sample_rate": 16000, "silence_ms": 4294967296}', "silence_ms"),
+        # JSON can spell a lone UTF-16 surrogate, which no protobuf string can hold
+        ('{"type": "start", "sample_rate": 16000, "language": "\\ud800"}', "surrogate"),
+        ('{"type": "start", "sample_rate": 16000, "hotwords": ["a\\udfff"]}', "surrogate"),
     ],
 )
 def test_bad_text_messages_say_what_is_wrong(text: str, phrase: str) -> None:
@@ -228,3 +234,9 @@ def test_token_check() -> None:
     assert presented_token({"token": "q"}, ["streamasr.v1", "bearer.p"]) == "p"
     assert presented_token({"token": "q"}, ["streamasr.v1"]) == "q"
     assert presented_token({}, []) is None
+
+
+def test_a_surrogate_pair_is_text_and_passes() -> None:
+    start = parse_text('{"type": "start", "sample_rate": 16000, "hotwords": ["\\ud83d\\ude00"]}')
+    assert isinstance(start, Start) and start.hotwords == ("\U0001f600",)
+    assert streaming_config(start).hotwords == ["\U0001f600"]

@@ -435,3 +435,8 @@ def test_linear32_is_the_servers_float32() -> None:
     config = streaming_config(options)
     assert config.format.encoding == asr_pb2.AudioFormat.FLOAT32
     assert config.format.sample_rate_hz == 24_000
+
+
+def test_keyterms_must_be_text() -> None:
+    with pytest.raises(SchemaError, match="must be JSON"):
+        parse_text('{"type": "Configure", "keyterms": ["\\udc80"]}')

@@ -174,3 +174,17 @@ def test_an_utterance_without_words_still_completes_its_item() -> None:
     assert ev.response(_speech(SpeechEvent.SPEECH_RESUMED, 9.5, 2), server_vad=True) == []
     # a commit's acknowledgement: the item's own events already answered it
     assert ev.response(_speech(SpeechEvent.FINALIZED, 9.6, 2), server_vad=True) == []
+
+
+def test_events_that_are_not_text_or_not_base64_are_client_errors() -> None:
+    from asr_bridge.realtime import decode_audio, parse_client_event
+
+    with pytest.raises(RealtimeError) as err:
+        parse_client_event(
+            '{"type": "session.update", "session": {"audio": {"input": {"transcription":'
+            ' {"prompt": "\\ud800"}}}}}'
+        )
+    assert err.value.code == "invalid_json" and "surrogate" in str(err.value)
+    event = parse_client_event('{"type": "input_audio_buffer.append", "audio": "\u00e9"}')
+    with pytest.raises(RealtimeError, match="not valid base64"):
+        decode_audio(event, 2)
