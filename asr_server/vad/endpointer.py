@@ -142,12 +142,22 @@ class Endpointer:
         final decoded early in the pause is the one it gets."""
         if not self.speaking:
             return []
+        events: list[EndpointEvent] = []
+        if not self._silent_run and self._pending.size:
+            # mid-speech (a push-to-talk release): the samples short of a whole frame are
+            # the utterance's last, not the next one's pre-roll; everything the client sent
+            # before its finalize is in this final
+            tail, self._pending = self._pending, np.zeros(0, dtype=np.float32)
+            events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
+            self.position += tail.size
+            self._last_voiced_end = self.position
         end = self._last_voiced_end if self._silent_run else self.position
         self.speaking = False
         self._silent_run = 0
         self._recent_voiced.clear()
         self._pre_roll.clear()
-        return [SpeechEnded(end)]
+        events.append(SpeechEnded(end))
+        return events
 
     def _frame(
         self,

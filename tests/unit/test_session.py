@@ -1878,3 +1878,23 @@ async def test_a_noise_without_words_does_not_choose_the_streams_language() -> N
     assert all(r.language == "es" for r in results(events, final=False))
     finals = [r for call in engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert all(r.language != "cy" for r in finals)  # nothing was decoded again in Welsh
+
+
+async def test_a_finalize_mid_speech_decodes_every_sample_sent_before_it() -> None:
+    # a push-to-talk release rarely falls on a voice-detector frame: the samples short of
+    # a whole frame are the final's too, as the acknowledgement says
+    spoken = pcm16(np.concatenate([silence(0.3), tone(1.2)]))[: 2 * 21_000]  # 1.3125 s
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(spoken, 2000):
+            yield c
+        yield Finalize()
+
+    h = Harness()
+    events = await h.run(source(), interim=False)
+    (final,) = results(events, final=True)
+    (ack,) = [e for e in events if isinstance(e, Finalized)]
+    assert ack.offset_s == pytest.approx(21_000 / SR)
+    assert final.end_s == pytest.approx(21_000 / SR)
+    (decode,) = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert final.start_s * SR + decode.audio.size == pytest.approx(21_000, abs=1)

@@ -106,6 +106,22 @@ def test_force_end_then_speech_continues_as_new_utterance() -> None:
     assert any(isinstance(e, SpeechStarted) for e in again)
 
 
+def test_force_end_mid_speech_keeps_the_samples_short_of_a_frame() -> None:
+    # a push-to-talk release: the last 200 samples (less than a frame) are the
+    # utterance's, and the final ends where the client's audio did
+    ep = Endpointer(ScriptedDetector("#" * 40), CONFIG)
+    ep.feed(np.full(20 * FRAME + 200, 0.1, dtype=np.float32))
+    forced = ep.force_end()
+    assert forced[-1] == SpeechEnded(20 * FRAME + 200)
+    (tail,) = [e for e in forced if isinstance(e, SpeechAudio)]
+    assert tail.start_sample == 20 * FRAME and tail.samples.size == 200
+    assert ep.position == 20 * FRAME + 200
+    # what comes next is scored from there
+    again = ep.feed(np.full(20 * FRAME, 0.1, dtype=np.float32))
+    (started,) = [e for e in again if isinstance(e, SpeechStarted)]
+    assert started.start_sample >= 20 * FRAME + 200
+
+
 def test_force_end_in_a_pause_ends_where_speech_ended() -> None:
     ep = Endpointer(ScriptedDetector("#" * 10 + "." * 5), CONFIG)
     ep.feed(np.full(15 * FRAME, 0.1, dtype=np.float32))  # 5 unvoiced frames: a pause
