@@ -377,6 +377,11 @@ class ChannelRecognizer:
         utt.audio.append(ev.samples)
         utt.samples_since_partial += ev.samples.size
         if len(utt.audio) >= self._max_utterance:
+            if ev.trailing_silence and self._pause_final_within(utt):
+                # the limit fell in a pause whose final heard the whole pad: cut there
+                # and keep that final, as when speech resumes after such a pause
+                await self._split_at_pause(utt)
+                return
             utt.drop_speculation()
             await self._split()
             return
@@ -404,6 +409,10 @@ class ChannelRecognizer:
                 utt.pause += 1
                 utt.probes_asked = 0
                 utt.pause_heard = 0
+        elif ev.last_voiced_end <= utt.audio.start_sample:
+            # the rest of a pause the utterance before was split in: no speech of this
+            # utterance yet, nothing to decode or to ask the turn model about
+            pass
         else:
             utt.pause_heard = silence
             if silence >= self._speculate_after and utt.speculation is None:
@@ -449,7 +458,15 @@ class ChannelRecognizer:
         if utt is None:
             return
         utt.ended_by_finalize = reason is TurnEndReason.FINALIZE
-        final_end = min(utt.audio.end_sample, end_sample + self._trailing_pad)
+        # (an utterance split in a pause holds the rest of it: its speech "ended" before
+        # it began, and it ends where it began)
+        heard_speech = end_sample > utt.audio.start_sample
+        end_sample = max(end_sample, utt.audio.start_sample)
+        final_end = (
+            min(utt.audio.end_sample, end_sample + self._trailing_pad)
+            if heard_speech
+            else end_sample  # no audio to decode
+        )
         kept = utt.set_aside if await self._no_speech_after_set_aside(utt, final_end) else None
         if kept is not None:  # what was heard since was no speech: speech ended before it
             end_sample, final_end = kept.speech_end, kept.end
@@ -566,6 +583,15 @@ class ChannelRecognizer:
                 return early
         return None
 
+    def _pause_final_within(self, utt: UtteranceState) -> bool:
+        """This pause's final heard the whole pad and ends inside the utterance's audio."""
+        early = self._pause_final(utt)
+        return (
+            early is not None
+            and not utt.eager_sent
+            and utt.audio.start_sample < early.end < utt.audio.end_sample
+        )
+
     def _splits_at_pause(self, utt: UtteranceState) -> bool:
         """Speech resumed after a pause in which the final was decoded ahead, with the
         whole trailing pad, and the pause lasted a margin longer: an utterance that long
@@ -584,11 +610,10 @@ class ChannelRecognizer:
         early = self._pause_final(utt)
         return (
             early is not None
-            and not utt.eager_sent
+            and self._pause_final_within(utt)
             and (not self._turns.semantic or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
             and self._long_enough_to_split(utt, early.speech_end)
-            and utt.audio.start_sample < early.end < utt.audio.end_sample
         )
 
     async def _split_at_pause(self, utt: UtteranceState) -> None:

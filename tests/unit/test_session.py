@@ -1898,3 +1898,20 @@ async def test_a_finalize_mid_speech_decodes_every_sample_sent_before_it() -> No
     assert final.end_s == pytest.approx(21_000 / SR)
     (decode,) = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert final.start_s * SR + decode.audio.size == pytest.approx(21_000, abs=1)
+
+
+async def test_the_length_limit_in_a_pause_cuts_at_the_pauses_final() -> None:
+    # speech to 2.7 s, the pause's final decoded 200 ms in, the 3 s limit 300 ms in:
+    # that final is the first part's (no second decode), and the rest of the pause is
+    # no utterance to decode or to end before it began
+    h = Harness()
+    audio = np.concatenate([silence(0.3), tone(2.4), silence(1.0), tone(1.0), silence(1.0)])
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False, max_utterance_ms=3000)
+    finals = results(events, final=True)
+    assert [f.text for f in finals] == [" ".join(f"w{i}" for i in range(10)), "w0 w1 w2 w3"]
+    assert finals[0].end_s == pytest.approx(2.9, abs=0.02)  # speech end + the 200 ms pad
+    decodes = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
+    assert len(decodes) == 2
+    ends = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
+    assert ends[0].utterance_id == 1 and ends[0].offset_s == pytest.approx(2.9, abs=0.02)
+    assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
