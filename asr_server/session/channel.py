@@ -458,6 +458,9 @@ class ChannelRecognizer:
         if utt is None:
             return
         utt.ended_by_finalize = reason is TurnEndReason.FINALIZE
+        # it ends now: a partial coming back while this awaits (the second opinion below,
+        # a full output queue) is neither sent after its SPEECH_ENDED nor commits words
+        utt.finalizing = True
         # (an utterance split in a pause holds the rest of it: its speech "ended" before
         # it began, and it ends where it began)
         heard_speech = end_sample > utt.audio.start_sample
