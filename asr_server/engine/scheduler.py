@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -263,16 +263,33 @@ class EngineScheduler:
                 job.on_start()
         self.running += len(batch)
         self.metrics.engine_busy_workers.inc()
+        hyps: Sequence[Hypothesis | None]
         try:
             hyps = await loop.run_in_executor(
                 self._executor, self.engine.transcribe, [j.request for j in batch]
             )
         except Exception as exc:
-            logger.exception("engine call failed on a batch of %d", len(batch))
+            if len(batch) == 1:
+                logger.exception("engine call failed")
+                self._fail(batch[0], exc)
+                return
+            # one request can fail a whole call: each is decoded alone, so that only the
+            # one at fault fails (another stream's partial or final is not lost with it)
+            logger.warning(
+                "engine call failed on a batch of %d (%s): decoding each alone", len(batch), exc
+            )
+            alone_hyps: list[Hypothesis | None] = []
             for job in batch:
-                if not job.future.done():
-                    job.future.set_exception(EngineError(str(exc)))
-            return
+                try:
+                    (hyp,) = await loop.run_in_executor(
+                        self._executor, self.engine.transcribe, [job.request]
+                    )
+                except Exception as alone:
+                    logger.exception("engine call failed")
+                    self._fail(job, alone)
+                    hyp = None
+                alone_hyps.append(hyp)
+            hyps = alone_hyps
         finally:
             self.running -= len(batch)
             self.calls += 1
@@ -284,3 +301,8 @@ class EngineScheduler:
         for job, hyp in zip(batch, hyps, strict=True):
             if not job.future.done():
                 job.future.set_result(hyp)
+
+    @staticmethod
+    def _fail(job: _Job, exc: Exception) -> None:
+        if not job.future.done():
+            job.future.set_exception(EngineError(str(exc)))

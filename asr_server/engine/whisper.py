@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -151,6 +152,7 @@ class WhisperEngine:
         except Exception as exc:
             raise ModelLoadError(f"cannot load model from {model.source}: {exc}") from exc
         self._ct2 = self._model.model
+        self._sot = self._model.hf_tokenizer.token_to_id("<|startoftranscript|>")
         self.name = model.name
         self.is_multilingual = bool(self._ct2.is_multilingual)
         self.capabilities = EngineCapabilities(
@@ -363,6 +365,28 @@ class WhisperEngine:
         repetition_retry: bool,
         batch_index: list[int] | None = None,
     ):
+        rows = batch_index if batch_index is not None else list(range(len(prompts)))
+        by_start: dict[int, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            by_start.setdefault(prompt.index(self._sot), []).append(i)
+        if len(by_start) > 1:
+            # CTranslate2 generates a batch only with <|startoftranscript|> at one position
+            # in every prompt (else it fails them all): prompts whose context differs in
+            # length (a stream's hotwords, its previous text) are generated apart, from
+            # the same encoder output
+            results: list[Any] = [None] * len(prompts)
+            for members in by_start.values():
+                apart = self._generate(
+                    [requests[i] for i in members],
+                    encoded,
+                    [prompts[i] for i in members],
+                    [frames[i] for i in members],
+                    repetition_retry=repetition_retry,
+                    batch_index=[rows[i] for i in members],
+                )
+                for i, result in zip(members, apart, strict=True):
+                    results[i] = result
+            return results
         if batch_index is not None:
             encoded = self._select(encoded, batch_index)
         budget = max(
@@ -384,7 +408,8 @@ class WhisperEngine:
         )
 
     def _select(self, encoded, index: list[int]):  # type: ignore[no-untyped-def]
-        """Rows of an encoder output (moved through the host; only used on retries)."""
+        """Rows of an encoder output (moved through the host: only for retries and for
+        prompts generated apart)."""
         host = np.asarray(
             encoded.to_device(self._cpu_device()) if self.device == "cuda" else encoded
         )

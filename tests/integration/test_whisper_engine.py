@@ -64,6 +64,21 @@ def test_a_batch_decodes_like_single_requests(engine: WhisperEngine) -> None:
     assert " ".join(w.word for w in batched[3].words) == batched[3].text
 
 
+def test_streams_with_other_prompts_share_a_batch(engine: WhisperEngine) -> None:
+    """A stream with hotwords and one without (or with other hotwords) batch together:
+    their prompts put <|startoftranscript|> at other positions, which CTranslate2 refuses
+    in one generate call (it failed every request of the batch, other streams' too)."""
+    speech = audio("libri_1089-134686-0000")[: 3 * 16_000]
+    prompts = ["Quilter, Claflin", "", "stew, turnips, carrots, bruised potatoes, mutton"]
+    requests = [DecodeRequest(speech, DecodeKind.PARTIAL, prompt=p) for p in prompts]
+    requests.append(DecodeRequest(speech, DecodeKind.PARTIAL, prompt=prompts[0]))
+    assert len({engine.batch_key(r) for r in requests}) == 1
+    batched = engine.transcribe(requests)
+    alone = [engine.transcribe([r])[0] for r in requests]
+    assert [normalize(h.text) for h in batched] == [normalize(h.text) for h in alone]
+    assert all("stew" in h.text for h in batched)
+
+
 def test_requests_batch_only_with_their_own_window(cpu_engine: WhisperEngine) -> None:
     """On a CPU the batch key is the encoder window a request gets alone: its kind's
     shortest (5 s for partials, 10 s for finals) or its audio rounded up to a whole second.

@@ -392,3 +392,36 @@ async def test_engine_failure_reaches_the_caller_and_the_worker_survives() -> No
         assert (await sched.decode(req(DecodeKind.FINAL))) is not None
     finally:
         await sched.close()
+
+
+async def test_a_request_that_fails_its_batch_fails_alone(gate: threading.Event) -> None:
+    """One stream's request that makes the engine raise (a batch fails whole) costs the
+    other streams of its batch nothing: each is decoded again alone."""
+
+    def refuse_poison(requests) -> None:  # type: ignore[no-untyped-def]
+        if any(r.prompt == "poison" for r in requests):
+            raise ValueError("no such language")
+
+    engine = FakeEngine(gate=gate, max_batch_size=4, on_call=refuse_poison)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    try:
+        first = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="first")))
+        await started(engine, 1)
+        tags = ["a", "poison", "b"]
+        batch = [
+            asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL, tag=t), coalesce_key=t))
+            for t in tags
+        ]
+        await asyncio.sleep(0)
+        gate.set()
+        done = await asyncio.gather(first, *batch, return_exceptions=True)
+        assert [len(c) for c in engine.calls] == [1, 3, 1, 1, 1]  # the batch, then each
+        a, poison, b = done[1:]
+        assert not isinstance(a, BaseException) and a is not None and a.text == "w0 w1 w2 w3"
+        assert isinstance(poison, EngineError) and "no such language" in str(poison)
+        assert not isinstance(b, BaseException) and b is not None and b.text == "w0 w1 w2 w3"
+        assert (await sched.decode(req(DecodeKind.FINAL))) is not None  # and it goes on
+    finally:
+        gate.set()
+        await sched.close()
