@@ -13,6 +13,7 @@ often than that decode read them (``without_unheard_loops``).
 from __future__ import annotations
 
 import re
+import unicodedata
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
@@ -45,13 +46,43 @@ REREAD_MIN_WORDS = 3
 REREAD_ALTERED_EVERY = 5
 
 
+#: numbers spoken as words; with digits, what a speaker says again and again for real
+NUMBER_WORDS = frozenset(
+    "zero oh one two three four five six seven eight nine ten double triple".split()
+)
+
+
+def is_numeral(normalized: str) -> bool:
+    """A ``normalize_word``: digits ("0", "4444") or a number said as a word."""
+    return normalized.isdigit() or normalized in NUMBER_WORDS
+
+
+def mostly_numerals(normalized: Sequence[str]) -> bool:
+    """Half or more of these words are numerals: a PIN ("0 0 0 0"), a card number ("4444
+    4444 4444 4444"), a number read back ("5 5 5 1 2 3 4, that's 5 5 5 1 2 3 4"). People
+    say those again and again, so their repeats are never taken for Whisper looping
+    (a long run of them still fails the compression ratio, Whisper's own test)."""
+    return bool(normalized) and 2 * sum(map(is_numeral, normalized)) >= len(normalized)
+
+
 def compression_ratio(text: str) -> float:
     raw = text.encode("utf-8")
     return len(raw) / max(1, len(zlib.compress(raw)))
 
 
 def normalize_word(word: str) -> str:
-    return _NON_WORD.sub("", word.lower())
+    """``word`` lower-cased, without what is not part of a word. Combining marks stay
+    (Unicode category M: Hindi's vowel signs, Thai's tone marks, a decomposed accent),
+    which ``\\w`` leaves out although they tell words apart: "कि", "की" and "को" are not
+    "क"."""
+    lowered = word.lower()
+    if lowered.isascii():
+        return _NON_WORD.sub("", lowered)
+    return "".join(
+        c
+        for c in lowered
+        if not _NON_WORD.fullmatch(c) or unicodedata.category(c).startswith("M")
+    )
 
 
 #: what joins words that are said apart: "fat-mutton" is "fat mutton" in another decode
@@ -82,7 +113,7 @@ def trim_trailing_repeats(words: list[str], protected: int = 0) -> list[str]:
             while n - (copies + 1) * k >= 0 and norm[n - (copies + 1) * k : n - copies * k] == tail:
                 copies += 1
             needed = 2 if k >= LONG_REPEAT_WORDS else SHORT_REPEAT_COUNT
-            if copies >= needed and any(tail):
+            if copies >= needed and any(tail) and not mostly_numerals(tail):
                 # remove whole copies only, and none that reaches into the protected words
                 removable = min(copies - 1, (n - protected) // k)
                 keep = n - removable * k
@@ -103,7 +134,7 @@ def trim_restarted_passage(words: list[str], protected: int = 0) -> list[str]:
     n = len(norm)
     for p in range(max(1, protected), n - RESTART_MIN_WORDS + 1):
         tail = norm[p:]
-        if not all(tail[:RESTART_MIN_WORDS]):
+        if not all(tail[:RESTART_MIN_WORDS]) or mostly_numerals(tail):
             continue
         for q in range(0, p):
             earlier = norm[q : q + len(tail)]

@@ -12,6 +12,7 @@ from asr_server.engine.text import (
     loop_trimmed,
     looped_tail,
     merge_punctuation,
+    normalize_word,
     repeats_back_to_back,
     spoken_words,
     trim_dangling_restart,
@@ -253,3 +254,34 @@ def test_hypotheses_marked_uncommittable_only_set_the_comparison() -> None:
 )
 def test_spoken_words_splits_what_hyphens_join(text: str, words: list[str]) -> None:
     assert spoken_words(text) == words
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "My PIN is 0 0 0 0.",
+        "zero zero zero zero",
+        "The card number is 4444 4444 4444 4444.",
+        "My number is 5 5 5 1 2 3 4, that's 5 5 5 1 2 3 4.",
+        "So the code is 1 2 3 4 5 and again 1 2 3 4 5",
+    ],
+)
+def test_numbers_said_again_are_speech_not_a_loop(text: str) -> None:
+    # trim_loops runs on every decode: these lost their digits ("My PIN is 0")
+    assert trim_loops(text.split()) == text.split()
+
+
+def test_words_loop_as_before_numbers_among_them() -> None:
+    assert trim_loops("thank you thank you thank you thank you".split()) == ["thank", "you"]
+    text = "In 1465, Swainheim began printing near Rome. In 1465, Swainheim began printing"
+    assert trim_loops(text.split()) == text.split()[:7]
+
+
+def test_combining_marks_tell_words_apart() -> None:
+    # Hindi's vowel signs and Thai's tone marks are Unicode category M, which \w leaves out
+    assert len({normalize_word(w) for w in ("क", "कि", "की", "के", "को")}) == 5
+    assert normalize_word("ที่") != normalize_word("ท")
+    assert normalize_word("Cafe\u0301,") == "cafe\u0301" and normalize_word("don't!") == "don't"
+    # a different phrase after a Hindi one is not that phrase read again
+    text = "मैं घर जा रहा हूँ, मैं घर जा रही हूँ"
+    assert trim_loops(text.split()) == text.split()
