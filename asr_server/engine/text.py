@@ -79,9 +79,7 @@ def normalize_word(word: str) -> str:
     if lowered.isascii():
         return _NON_WORD.sub("", lowered)
     return "".join(
-        c
-        for c in lowered
-        if not _NON_WORD.fullmatch(c) or unicodedata.category(c).startswith("M")
+        c for c in lowered if not _NON_WORD.fullmatch(c) or unicodedata.category(c).startswith("M")
     )
 
 
