@@ -109,6 +109,16 @@ def token_budget(duration_s: float) -> int:
     return int(min(224, 12 + 8 * duration_s))
 
 
+def generate_max_length(start_step: int, steps: int) -> int:
+    """``max_length`` for CTranslate2's Whisper ``generate`` that lets the decoder run
+    ``steps`` steps (forced prefix tokens and new ones) after a prompt whose first
+    ``start_step`` tokens it reads in one pass. It decodes at most
+    ``min(max_length / 2, max_length - start_step)`` steps (whisper.cc; CTranslate2
+    issue #1856): ``len(prompt) + budget`` gave half the budget, and fast speech in a
+    10 s utterance lost its last words (47 tokens allowed for about 50)."""
+    return min(MAX_TEXT_TOKENS, max(2 * steps, start_step + steps))
+
+
 class WhisperEngine:
     is_multilingual: bool
 
@@ -153,6 +163,7 @@ class WhisperEngine:
             raise ModelLoadError(f"cannot load model from {model.source}: {exc}") from exc
         self._ct2 = self._model.model
         self._sot = self._model.hf_tokenizer.token_to_id("<|startoftranscript|>")
+        self._no_timestamps = self._model.hf_tokenizer.token_to_id("<|notimestamps|>")
         self.name = model.name
         self.is_multilingual = bool(self._ct2.is_multilingual)
         self.capabilities = EngineCapabilities(
@@ -389,8 +400,12 @@ class WhisperEngine:
             return results
         if batch_index is not None:
             encoded = self._select(encoded, batch_index)
-        budget = max(
-            len(p) + token_budget(n / FRAMES_PER_SECOND)
+        # the steps after the prompt's last task token: the forced prefix, then new tokens
+        max_length = max(
+            generate_max_length(
+                p.index(self._no_timestamps),
+                len(p) - p.index(self._no_timestamps) + token_budget(n / FRAMES_PER_SECOND),
+            )
             for p, n in zip(prompts, frames, strict=True)
         )
         beam = self._final_beam_size if all(r.kind is DecodeKind.FINAL for r in requests) else 1
@@ -398,7 +413,7 @@ class WhisperEngine:
             encoded,
             prompts,
             beam_size=beam,
-            max_length=min(MAX_TEXT_TOKENS, budget),
+            max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,

@@ -216,3 +216,42 @@ def test_confidence_falls_as_noise_buries_the_speech(engine: WhisperEngine) -> N
     assert 0.8 < clean <= 1.0, by_level  # 0.91 on both clips
     # measured: 0.50 at 0 dB and 0.41 at -5 dB (other noise draws: 0.49-0.84, 0.35-0.70)
     assert zero_db < clean - 0.15 and minus_5_db < clean - 0.25, by_level
+
+
+def test_the_decoder_may_run_the_whole_token_budget(engine: WhisperEngine) -> None:
+    """CTranslate2 decodes at most min(max_length / 2, max_length - start_step) steps
+    (whisper.cc): the engine's max_length must be twice the steps it allows, or fast
+    speech in a long utterance loses its last words."""
+    from asr_server.engine import whisper
+
+    assert whisper.generate_max_length(start_step=1, steps=93) == 186
+    assert whisper.generate_max_length(start_step=150, steps=93) == 243  # a long prompt
+    assert whisper.generate_max_length(start_step=1, steps=300) == whisper.MAX_TEXT_TOKENS
+    seen: list[int] = []
+    model = engine._ct2
+
+    class Recording:
+        """The model, with generate's max_length noted."""
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(model, name)
+
+        def generate(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append(kwargs["max_length"])
+            return model.generate(*args, **kwargs)
+
+    engine._ct2 = Recording()
+    try:
+        ten_s = audio("libri_2412-153948-0000")[: 10 * 16_000]
+        (alone,) = engine.transcribe([DecodeRequest(ten_s, DecodeKind.FINAL)])
+        (forced,) = engine.transcribe(
+            [DecodeRequest(ten_s, DecodeKind.FINAL, prefix="If the reader will excuse me,")]
+        )
+    finally:
+        engine._ct2 = model
+    budget = whisper.token_budget(10.0)  # 92 new tokens
+    assert seen[0] >= 2 * (budget + 1)
+    forced_tokens = len(engine._tokenizer("en").encode(" If the reader will excuse me,"))
+    assert seen[1] == seen[0] + 2 * forced_tokens  # the forced prefix's steps besides
+    assert alone.text.startswith("If the reader will excuse me")
+    assert forced.text.startswith("If the reader will excuse me,")
