@@ -60,7 +60,8 @@ def turn_end_label(turn: asr_pb2.EndOfTurn) -> str:
 
 def event_type(response: Response) -> str:
     """speech_started, speech_ended, speech_resumed, no_words, finalized, end_of_turn,
-    partial, eager, final, or progress (the stream's last response)."""
+    partial, eager, final, or progress (only progress: mid-stream in a long silence, and
+    the stream's last response)."""
     if response.HasField("end_of_turn"):
         return "end_of_turn"
     if response.HasField("speech_event"):

@@ -193,6 +193,14 @@ class StreamingSettings(BaseModel):
         2, ge=2, le=5, description="Consecutive partials that must agree to commit a word."
     )
     result_queue_size: int = Field(256, ge=8)
+    progress_every_s: float = Field(
+        5.0,
+        ge=0.0,
+        le=3600.0,
+        description="A progress-only response once this much audio has settled with no "
+        "other response to say so (a long silence), so that a resuming client can let go of "
+        "it; 0 = only events carry progress.",
+    )
     carry_max_s: float = Field(
         10.0,
         ge=0.0,

@@ -28,6 +28,7 @@ from asr_server.session.types import (
     GoingAway,
     OutEvent,
     Progress,
+    ProgressReport,
     StreamConfig,
     StreamDone,
 )
@@ -91,6 +92,8 @@ class StreamSession:
             for c in range(config.format.channels)
         ]
         self._delivered = 0  # samples per channel handed to the channels so far
+        #: the settled point the client was last told (with any response)
+        self._told_settled_s = 0.0
         self._channels: list[ChannelRecognizer] = []
         self._partial_tasks: set[asyncio.Task[None]] = set()
 
@@ -226,9 +229,23 @@ class StreamSession:
                     f"stream exceeded the maximum duration of {limits.max_stream_duration_s:.0f} s",
                 )
             await self._deliver(per_channel)
+            self._report_progress()
         await self._deliver(self._decoder.flush())
         for inbox in self._inboxes:
             await inbox.put(EndOfAudio())
+
+    def _report_progress(self) -> None:
+        """A progress-only response once the settled point has moved
+        ``streaming.progress_every_s`` past what the client was last told, and nothing
+        else is on its way: in a long silence no event says it, and a client that resumes
+        after a cut would replay (or keep, up to its limit) all of that silence."""
+        every_s = self.services.settings.streaming.progress_every_s
+        if not every_s:
+            return
+        progress = self.progress
+        if progress.settled_s - self._told_settled_s >= every_s and self._out.empty():
+            self._out.put_nowait((ProgressReport(), progress))
+            self._told_settled_s = progress.settled_s
 
     async def _deliver(self, per_channel: list) -> None:  # type: ignore[type-arg]
         arrived = now()
@@ -249,6 +266,7 @@ class StreamSession:
             if isinstance(item, _Closed):
                 return
             event, progress = item
+            self._told_settled_s = max(self._told_settled_s, progress.settled_s)
             # A write cancelled half-way leaves the gRPC call broken ("Internal error from
             # Core") and the client never sees the real status: let it finish first.
             write = asyncio.ensure_future(send(event, progress))

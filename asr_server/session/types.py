@@ -201,6 +201,13 @@ class StreamDone:
 
 
 @dataclass(frozen=True)
+class ProgressReport:
+    """Only progress, mid-stream: the settled point moved on with nothing else to say
+    it (a long silence), so that a resuming client can let go of audio that has its
+    finals (asr_client/resume.py keeps what is not settled, up to 120 s)."""
+
+
+@dataclass(frozen=True)
 class GoingAway:
     """The server is draining: the stream will be cut after ``deadline_s``."""
 
@@ -215,6 +222,7 @@ OutEvent = (
     | Finalized
     | RecognitionResult
     | StreamDone
+    | ProgressReport
     | GoingAway
     | EndOfTurn
 )

@@ -15,6 +15,7 @@ from asr_server.session.types import (
     NoWords,
     OutEvent,
     Progress,
+    ProgressReport,
     RecognitionResult,
     SpeechBoundary,
     SpeechResumed,
@@ -337,7 +338,7 @@ def event_to_proto(
             ),
             progress=progress_msg,
         )
-    if isinstance(event, StreamDone):
+    if isinstance(event, StreamDone | ProgressReport):
         return asr_pb2.StreamingRecognizeResponse(progress=progress_msg)
     return asr_pb2.StreamingRecognizeResponse(
         result=result_to_proto(event, offset_s), progress=progress_msg

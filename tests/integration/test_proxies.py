@@ -69,7 +69,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     tmp = tmp_path_factory.mktemp("proxies")
     processes: list[Process] = []
     try:
-        replicas = [start_replica(max_streams=MAX_STREAMS) for _ in range(REPLICAS)]
+        # no progress-only responses in silences: the long-silence test checks that the
+        # proxies keep a stream the server sends nothing on for over a minute
+        quiet = {"ASR_STREAMING__PROGRESS_EVERY_S": "0"}
+        replicas = [start_replica(max_streams=MAX_STREAMS, env=quiet) for _ in range(REPLICAS)]
         processes += replicas
         for r in replicas:
             wait_started(r, 60)

@@ -143,6 +143,46 @@ async def test_a_stream_cut_ten_times_gives_the_uncut_finals(make_server) -> Non
     assert server.servicer.active == 0
 
 
+async def test_a_cut_after_minutes_of_silence_resumes_with_little_to_replay(make_server) -> None:  # type: ignore[no-untyped-def]
+    """In a silence no event comes, yet the settled point moves on: progress-only
+    responses say so, and the client lets go of that audio. A cut after 125 s of it
+    (on hold, a quiet microphone) used to find 120 s kept and nothing settled: the
+    resume was refused ("more than 120 s of audio had no final")."""
+    server = await serve_fake(make_server)
+    parts = [silence(0.5), tone(1.0), silence(125.0), tone(1.0), silence(0.9)]
+    pcm = (np.concatenate(parts) * 32767).astype("<i2")
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    assert len(finals(reference)) == 2
+    # mid-stream, progress alone: every 5 s or so of settled silence
+    alone = [r for r in reference[:-1] if r.WhichOneof("event") is None]
+    assert len(alone) >= 20
+    settled = [r.progress.settled_s for r in alone]
+    assert settled == sorted(settled) and settled[-1] > 120
+
+    proxy = await FaultProxy(server.port).start()
+    infos: list[ResumeInfo] = []
+    speed = 40.0
+
+    async def cut_late_in_the_silence() -> None:
+        await asyncio.sleep(126.0 / speed)
+        proxy.cut()
+
+    try:
+        cut = await run_stream(
+            proxy.port,
+            pcm,
+            speed=speed,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+            during=cut_late_in_the_silence,
+        )
+    finally:
+        await proxy.close()
+    assert len(infos) == 1, infos
+    assert infos[0].replayed_s < 10.0
+    assert finals(cut) == finals(reference)
+
+
 async def test_stereo_channels_resume_each_from_its_own_last_final(make_server) -> None:  # type: ignore[no-untyped-def]
     """Channel 1 speaks while channel 0 has long been final: neither repeats a final."""
     server = await serve_fake(make_server)
