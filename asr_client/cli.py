@@ -26,6 +26,7 @@ from asr_client.connection import (
     ConnectionConfigError,
     add_connection_arguments,
     connection_from_args,
+    int_between,
     positive_float,
 )
 from asr_client.load.command import add_parser as add_load_parser
@@ -124,7 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-interim", action="store_true", help="finals only, no partial results"
     )
     streaming.add_argument(
-        "--silence-ms", type=int, default=0, metavar="MS", help="silence that ends an utterance"
+        "--silence-ms",
+        type=int_between(0, 10_000),
+        default=0,
+        metavar="MS",
+        help="silence that ends an utterance (100-10000; 0: the server's)",
     )
     streaming.add_argument(
         "--endpointing",

@@ -127,6 +127,18 @@ def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     )
 
 
+def int_between(low: int, high: int):  # type: ignore[no-untyped-def]
+    """argparse type: a whole number from ``low`` to ``high``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {text}")
+        return value
+
+    return parse
+
+
 def positive_float(text: str) -> float:
     """argparse type: a number greater than 0."""
     value = float(text)

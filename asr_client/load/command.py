@@ -18,7 +18,12 @@ from typing import IO, Any
 
 import numpy as np
 
-from asr_client.connection import ConnectionConfigError, connection_from_args
+from asr_client.connection import (
+    ConnectionConfigError,
+    connection_from_args,
+    int_between,
+    positive_float,
+)
 from asr_client.load.calls import Call, build_call, clips_from_files, clips_from_manifest
 from asr_client.load.report import render_text, stream_record, summarize
 from asr_client.load.runner import LoadOptions, StreamOutcome, run_load
@@ -94,9 +99,15 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         "--stereo", action="store_true", help="two channels: agent and customer take turns"
     )
     p.add_argument(
-        "--chunk-ms", type=int, default=100, metavar="MS", help="audio per message (100)"
+        "--chunk-ms",
+        type=int_between(10, 1000),
+        default=100,
+        metavar="MS",
+        help="audio per message (100)",
     )
-    p.add_argument("--speed", type=float, default=1.0, metavar="X", help="1 = real time (default)")
+    p.add_argument(
+        "--speed", type=positive_float, default=1.0, metavar="X", help="1 = real time (default)"
+    )
     p.add_argument(
         "--ramp", type=float, default=None, metavar="S", help="spread stream starts over S seconds"
     )

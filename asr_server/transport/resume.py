@@ -51,11 +51,9 @@ def resume_from_proto(
             )
         if c.next_utterance_id >= MAX_UTTERANCE_ID:
             raise AsrError.invalid(f"config.resume.channels[{i}].next_utterance_id is too large")
-        if len(c.previous_text) > settings.streaming.max_prompt_chars:
-            raise AsrError.invalid(
-                f"config.resume.channels[{i}].previous_text is longer than "
-                f"{settings.streaming.max_prompt_chars} characters"
-            )
+        # context, not a request: its end is what matters, and a client that sends more
+        # than this server takes (its limit set lower) must not lose its stream over it
+        previous_text = c.previous_text[-settings.streaming.max_prompt_chars :]
         language = c.language.strip().lower()
         if language and (
             len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()
@@ -68,8 +66,6 @@ def resume_from_proto(
             )
         mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
         channels.append(
-            ChannelStart(
-                c.next_utterance_id, round(mute_s * SAMPLE_RATE), c.previous_text, language
-            )
+            ChannelStart(c.next_utterance_id, round(mute_s * SAMPLE_RATE), previous_text, language)
         )
     return ResumeState(r.stream_offset_s, tuple(channels), r.session_id)

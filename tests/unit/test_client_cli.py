@@ -248,11 +248,22 @@ async def test_unreadable_file_is_a_readable_error(tmp_path: Path, capsys):
         ["--chunk-ms", "1"],
         ["--turn-threshold", "1.5"],
         ["--turn-threshold", "nan"],
+        ["--silence-ms", "-5"],  # a uint32 in the config: it used to raise a traceback
+        ["--silence-ms", "4294967296"],
     ],
 )
 def test_usage_errors_exit_2(flags: list[str], capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["file", "x.wav", *flags])
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--speed", "0"], ["--chunk-ms", "0"], ["--speed", "-1"]])
+def test_load_usage_errors_exit_2(flags: list[str], capsys):
+    # --speed 0 used to divide by zero once the calls had started
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["load", *flags])
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
 

@@ -63,3 +63,15 @@ def test_a_resumes_final_end_out_of_range_is_invalid_not_an_overflow(until: floa
     with pytest.raises(AsrError, match=r"final_until_s must be between 0 and"):
         parse(resuming(final_until_s=until))
     assert parse(resuming(final_until_s=29.5)).resume is not None
+
+
+def test_a_resumes_previous_text_longer_than_the_prompt_limit_keeps_its_end() -> None:
+    # the client sends its last final's last 1000 characters; a server whose limit is
+    # lower keeps their end rather than refuse the resume (the stream would end)
+    settings = Settings(streaming={"max_prompt_chars": 100})  # type: ignore[arg-type]
+    text = "x" * 900 + " and the last words"
+    config = stream_config_from_proto(
+        resuming(previous_text=text), settings, model_name="tiny.en", languages=None
+    )
+    assert config.resume is not None
+    assert config.resume.channels[0].previous_text == text[-100:]
