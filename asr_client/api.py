@@ -25,6 +25,9 @@ NOT_READ = "the stream's events are no longer read"
 
 #: the header a server sends when it admits a stream (asr_server.transport.servicer)
 ADMITTED_HEADER = "asr-stream-id"
+#: HTTP/2 pings on a connection with calls open, and how long one may go unanswered
+KEEPALIVE_TIME_MS = 30_000
+KEEPALIVE_TIMEOUT_MS = 10_000
 
 #: the names clients give speech events (JSON output, the bridge's events)
 SPEECH_EVENT_TYPES = {
@@ -346,6 +349,14 @@ class AsrClient:
                 # config (e.g. retry_service_config(load_balancing="round_robin")) comes first.
                 *options,
                 *([("grpc.service_config", retry_service_config())] if retry else []),
+                # a connection whose other end vanished without a reset (a host's power,
+                # a partition) would leave a stream waiting forever: pinged, it fails
+                # within 40 s and the stream resumes on a new one (the server allows a
+                # ping every 10 s). grpc ends a connection on an unanswered ping only
+                # after ping_timeout_ms (a minute), whatever keepalive_timeout_ms says
+                ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+                ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+                ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ]
         )
         self._stub = asr_pb2_grpc.RecognizerStub(self._channel)

@@ -17,6 +17,8 @@ class FaultProxy:
         self.upstream_port = upstream_port
         self.cuts = 0
         self.connections = 0
+        #: connections that relay nothing (black_hole), by id of their pair
+        self.holes: set[int] = set()
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -29,6 +31,13 @@ class FaultProxy:
     async def start(self) -> FaultProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         return self
+
+    def black_hole(self) -> int:
+        """From now on the open connections relay nothing, and stay open: a host or a
+        path that vanished without a reset (a power loss, a partition). New connections
+        are relayed as before. How many there were."""
+        self.holes |= {id(pair) for pair in self._pairs}
+        return len(self._pairs)
 
     def cut(self) -> int:
         """Abort every relayed connection now; how many there were."""
@@ -74,6 +83,8 @@ class FaultProxy:
     ) -> None:
         try:
             while data := await src.read(65536):
+                if id(pair) in self.holes:
+                    continue  # swallowed: the other end never hears of it
                 dst.write(data)
                 await dst.drain()
         except (ConnectionError, OSError):

@@ -183,6 +183,46 @@ async def test_a_cut_after_minutes_of_silence_resumes_with_little_to_replay(make
     assert finals(cut) == finals(reference)
 
 
+async def test_a_connection_that_goes_silent_without_a_reset_is_left_and_resumed(
+    make_server, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The far end vanishes without a reset (a host's power, a partition): nothing comes
+    back and nothing fails, and a stream would wait forever. The client's HTTP/2 pings go
+    unanswered, the call fails, and the stream resumes on a new connection (pinged every
+    second here; every 30 s by default)."""
+    import asr_client.api
+
+    monkeypatch.setattr(asr_client.api, "KEEPALIVE_TIME_MS", 1_000)
+    monkeypatch.setattr(asr_client.api, "KEEPALIVE_TIMEOUT_MS", 1_000)
+    server = await serve_fake(make_server)
+    pcm = utterances(6)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    proxy = await FaultProxy(server.port).start()
+    infos: list[ResumeInfo] = []
+
+    async def vanish() -> None:
+        await asyncio.sleep(1.0)
+        assert proxy.black_hole() == 1
+
+    try:
+        moved = await asyncio.wait_for(
+            run_stream(
+                proxy.port,
+                pcm,
+                speed=4.0,
+                resume=ResumePolicy(),
+                on_resume=infos.append,
+                during=vanish,
+            ),
+            20,
+        )
+    finally:
+        await proxy.close()
+    assert infos and "UNAVAILABLE" in infos[0].cause, infos
+    assert proxy.connections >= 2
+    assert finals(moved) == finals(reference)
+
+
 async def test_stereo_channels_resume_each_from_its_own_last_final(make_server) -> None:  # type: ignore[no-untyped-def]
     """Channel 1 speaks while channel 0 has long been final: neither repeats a final."""
     server = await serve_fake(make_server)
