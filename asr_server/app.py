@@ -23,6 +23,7 @@ from grpc_reflection.v1alpha import reflection
 from asr_api.v1 import asr_pb2
 from asr_server.engine.base import Engine
 from asr_server.engine.factory import check_engine, create_engine
+from asr_server.engine.models import ModelLoadError
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session import SessionServices
@@ -42,6 +43,25 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 
 
+class StartupError(Exception):
+    """The server cannot start as configured (a port in use); the message says why."""
+
+
+def _bind(server: grpc.aio.Server, address: str, credentials=None) -> int:  # type: ignore[no-untyped-def]
+    """The port ``server`` listens on at ``address``; StartupError if it cannot."""
+    try:
+        port = (
+            server.add_secure_port(address, credentials)
+            if credentials is not None
+            else server.add_insecure_port(address)
+        )
+    except RuntimeError as exc:  # grpc's "Failed to bind to address ..."
+        raise StartupError(f"cannot listen on {address}: is the port in use? ({exc})") from None
+    if port == 0:
+        raise StartupError(f"cannot listen on {address}: is the port in use?")
+    return port
+
+
 def grpc_options(settings: Settings) -> list[tuple[str, int]]:
     return [
         ("grpc.max_receive_message_length", settings.max_message_bytes),
@@ -53,6 +73,9 @@ def grpc_options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.keepalive_permit_without_calls", 1),
+        # a port another server holds is an error, not a port two servers share (grpc's
+        # default on Linux lets the second bind it and take some of the first's calls)
+        ("grpc.so_reuseport", 0),
         # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS: one connection cannot open thousands of
         # calls at once (with the pending-call limit, a bound on calls that sent nothing)
         ("grpc.max_concurrent_streams", settings.max_concurrent_streams_per_connection),
@@ -166,24 +189,29 @@ async def start_server(
             server,
         )
     address = f"{settings.host}:{settings.port}"
-    if credentials.tls is not None:
-        port = server.add_secure_port(address, credentials.tls.credentials())
-    else:
-        port = server.add_insecure_port(address)
-    if port == 0:
-        raise OSError(f"cannot bind {settings.host}:{settings.port}")
-    await server.start()
-    health_server, health_port = await _start_health_server(settings, health_servicer)
-
+    port = _bind(
+        server, address, credentials.tls.credentials() if credentials.tls is not None else None
+    )
     metrics_http = None
     metrics_port = None
     if settings.metrics_port:
         from prometheus_client import start_http_server
 
-        metrics_http, _thread = start_http_server(
-            settings.metrics_port, addr=settings.host, registry=metrics.registry
-        )
+        try:
+            metrics_http, _thread = start_http_server(
+                settings.metrics_port, addr=settings.host, registry=metrics.registry
+            )
+        except OSError as exc:
+            raise StartupError(
+                f"cannot serve metrics on {settings.host}:{settings.metrics_port}: {exc}"
+            ) from None
         metrics_port = metrics_http.server_port
+    await server.start()
+    try:
+        health_server, health_port = await _start_health_server(settings, health_servicer)
+    except StartupError:
+        await server.stop(None)
+        raise
 
     running = RunningServer(
         server,
@@ -203,10 +231,11 @@ async def start_server(
         try:
             engine = await asyncio.to_thread(engine_factory, settings)
             check_engine(engine)
+        except ModelLoadError as exc:  # says which package and file: no traceback
+            logger.error("model %r failed to load: %s", settings.engine.model, exc)
+            raise
         except Exception:
-            logger.exception(
-                "model %r failed to load; the server stays NOT_SERVING", settings.engine.model
-            )
+            logger.exception("model %r failed to load", settings.engine.model)
             raise
         scheduler = EngineScheduler(
             engine,
@@ -271,9 +300,9 @@ async def _start_health_server(
     so it exposes no audio and needs no credentials."""
     if not settings.health_port:
         return None, None
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(f"{settings.host}:{settings.health_port}")
+    port = _bind(server, f"{settings.host}:{settings.health_port}")
     await server.start()
     return server, port
 

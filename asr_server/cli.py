@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"asr-server: error: {where + ': ' if where else ''}{message}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(settings.log_level)
-    from asr_server.app import RunningServer, serve
+    from asr_server.app import RunningServer, StartupError, serve
     from asr_server.transport.auth import TokenFileError
     from asr_server.transport.tls import CertificateError
 
@@ -203,3 +203,6 @@ def main(argv: list[str] | None = None) -> None:
     except (CertificateError, TokenFileError) as exc:
         print(f"asr-server: error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except StartupError as exc:
+        print(f"asr-server: error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

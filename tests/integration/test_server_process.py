@@ -102,3 +102,50 @@ async def test_server_process_serves_reports_and_drains() -> None:
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
         return str(response.read().decode())
+
+
+@pytest.mark.parametrize("which", ["--port", "--metrics-port", "--health-port"])
+async def test_a_port_in_use_is_one_clear_line_not_a_traceback(which: str) -> None:
+    # a socket another program listens on; by grpc's default on Linux a second server
+    # could have bound it too and shared its calls
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        ports = {"--port": "0", "--metrics-port": "0", "--health-port": "0"}
+        ports[which] = str(port)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "asr_server",
+            *(x for flag, value in ports.items() for x in (flag, value)),
+            cwd=ROOT,
+            env={**os.environ, "ASR_ENGINE__MODEL": "fake", "PYTHONUNBUFFERED": "1"},
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    text = err.decode()
+    assert proc.returncode == 1, text
+    assert "asr-server: error: cannot " in text and str(port) in text, text
+    assert "Traceback" not in text
+
+
+async def test_a_model_that_fails_to_load_says_why_without_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "asr_server",
+        "--port",
+        "0",
+        "--model",
+        str(tmp_path),  # a directory without a model in it
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    text = err.decode()
+    assert proc.returncode != 0, text
+    assert "missing model.bin" in text and str(tmp_path) in text, text
+    assert "Traceback" not in text
