@@ -339,6 +339,23 @@ def without_reread_tail(text: str, heard: Sequence[str]) -> str:
     return " ".join(kept)
 
 
+def timings_in_text(words: Sequence[WordTiming], text: str) -> list[WordTiming]:
+    """The timings of ``words`` (aligned to the decoded tokens) that ``text`` still reads
+    from its start: a cut loop leaves the end out. Compared without spaces, so that it
+    holds for languages written without them too (Chinese, Japanese, Thai: one aligned
+    "word" per character, where ``text.split()`` finds one word)."""
+    target = "".join(text.split())
+    kept: list[WordTiming] = []
+    at = 0
+    for w in words:
+        piece = "".join(w.word.split())
+        if not target.startswith(piece, at):
+            break
+        kept.append(w)
+        at += len(piece)
+    return kept
+
+
 def merge_punctuation(words: Sequence[WordTiming]) -> list[WordTiming]:
     """Attach punctuation-only alignment words to their neighbours, as the text shows them."""
     merged: list[WordTiming] = []

@@ -44,6 +44,7 @@ from asr_server.engine.text import (
     compression_ratio,
     loop_trimmed,
     merge_punctuation,
+    timings_in_text,
     trim_loops,
 )
 
@@ -486,6 +487,17 @@ class WhisperEngine:
         ]
         if not wanted:
             return
+        # one alignment per language: its tokenizer says how the words split (one per
+        # character in Chinese or Japanese) and which language token starts the sequence
+        by_language: dict[str, list[int]] = {}
+        for i in wanted:
+            by_language.setdefault(tokenizers[i].language_code, []).append(i)
+        for members in by_language.values():
+            self._align(members, requests, hyps, tokens, tokenizers, encoded, frames)
+
+    def _align(  # type: ignore[no-untyped-def]
+        self, wanted, requests, hyps, tokens, tokenizers, encoded, frames
+    ) -> None:
         enc = encoded if len(wanted) == len(requests) else self._select(encoded, wanted)
         text_tokens = [[t for t in tokens[i] if t < tokenizers[i].eot] for i in wanted]
         # faster-whisper's aligner runs CTranslate2's cross-attention DTW; it is stateless.
@@ -506,8 +518,7 @@ class WhisperEngine:
                 ]
             )
             # the text may have lost a trimmed repetition: keep the timings it still has
-            timings = timings[: len(h.text.split())]
-            hyps[i] = dataclasses.replace(h, words=timings)
+            hyps[i] = dataclasses.replace(h, words=timings_in_text(timings, h.text))
 
 
 def whisper_languages() -> frozenset[str] | None:

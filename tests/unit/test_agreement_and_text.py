@@ -15,6 +15,7 @@ from asr_server.engine.text import (
     normalize_word,
     repeats_back_to_back,
     spoken_words,
+    timings_in_text,
     trim_dangling_restart,
     trim_loops,
     trim_restarted_passage,
@@ -285,3 +286,17 @@ def test_combining_marks_tell_words_apart() -> None:
     # a different phrase after a Hindi one is not that phrase read again
     text = "मैं घर जा रहा हूँ, मैं घर जा रही हूँ"
     assert trim_loops(text.split()) == text.split()
+
+
+def _timed(*words: str) -> list[WordTiming]:
+    return [WordTiming(w, i * 0.2, i * 0.2 + 0.2, 0.9) for i, w in enumerate(words)]
+
+
+def test_timings_follow_the_text_that_is_left() -> None:
+    words = _timed("the", "earliest", "book,", "the", "earliest", "book,")
+    assert timings_in_text(words, "the earliest book,") == words[:3]  # a loop cut off
+    assert timings_in_text(words, "the earliest book, the earliest book,") == words
+    # written without spaces: one aligned word per character, one "word" to split()
+    chars = _timed("我", "们", "明", "天", "见", "。")
+    assert timings_in_text(chars, "我们明天见。") == chars
+    assert timings_in_text(chars, "我们明天") == chars[:4]
