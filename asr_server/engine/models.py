@@ -148,7 +148,9 @@ def assemble_split_model(
 
     Parts are verified against their packages' RECORD hashes first. The result is
     built in a temporary folder and renamed into place, so a crash never leaves a
-    half-written model behind; a manifest of part sizes lets later starts reuse it.
+    half-written model behind; a manifest of the parts' sizes and of the assembled
+    file's sha256 lets later starts reuse it once it hashes the same (a file changed
+    or lost in the cache since is assembled again).
     """
     for part, package in zip(parts, packages, strict=True):
         if not part.is_file():
@@ -157,22 +159,25 @@ def assemble_split_model(
     for f in ("config.json", "tokenizer.json"):
         if not (data_dir / f).is_file():
             raise ModelLoadError(f"package {packages[-1]} lacks {data_dir / f}")
-    manifest = {str(p.name): p.stat().st_size for p in parts}
+    sizes = {str(p.name): p.stat().st_size for p in parts}
     marker = dest / "streamasr-manifest.json"
-    if marker.is_file() and json.loads(marker.read_text()) == manifest:
-        if (dest / "model.bin").stat().st_size == sum(manifest.values()):
-            return
+    if _assembled_intact(dest, marker, sizes):
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the model is read by whoever runs the server
     try:
+        digest = hashlib.sha256()
         with open(tmp / "model.bin", "wb") as out:
             for part in parts:
                 with open(part, "rb") as src:
-                    shutil.copyfileobj(src, out, 16 << 20)
+                    while block := src.read(16 << 20):
+                        digest.update(block)
+                        out.write(block)
         for item in data_dir.iterdir():
             if item.is_file() and ".part" not in item.name:
                 shutil.copy2(item, tmp / item.name)
+        manifest = {"parts": sizes, "model.bin sha256": digest.hexdigest()}
         (tmp / marker.name).write_text(json.dumps(manifest))
         if dest.exists():
             shutil.rmtree(dest)
@@ -181,6 +186,25 @@ def assemble_split_model(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     logger.info("assembled %s from %d parts", dest, len(parts))
+
+
+def _assembled_intact(dest: Path, marker: Path, sizes: dict[str, int]) -> bool:
+    """``dest`` holds the model assembled from parts of these sizes, unchanged since."""
+    try:
+        manifest = json.loads(marker.read_text())
+        if manifest.get("parts") != sizes:
+            return False
+        return _sha256(dest / "model.bin") == manifest.get("model.bin sha256")
+    except (OSError, ValueError, AttributeError):  # missing, unreadable, an older manifest
+        return False
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(16 << 20):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def verify_record(package: str, files: Sequence[Path]) -> None:

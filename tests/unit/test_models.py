@@ -113,6 +113,22 @@ def test_split_packages_are_assembled_byte_exact(split_tiny: Path, tmp_path: Pat
     assert (assembled / "model.bin").stat().st_mtime_ns == mtime
 
 
+def test_an_assembled_model_changed_or_lost_in_the_cache_is_assembled_again(
+    split_tiny: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assembled = Path(resolve_model("split-tiny", cache).path_or_id) / "model.bin"
+    original = assembled.read_bytes()
+    # one byte flipped, the size the same: the size alone had passed it
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF
+    assembled.write_bytes(bytes(damaged))
+    assert Path(resolve_model("split-tiny", cache).path_or_id, "model.bin").read_bytes() == original
+    # deleted, its manifest left: assembled again, not a FileNotFoundError
+    assembled.unlink()
+    assert Path(resolve_model("split-tiny", cache).path_or_id, "model.bin").read_bytes() == original
+
+
 @pytest.mark.model
 def test_assembled_split_model_loads_and_transcribes(split_tiny: Path, tmp_path: Path) -> None:
     from asr_server.engine.base import DecodeKind, DecodeRequest
