@@ -20,6 +20,8 @@ class AudioFileError(Exception):
 
 #: channels correlated at least this much carry the same signal: one recording, not a call
 SAME_SIGNAL_CORRELATION = 0.8
+#: frames per block of the channels' correlation (8 MB of float64 per channel)
+CORRELATION_BLOCK_FRAMES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,24 @@ class PcmAudio:
         on two channels does not: each hears mostly its own side."""
         if self.channels == 1:
             return True
-        x = self.frames.astype(np.float64)
-        x -= x.mean(axis=0)
-        energy = np.sqrt((x * x).sum(axis=0))
+        # by blocks, in two passes (the means, then the centred sums): a float64 copy of
+        # a whole hour of 48 kHz stereo would be gigabytes
+        blocks = range(0, len(self.frames), CORRELATION_BLOCK_FRAMES)
+        mean = sum(
+            (self.frames[b : b + CORRELATION_BLOCK_FRAMES].sum(axis=0, dtype=np.float64))
+            for b in blocks
+        ) / max(len(self.frames), 1)
+        squares = np.zeros(self.channels)
+        with_first = np.zeros(self.channels)
+        for b in blocks:
+            x = self.frames[b : b + CORRELATION_BLOCK_FRAMES].astype(np.float64) - mean
+            squares += (x * x).sum(axis=0)
+            with_first += (x[:, :1] * x).sum(axis=0)
+        energy = np.sqrt(squares)
         if energy[0] == 0:
             return bool(np.all(energy == 0))
         for c in range(1, self.channels):
-            if energy[c] == 0 or float(x[:, 0] @ x[:, c]) / (energy[0] * energy[c]) < threshold:
+            if energy[c] == 0 or with_first[c] / (energy[0] * energy[c]) < threshold:
                 return False
         return True
 

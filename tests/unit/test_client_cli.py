@@ -174,6 +174,29 @@ def test_channels_alike_tells_one_recording_from_a_call() -> None:
     assert mixed.channels == 1 and np.array_equal(mixed.frames[:, 0], np.round(speech / 2))
 
 
+def test_channels_alike_reads_a_long_file_by_blocks(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the same answers block by block (a DC offset, channels alike or not), and memory
+    # bounded by a block, not 8 times the file's samples
+    import tracemalloc
+
+    from asr_client import audio_files
+
+    rng = np.random.default_rng(2)
+    speech = (rng.normal(400, 3000, 2_000_000)).astype(np.int16)  # 400: a DC offset
+    other = (rng.normal(0, 3000, 2_000_000)).astype(np.int16)
+    echo = (speech * 0.9 + other * 0.3).astype(np.int16)
+    monkeypatch.setattr(audio_files, "CORRELATION_BLOCK_FRAMES", 1 << 15)
+    for right, alike in ((speech, True), (other, False), (echo, True)):
+        audio = audio_files.PcmAudio(np.stack([speech, right], axis=1), RATE)
+        tracemalloc.start()
+        try:
+            assert audio.channels_alike() is alike
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < audio.frames.nbytes / 4, peak  # (8 MB of samples)
+
+
 async def test_word_timestamps_reach_the_json(server: str, mono_wav: Path, tmp_path: Path):
     out = tmp_path / "events.jsonl"
     argv = ["file", str(mono_wav), "--server", server, "--fast", "--word-timestamps"]
