@@ -274,6 +274,13 @@ class RecognitionStream:
                 except grpc.aio.AioRpcError:
                     ended = await self._closed_error()
                     raise ended from None
+                except asyncio.CancelledError:
+                    if not self._cancelled_by_us():
+                        raise
+                    # cancel() from another task ends the stream for its reader too: as
+                    # the stream's end (its status), not as this task's cancellation
+                    ended = StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED)
+                    raise ended from None
                 if response is grpc.aio.EOF:
                     ended = await self._closed_error()
                     if ended.code != grpc.StatusCode.OK:

@@ -318,10 +318,19 @@ class ResumableStream:
             await self._write(lambda call: call.end())
 
     def cancel(self) -> None:
+        """End the stream for good: writes after it raise, and no resume (one waiting
+        to open a new call included) carries it on."""
+        if self._failed is None:
+            self._failed = StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED)
         if self._replay_task is not None:
             self._replay_task.cancel()
         self._call.cancel()
-        self._finalizes.fail(StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED))
+        self._finalizes.fail(self._failed)
+
+    def _check_cancelled(self) -> None:
+        """In a resume, after each wait: a stream cancelled meanwhile stays cancelled."""
+        if self._failed is not None:
+            raise self._failed
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
@@ -510,6 +519,7 @@ class ResumableStream:
                 )
             await asyncio.sleep(random.uniform(0, self._backoff_s))  # full jitter
             self._backoff_s = min(self.policy.max_backoff_s, self._backoff_s * 2)
+        self._check_cancelled()
         self._call.cancel()
         if self._replay_task is not None:
             self._replay_task.cancel()
@@ -518,6 +528,7 @@ class ResumableStream:
         await self._write_lock.acquire()
         released = False
         try:
+            self._check_cancelled()
             frame = self._replay_frame()
             if frame < self._kept.lost_until:
                 raise ResumeError(
@@ -538,6 +549,9 @@ class ResumableStream:
             with contextlib.suppress(StreamClosedError):
                 await call.open()
             self._call = call
+            if self._failed is not None:  # cancelled while the new call opened
+                call.cancel()
+                raise self._failed
             self._going_away_at = None
             items, self._acks_to_skip, self._acks_resent = replay_plan(
                 self._kept.replay(),

@@ -16,7 +16,8 @@ class FaultProxy:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.cuts = 0
-        self.connections = 0
+        self.connections = 0  # relayed to the upstream
+        self.accepted = 0  # from clients, relayed or not (the upstream refused)
         #: connections that relay nothing (black_hole), by id of their pair
         self.holes: set[int] = set()
         self._server: asyncio.Server | None = None
@@ -62,6 +63,7 @@ class FaultProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
         except OSError:

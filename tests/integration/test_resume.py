@@ -757,3 +757,51 @@ async def test_each_finalize_is_acknowledged_once_across_a_resume(make_server) -
 async def _collect(stream, into: list) -> None:  # type: ignore[no-untyped-def]
     async for response in stream:
         into.append(response)
+
+
+async def test_a_cancelled_stream_stays_ended_even_in_the_middle_of_a_resume(make_server) -> None:  # type: ignore[no-untyped-def]
+    """cancel() ends a resumable stream as it ends a plain one: its reader (another task)
+    hears CANCELLED, writes after it raise, and a resume waiting to open a new call does
+    not open one."""
+    from tests.processes import free_port
+
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    client = AsrClient(f"127.0.0.1:{proxy.port}")
+    try:
+        calls = 0
+        raw_stream = client._raw_stream
+
+        def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            return raw_stream(*args, **kwargs)
+
+        client._raw_stream = counted  # type: ignore[method-assign]
+        stream = client.stream(audio_config(), resume=ResumePolicy(initial_backoff_s=0.5))
+        await stream.open()
+        await stream.send_audio((tone(0.5) * 32767).astype("<i2").tobytes())
+
+        async def read() -> StreamClosedError:
+            with pytest.raises(StreamClosedError) as err:
+                async for _ in stream:
+                    pass
+            return err.value
+
+        reader = asyncio.create_task(read())
+        await eventually(lambda: proxy.connections == 1)
+        proxy.upstream_port = free_port()  # nobody there: every new call fails
+        proxy.cut()
+        await eventually(lambda: calls >= 3)  # resuming, between tries
+        stream.cancel()
+        ended = await asyncio.wait_for(reader, 10)
+        assert ended.code == grpc.StatusCode.CANCELLED
+        tries = calls
+        await asyncio.sleep(1.5)  # past the backoff: no new call comes
+        assert calls == tries
+        with pytest.raises(StreamClosedError) as err:
+            await stream.send_audio(bytes(3200))
+        assert err.value.code == grpc.StatusCode.CANCELLED
+    finally:
+        await client.close()
+        await proxy.close()
