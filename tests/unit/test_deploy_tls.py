@@ -132,3 +132,25 @@ def test_compose_tls_override_is_a_valid_tls_configuration(
     assert settings.health_port == HEALTH_PORT
     # an empty ASR_TLS_CLIENT_CA would become Path(".") and stop the server at start
     assert settings.tls_client_ca is None
+
+
+def test_the_gpu_overlay_lets_the_server_choose_one_batching_worker() -> None:
+    # the base sets a worker per CPU (the CPU limit, 4 in the GPU patch): on one GPU the
+    # server's own choice is one worker batching across streams
+    patch = load("kubernetes/gpu/deployment-gpu.yaml")
+    (container,) = patch["spec"]["template"]["spec"]["containers"]
+    (workers,) = [e for e in container["env"] if e["name"] == "ASR_ENGINE__WORKERS"]
+    assert workers == {"name": "ASR_ENGINE__WORKERS", "value": "0", "valueFrom": None}
+    assert Settings(engine={"workers": int(workers["value"])}).engine.workers == 0  # type: ignore[arg-type]
+
+
+def test_both_images_health_check_the_health_only_port_when_there_is_one() -> None:
+    # with TLS the gRPC port refuses plaintext: the check must use ASR_HEALTH_PORT
+    checks = [
+        line
+        for name in ("Dockerfile", "Dockerfile.cuda")
+        for line in (DEPLOY / name).read_text().splitlines()
+        if "HealthStub" in line
+    ]
+    assert len(checks) == 2 and checks[0] == checks[1]
+    assert "ASR_HEALTH_PORT" in checks[0]
