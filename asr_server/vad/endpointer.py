@@ -198,7 +198,8 @@ class Endpointer:
             keep = min(len(self._pre_roll), onset_frames + self._pre_roll_frames)
             kept = list(self._pre_roll)[-keep:]
             first = self.position - sum(a.size for a in kept)
-            onset = self.position - onset_frames * self.detector.frame_samples
+            # (in the samples the frames really held: flush's last frame is short)
+            onset = self.position - sum(a.size for a in kept[-onset_frames:])
             self.speaking = True
             self._silent_run = 0
             self._last_voiced_end = self.position

@@ -168,3 +168,15 @@ def test_silero_second_opinion_hears_speech_but_not_noise_or_silence() -> None:
     assert not silero_hears_speech(quiet, lead_in=quiet)
     # the lead-in is heard but not judged: speech that ends just before is not "in" it
     assert not silero_hears_speech(quiet, lead_in=speech[8000:12000])
+
+
+def test_the_onset_counts_the_samples_of_flushs_short_last_frame() -> None:
+    # the end of the audio completes the start window with a frame of 200 real samples:
+    # the onset is where the first voiced frame began, not a whole frame earlier
+    from asr_server.vad.energy import EnergyVoiceDetector
+
+    ep = Endpointer(EnergyVoiceDetector(), EndpointerConfig(start_ms=120, pre_roll_ms=0))
+    speech = 0.1 * np.sin(np.arange(3 * 480 + 200) * 0.3).astype(np.float32)
+    events = ep.feed(np.concatenate([np.zeros(4800, np.float32), speech])) + ep.flush()
+    (started,) = [e for e in events if isinstance(e, SpeechStarted)]
+    assert started.onset_sample == started.start_sample == 4800
