@@ -286,7 +286,9 @@ async def start_bridge(
         host=host,
         port=port,
         ws="websockets-sansio",  # reads one message at a time: see session.py on backpressure
-        ws_max_size=MAX_FRAME_BYTES + 1024,
+        # the largest message a route takes, so a larger one gets that route's own error
+        # (an audio frame over 256 KiB, a Realtime event over 1 MiB), not a 1009 close
+        ws_max_size=max(MAX_FRAME_BYTES, realtime_session.MAX_EVENT_CHARS) + 1024,
         # No permessage-deflate: PCM barely compresses, and a compressed read could expand
         # into many messages at once, which would defeat reading one message at a time.
         ws_per_message_deflate=False,

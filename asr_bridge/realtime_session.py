@@ -93,12 +93,14 @@ class RealtimeSession:
                     await self._client_error(exc, None)
         except ClientGone:
             logger.info("session %s: client went away", self.session_id)
-        except StreamClosedError:
-            # a write met the end of a stream the server had just ended: the relay tells
-            # the client why and closes the socket
+        except StreamClosedError as exc:
             if self._downstream is not None:
+                # a write met the end of a stream the server had just ended: the relay
+                # tells the client why and closes the socket
                 with contextlib.suppress(ClientGone):
                     await self._downstream
+            else:  # the stream never opened (the server is down, or refused it)
+                await self._stream_failed(exc)
         finally:
             if self._keeping is not None:
                 self._keeping.cancel()
@@ -217,16 +219,20 @@ class RealtimeSession:
         except StreamClosedError as exc:
             if exc.code == grpc.StatusCode.CANCELLED:
                 return
-            kind = "invalid_request_error" if exc.code.name in CLIENT_FAULTS else "server_error"
-            logger.info("session %s: stream failed: %s", self.session_id, exc)
-            self.metrics.session_errors.labels(exc.code.name).inc()
-            with contextlib.suppress(ClientGone):
-                await self._send(
-                    [self.events.error(exc.details, kind=kind, code=exc.code.name.lower())]
-                )
-            await self._close(close_code_for(exc.code.name), close_reason(str(exc)))
+            await self._stream_failed(exc)
             return
         await self._close(CLOSE_NORMAL, "done")
+
+    async def _stream_failed(self, exc: StreamClosedError) -> None:
+        """The gRPC stream failed (or never opened): an ``error`` event, then the close."""
+        kind = "invalid_request_error" if exc.code.name in CLIENT_FAULTS else "server_error"
+        logger.info("session %s: stream failed: %s", self.session_id, exc)
+        self.metrics.session_errors.labels(exc.code.name).inc()
+        with contextlib.suppress(ClientGone):
+            await self._send(
+                [self.events.error(exc.details, kind=kind, code=exc.code.name.lower())]
+            )
+        await self._close(close_code_for(exc.code.name), close_reason(str(exc)))
 
     async def _client_error(self, exc: RealtimeError, event_id: str | None) -> None:
         logger.info("session %s: client error: %s", self.session_id, exc)

@@ -20,6 +20,7 @@ import pytest
 import soxr
 from openai import AsyncOpenAI
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from asr_client.scoring import wer
 from asr_server.audio.g711 import mulaw_encode
@@ -405,3 +406,36 @@ async def test_semantic_vad_is_the_servers_semantic_endpointing(make_server, mak
         completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
         assert completed["transcript"] == "w0 w1 w2 w3"
     await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_server_that_cannot_be_reached_is_an_error_event_and_a_close(make_bridge) -> None:  # type: ignore[no-untyped-def]
+    # the stream opens at the first append: that it cannot is said, not a dropped socket
+    from tests.processes import free_port
+
+    bridge = await make_bridge(free_port())  # nobody listens there
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(0.2))))
+        error = await next_of(ws, "error")
+        assert error["error"]["type"] == "server_error"
+        assert error["error"]["code"] == "unavailable", error
+        with pytest.raises(ConnectionClosed) as closed:
+            await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+
+
+async def test_an_append_of_seconds_in_one_event_is_taken(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    # 6 s of 24 kHz PCM in one event is about 384 KB of JSON, under the 1 MB the API takes
+    # (over the 256 KiB the sockets once allowed: a 1009 close)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        audio = pcm24(np.concatenate([tone(1.0), silence(0.8), tone(1.0), silence(3.2)]))
+        assert len(b64(audio)) > 300_000
+        await send(ws, "input_audio_buffer.append", audio=b64(audio))
+        first = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        second = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert first["transcript"] == second["transcript"] == "w0 w1 w2 w3"
+        # over 1 MB: the API's own error, and the session goes on
+        await send(ws, "input_audio_buffer.append", audio="A" * (1 << 20))
+        error = await next_of(ws, "error")
+        assert error["error"]["code"] == "too_large"

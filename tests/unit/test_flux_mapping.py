@@ -440,3 +440,9 @@ def test_linear32_is_the_servers_float32() -> None:
 def test_keyterms_must_be_text() -> None:
     with pytest.raises(SchemaError, match="must be JSON"):
         parse_text('{"type": "Configure", "keyterms": ["\\udc80"]}')
+
+
+def test_the_token_query_parameter_is_the_bridges_not_an_unknown_option() -> None:
+    # ?token= is how a browser authenticates (auth.py): Flux refused it as unknown (400)
+    options = parse_flux_query([("model", "flux-general-en"), ("token", "t0ken")])
+    assert options == parse_flux_query([("model", "flux-general-en")])
