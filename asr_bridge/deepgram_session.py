@@ -84,6 +84,11 @@ class AudioSink(Protocol):
     async def end(self) -> None: ...
 
 
+#: commands (Finalize, Configure) a container session holds before its first audio: a
+#: client that sends only commands would otherwise grow that list without end
+MAX_EARLY_COMMANDS = 64
+
+
 class BadData(Exception):
     """Audio the bridge cannot pass on; the session ends with 1008, as Deepgram's does."""
 
@@ -409,7 +414,10 @@ class ContainerRelay(DeepgramRelay):
                 first = await self._decoded(decoder)
                 early: list[Marker] = []  # commands before any audio: applied once open
                 while isinstance(first, Marker):
-                    early.append(first)
+                    if not isinstance(first.value, KeepAlive):  # (no stream to keep yet)
+                        early.append(first)
+                    if len(early) > MAX_EARLY_COMMANDS:
+                        raise BadData(f"more than {MAX_EARLY_COMMANDS} commands before any audio")
                     first = await self._decoded(decoder)
                 if isinstance(first, DecodedFormat):
                     self._use_format(first)

@@ -184,6 +184,25 @@ async def test_a_webm_container_gets_turns_like_raw_audio(make_server, make_brid
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_commands_before_any_container_audio_are_bounded(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """A container session holds the commands sent before its first audio until its stream
+    opens: a client that sends only commands is ended, not given memory without end
+    (KeepAlives are not held)."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = flux_url(bridge, "model=flux-general-en")
+    configure = json.dumps({"type": "Configure", "keyterms": ["x" * 1000] * 20})
+    async with connect(url, subprotocols=["token", TOKEN]) as ws:  # type: ignore[list-item]
+        for _ in range(200):
+            await ws.send(json.dumps({"type": "KeepAlive"}))
+        for _ in range(100):
+            await ws.send(configure)
+        messages = await asyncio.wait_for(events_until_close(ws), 20)
+    assert ws.close_code == 1008, messages
+    assert any("commands before any audio" in json.dumps(m) for m in messages), messages
+    assert server.servicer.active == 0
+
+
 class SureOf:
     """A turn model that gives the same answer at every pause."""
 
