@@ -176,6 +176,7 @@ class DeepgramRelay:
         self.stream: RecognitionStream | None = None  # once opened
         self.sha256 = hashlib.sha256()
         self.closing = False  # CloseStream received: the results then Metadata follow
+        self._opened_told = False  # the opening message (Flux's Connected) has gone out
         # both tasks write (upstream answers Configure and bad messages): one message at a time
         self._send_lock = asyncio.Lock()
 
@@ -223,10 +224,12 @@ class DeepgramRelay:
     # -- the relay ------------------------------------------------------------------------
 
     async def _open_stream(self) -> RecognitionStream:
-        """Open the gRPC stream with ``_config()`` and tell the client it is open."""
+        """Open the gRPC stream with ``_config()`` and tell the client it is open (unless
+        a container session told it already)."""
         self.stream = self.client.stream(self._config(), on_resume=self._resumed)
         await self.stream.open()
-        await self._send(self._opening())
+        if not self._opened_told:
+            await self._send(self._opening())
         return self.stream
 
     async def _transcribe(self) -> None:
@@ -407,6 +410,10 @@ class ContainerRelay(DeepgramRelay):
 
     async def _transcribe(self) -> None:
         decoder = ContainerDecoder(self.session_id)
+        # the opening message (Flux's Connected) now, not once FFmpeg has heard audio: a
+        # client that waits for it before sending audio would wait forever
+        await self._send(self._opening())
+        self._opened_told = True
         try:
             async with asyncio.TaskGroup() as tg:
                 sink = _Decoding(decoder)

@@ -184,6 +184,29 @@ async def test_a_webm_container_gets_turns_like_raw_audio(make_server, make_brid
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_a_container_session_says_connected_before_its_audio(
+    make_server, make_bridge
+) -> None:  # type: ignore[no-untyped-def]
+    """As hosted Flux: Connected comes at once, also where the audio is a container whose
+    format FFmpeg learns from the audio (a client waiting for it would wait forever)."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    webm = encode_container(speech_pcm(1.0), 16_000, "webm", "libopus")
+    url = flux_url(bridge, "model=flux-general-en")
+    async with connect(url, subprotocols=["token", TOKEN]) as ws:  # type: ignore[list-item]
+        connected = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert connected["type"] == "Connected" and connected["sequence_id"] == 0
+        await ws.send(webm)
+        await ws.send(json.dumps({"type": "ForceEndTurn"}))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = [connected, *await asyncio.wait_for(events_until_close(ws), 20)]
+    assert ws.close_code == 1000
+    check_flux_rules(messages)  # (one Connected, the sequence unbroken)
+    assert [m["type"] for m in messages].count("Connected") == 1
+    ends = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert [e["transcript"] for e in ends] == ["w0 w1 w2 w3"]
+
+
 async def test_commands_before_any_container_audio_are_bounded(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     """A container session holds the commands sent before its first audio until its stream
     opens: a client that sends only commands is ended, not given memory without end
