@@ -31,8 +31,13 @@ else
     "${SYSTEM_PACKAGES[*]} (or their equivalents)" >&2
 fi
 
-if [[ ! -x .venv/bin/python ]]; then
-  "$PY" -m venv .venv
+# (a .venv that a failed venv left half-made, e.g. on Debian without python3-venv, has a
+# python but no pip: made again, not skipped)
+if ! .venv/bin/python -m pip --version >/dev/null 2>&1; then
+  "$PY" -m venv --clear .venv || {
+    echo "error: '$PY -m venv' failed (on Debian or Ubuntu: apt install python3-venv)" >&2
+    exit 1
+  }
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
