@@ -23,7 +23,13 @@ from starlette.websockets import WebSocket
 
 from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics
-from asr_bridge.protocol import CLIENT_FAULTS, CLOSE_NORMAL, close_code_for, close_reason
+from asr_bridge.protocol import (
+    CLIENT_FAULTS,
+    CLOSE_NORMAL,
+    CLOSE_SERVER_ERROR,
+    close_code_for,
+    close_reason,
+)
 from asr_bridge.realtime import (
     ClientEvent,
     Event,
@@ -228,11 +234,15 @@ class RealtimeSession:
         kind = "invalid_request_error" if exc.code.name in CLIENT_FAULTS else "server_error"
         logger.info("session %s: stream failed: %s", self.session_id, exc)
         self.metrics.session_errors.labels(exc.code.name).inc()
+        details, close_code = exc.details, close_code_for(exc.code.name)
+        if exc.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            # the server refused the bridge's own credentials, not the client's key: 1011,
+            # as on /ws (not 4401), so that nobody is asked for a key they got right
+            kind, close_code = "server_error", CLOSE_SERVER_ERROR
+            details = f"the recognition server refused the bridge's credentials: {details}"
         with contextlib.suppress(ClientGone):
-            await self._send(
-                [self.events.error(exc.details, kind=kind, code=exc.code.name.lower())]
-            )
-        await self._close(close_code_for(exc.code.name), close_reason(str(exc)))
+            await self._send([self.events.error(details, kind=kind, code=exc.code.name.lower())])
+        await self._close(close_code, close_reason(details))
 
     async def _client_error(self, exc: RealtimeError, event_id: str | None) -> None:
         logger.info("session %s: client error: %s", self.session_id, exc)

@@ -18,7 +18,7 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import ConnectionOptions
@@ -314,6 +314,37 @@ async def test_a_wrong_server_token_is_a_readable_error_not_the_browsers_fault(
     m = await asyncio.to_thread(scrape, bridge)
     assert m["asr_bridge_refusals_total{reason=server_auth}"] == 1
     assert m["asr_bridge_session_errors_total{code=UNAUTHENTICATED}"] == 1
+
+
+async def test_a_wrong_server_token_on_the_realtime_route_is_not_the_clients_fault(
+    make_bridge,  # type: ignore[no-untyped-def]
+    tls_server: tuple[int, TinyRecognizer, Pki],
+) -> None:
+    """As on /ws: the server refusing the bridge's credentials closes 1011, not 4401 (a
+    client would ask its user for a key they got right)."""
+    import base64
+
+    port, _servicer, pki = tls_server
+    options = ConnectionOptions(
+        f"127.0.0.1:{port}",
+        ca_file=pki.ca,
+        cert_file=pki.client_cert,
+        key_file=pki.client_key,
+        token="wrong",
+    )
+    bridge = await make_bridge(options)
+    url = f"ws://127.0.0.1:{bridge.port}/v1/realtime?intent=transcription"
+    async with connect(url, additional_headers={"Authorization": "Bearer any"}) as ws:
+        audio = base64.b64encode(bytes(4800)).decode()
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        events = []
+        with pytest.raises(ConnectionClosed):
+            while True:
+                events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+    (error,) = [e for e in events if e["type"] == "error"]
+    assert error["error"]["type"] == "server_error"
+    assert "refused the bridge's credentials" in error["error"]["message"], error
+    assert ws.close_code == 1011
 
 
 async def test_the_wrong_ca_fails_readably_as_unavailable(
