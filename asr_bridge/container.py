@@ -22,10 +22,13 @@ import logging
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # the server's limits: audio faster than its highest rate is resampled to it
 from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ
+
+if TYPE_CHECKING:
+    import av
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,53 @@ class _Closed(Exception):
 
 
 Output = DecodedFormat | bytes | Marker | None
+
+
+class ToFirstFormat:
+    """Decoded frames as 16-bit PCM in the first frame's layout and rate (at most 48 kHz).
+
+    A frame in another layout, rate or sample format (a chained Ogg, an MP3 that changes
+    its channel mode) gets a resampler of its own: PyAV's one, made for the first frame,
+    passes such frames through unchanged where the first needed no conversion (stereo
+    bytes in a mono stream) and refuses them otherwise."""
+
+    def __init__(self) -> None:
+        self.format: DecodedFormat | None = None
+        self._layout = ""
+        self._source: tuple[str, str, int] | None = None  # what the resampler converts
+        self._resampler: av.AudioResampler | None = None
+
+    def start(self, frame: av.AudioFrame) -> DecodedFormat:
+        """The format of everything out of ``convert``: the first frame's."""
+        channels = frame.layout.nb_channels
+        if not 1 <= channels <= MAX_CHANNELS:
+            raise ContainerError(
+                f"the audio has {channels} channels; at most {MAX_CHANNELS} are taken"
+            )
+        self._layout = frame.layout.name
+        self.format = DecodedFormat(min(frame.sample_rate, MAX_RATE_HZ), channels)
+        return self.format
+
+    def convert(self, frame: av.AudioFrame) -> list[bytes]:
+        assert self.format is not None
+        source = (frame.format.name, frame.layout.name, frame.sample_rate)
+        out: list[bytes] = []
+        if source != self._source:
+            import av
+
+            out = self.flush()  # what the last resampler still holds, in order
+            # a format conversion only (no delay), unless the rate is over 48 kHz
+            self._resampler = av.AudioResampler(
+                format="s16", layout=self._layout, rate=self.format.sample_rate
+            )
+            self._source = source
+        assert self._resampler is not None
+        return out + [block.to_ndarray().tobytes() for block in self._resampler.resample(frame)]
+
+    def flush(self) -> list[bytes]:
+        if self._resampler is None:
+            return []
+        return [block.to_ndarray().tobytes() for block in self._resampler.resample(None)]
 
 
 class ContainerDecoder:
@@ -175,26 +225,19 @@ class ContainerDecoder:
             audio = next((s for s in container.streams if s.type == "audio"), None)
             if audio is None:
                 raise ContainerError("the container holds no audio stream")
-            resampler = None
+            converter = ToFirstFormat()
             for frame in _frames(container, audio):
                 assert isinstance(frame, av.AudioFrame)  # an audio stream's frames
-                if resampler is None:
-                    channels = frame.layout.nb_channels
-                    if not 1 <= channels <= MAX_CHANNELS:
-                        raise ContainerError(
-                            f"the audio has {channels} channels; at most {MAX_CHANNELS} are taken"
-                        )
-                    rate = min(frame.sample_rate, MAX_RATE_HZ)
-                    # a format conversion only (no delay), unless the rate is over 48 kHz;
-                    # a later change of rate or layout is converted to the first one
-                    resampler = av.AudioResampler(format="s16", layout=frame.layout, rate=rate)
-                    self._call(self._outbox.put(DecodedFormat(rate, channels)))
-                    self._flush_bytes = rate * channels * 2 * FLUSH_MS // 1000
-                for block in resampler.resample(frame):
-                    self._hold(block.to_ndarray().tobytes())
-            if resampler is not None:
-                for block in resampler.resample(None):
-                    self._hold(block.to_ndarray().tobytes())
+                if converter.format is None:
+                    decoded = converter.start(frame)
+                    self._call(self._outbox.put(decoded))
+                    self._flush_bytes = (
+                        decoded.sample_rate * decoded.channels * 2 * FLUSH_MS // 1000
+                    )
+                for pcm in converter.convert(frame):
+                    self._hold(pcm)
+            for pcm in converter.flush():
+                self._hold(pcm)
             self._flush()
 
     def _hold(self, pcm: bytes) -> None:

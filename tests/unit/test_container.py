@@ -212,3 +212,34 @@ async def test_close_stops_the_thread_wherever_it_waits(waiting_on: str) -> None
     decoder.close()
     await asyncio.to_thread(decoder._thread.join, 2)
     assert not decoder._thread.is_alive()
+
+
+def test_a_change_of_layout_or_rate_mid_stream_is_converted_to_the_first() -> None:
+    """A chained Ogg or an MP3 that changes its channel mode: PyAV's resampler, made for
+    the first frame, passed a stereo frame into a mono stream unchanged (twice the bytes,
+    the samples interleaved) and refused a float one."""
+    import av
+
+    from asr_bridge.container import DecodedFormat, ToFirstFormat
+
+    tone = (np.sin(np.arange(1600) * 0.2) * 8000).astype(np.int16)
+
+    def frame(samples: np.ndarray, layout: str, rate: int, fmt: str = "s16") -> av.AudioFrame:
+        f = av.AudioFrame.from_ndarray(samples, format=fmt, layout=layout)
+        f.sample_rate = rate
+        return f
+
+    converter = ToFirstFormat()
+    mono = frame(tone.reshape(1, -1), "mono", 16_000)
+    assert converter.start(mono) == DecodedFormat(16_000, 1)
+    out = converter.convert(mono)
+    stereo = frame(np.stack([tone, tone]).T.reshape(1, -1), "stereo", 16_000)
+    out += converter.convert(stereo)
+    planar = frame(np.stack([tone, tone]).astype(np.float32) / 32768, "stereo", 8_000, "fltp")
+    out += converter.convert(planar)
+    out += converter.flush()
+    pcm = np.frombuffer(b"".join(out), np.int16)
+    # 0.1 s mono + 0.1 s stereo (as mono) + 0.2 s at 16 kHz of the 8 kHz one
+    assert abs(pcm.size - (1600 + 1600 + 3200)) <= 64, pcm.size
+    # the stereo frame came out as the tone, not interleaved pairs
+    np.testing.assert_allclose(pcm[1600:3200], tone, atol=2)
