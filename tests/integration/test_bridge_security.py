@@ -283,11 +283,10 @@ async def test_reaches_a_tls_server_with_a_client_cert_and_a_bearer_token(
     assert servicer.seen_authorization == [f"Bearer {SERVER_TOKEN}"]
 
 
-async def test_a_wrong_server_token_is_a_readable_error_not_the_browsers_fault(
-    make_bridge,  # type: ignore[no-untyped-def]
-    tls_server: tuple[int, TinyRecognizer, Pki],
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+async def bridge_with_a_wrong_server_token(  # type: ignore[no-untyped-def]
+    make_bridge, tls_server: tuple[int, TinyRecognizer, Pki]
+) -> tuple[Any, TinyRecognizer]:
+    """A bridge whose client certificate is good and whose token the server refuses."""
     port, servicer, pki = tls_server
     options = ConnectionOptions(
         f"127.0.0.1:{port}",
@@ -296,7 +295,15 @@ async def test_a_wrong_server_token_is_a_readable_error_not_the_browsers_fault(
         key_file=pki.client_key,
         token="wrong",
     )
-    bridge = await make_bridge(options)
+    return await make_bridge(options), servicer
+
+
+async def test_a_wrong_server_token_is_a_readable_error_not_the_browsers_fault(
+    make_bridge,  # type: ignore[no-untyped-def]
+    tls_server: tuple[int, TinyRecognizer, Pki],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    bridge, servicer = await bridge_with_a_wrong_server_token(make_bridge, tls_server)
     async with connect(ws_url(bridge)) as ws:
         await ws.send(START)
         events = await events_until_close(ws)
@@ -324,15 +331,7 @@ async def test_a_wrong_server_token_on_the_realtime_route_is_not_the_clients_fau
     client would ask its user for a key they got right)."""
     import base64
 
-    port, _servicer, pki = tls_server
-    options = ConnectionOptions(
-        f"127.0.0.1:{port}",
-        ca_file=pki.ca,
-        cert_file=pki.client_cert,
-        key_file=pki.client_key,
-        token="wrong",
-    )
-    bridge = await make_bridge(options)
+    bridge, _ = await bridge_with_a_wrong_server_token(make_bridge, tls_server)
     url = f"ws://127.0.0.1:{bridge.port}/v1/realtime?intent=transcription"
     async with connect(url, additional_headers={"Authorization": "Bearer any"}) as ws:
         audio = base64.b64encode(bytes(4800)).decode()

@@ -104,6 +104,22 @@ def scrape(url: str) -> str:
         return str(response.read().decode())
 
 
+async def server_that_stops(*args: str, **env: str) -> tuple[int | None, str]:
+    """``python -m asr_server ARGS`` that is expected to stop at start-up: its exit code
+    and what it wrote to stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "asr_server",
+        *args,
+        cwd=ROOT,
+        env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, err.decode()
+
+
 @pytest.mark.parametrize("which", ["--port", "--metrics-port", "--health-port"])
 async def test_a_port_in_use_is_one_clear_line_not_a_traceback(which: str) -> None:
     # a socket another program listens on; by grpc's default on Linux a second server
@@ -115,37 +131,18 @@ async def test_a_port_in_use_is_one_clear_line_not_a_traceback(which: str) -> No
         port = held.getsockname()[1]
         ports = {"--port": "0", "--metrics-port": "0", "--health-port": "0"}
         ports[which] = str(port)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "asr_server",
+        code, text = await server_that_stops(
             *(x for flag, value in ports.items() for x in (flag, value)),
-            cwd=ROOT,
-            env={**os.environ, "ASR_ENGINE__MODEL": "fake", "PYTHONUNBUFFERED": "1"},
-            stderr=asyncio.subprocess.PIPE,
+            ASR_ENGINE__MODEL="fake",
         )
-        _, err = await asyncio.wait_for(proc.communicate(), 60)
-    text = err.decode()
-    assert proc.returncode == 1, text
+    assert code == 1, text
     assert "asr-server: error: cannot " in text and str(port) in text, text
     assert "Traceback" not in text
 
 
 async def test_a_model_that_fails_to_load_says_why_without_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "asr_server",
-        "--port",
-        "0",
-        "--model",
-        str(tmp_path),  # a directory without a model in it
-        cwd=ROOT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, err = await asyncio.wait_for(proc.communicate(), 60)
-    text = err.decode()
-    assert proc.returncode != 0, text
+    # a directory without a model in it
+    code, text = await server_that_stops("--port", "0", "--model", str(tmp_path))
+    assert code != 0, text
     assert "missing model.bin" in text and str(tmp_path) in text, text
     assert "Traceback" not in text
