@@ -4,7 +4,9 @@
 # code differs, so CI catches a proto edit that was not regenerated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+# grpcio-tools is among the test extras: the project's .venv has it (scripts/test.sh)
+if [[ -x .venv/bin/python ]]; then default_py=.venv/bin/python; else default_py=python3; fi
+PY=${PYTHON:-$default_py}
 out=.
 if [[ "${1:-}" == "--check" ]]; then
   out=$(mktemp -d)
