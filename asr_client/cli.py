@@ -65,25 +65,11 @@ def _probability(text: str) -> float:
     return value
 
 
-def _chunk_ms(text: str) -> int:
-    value = int(text)
-    if not 10 <= value <= 5000:
-        raise argparse.ArgumentTypeError(f"must be 10 to 5000 ms, got {text}")
-    return value
-
-
 def _language_list(text: str) -> tuple[str, ...]:
     codes = tuple(c.strip().lower() for c in text.split(",") if c.strip())
     if not codes:
         raise argparse.ArgumentTypeError("give language codes separated by commas, e.g. de,fr")
     return codes
-
-
-def _rate(text: str) -> int:
-    value = int(text)
-    if not 8000 <= value <= 48000:
-        raise argparse.ArgumentTypeError(f"must be 8000 to 48000 Hz, got {text}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,14 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     streaming = argparse.ArgumentParser(add_help=False)
     streaming.add_argument(
-        "--chunk-ms", type=_chunk_ms, default=100, metavar="MS", help="audio per message (100)"
+        "--chunk-ms",
+        type=int_between(10, 5000, "ms"),
+        default=100,
+        metavar="MS",
+        help="audio per message (100)",
     )
     streaming.add_argument(
         "--no-interim", action="store_true", help="finals only, no partial results"
     )
     streaming.add_argument(
         "--silence-ms",
-        type=int_between(0, 10_000),
+        type=int_between(0, 10_000, "ms"),
         default=0,
         metavar="MS",
         help="silence that ends an utterance (100-10000; 0: the server's)",
@@ -207,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--rate",
-        type=_rate,
+        type=int_between(8000, 48000, "Hz"),
         metavar="HZ",
         help="record at this rate (default: 16000 if the device offers it, else its own rate)",
     )

@@ -127,13 +127,14 @@ def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     )
 
 
-def int_between(low: int, high: int):  # type: ignore[no-untyped-def]
-    """argparse type: a whole number from ``low`` to ``high``."""
+def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped-def]
+    """argparse type: a whole number from ``low`` to ``high`` (in ``unit``)."""
+    unit = f" {unit}" if unit else ""
 
     def parse(text: str) -> int:
         value = int(text)
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be {low} to {high}{unit}, got {text}")
         return value
 
     return parse

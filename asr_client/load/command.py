@@ -100,7 +100,7 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--chunk-ms",
-        type=int_between(10, 1000),
+        type=int_between(10, 1000, "ms"),
         default=100,
         metavar="MS",
         help="audio per message (100)",
