@@ -194,17 +194,11 @@ def _assembled_intact(dest: Path, marker: Path, sizes: dict[str, int]) -> bool:
         manifest = json.loads(marker.read_text())
         if manifest.get("parts") != sizes:
             return False
-        return _sha256(dest / "model.bin") == manifest.get("model.bin sha256")
+        with open(dest / "model.bin", "rb") as fh:
+            actual = hashlib.file_digest(fh, "sha256").hexdigest()
+        return actual == manifest.get("model.bin sha256")
     except (OSError, ValueError, AttributeError):  # missing, unreadable, an older manifest
         return False
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(16 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def verify_record(package: str, files: Sequence[Path]) -> None:

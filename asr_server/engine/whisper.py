@@ -401,14 +401,7 @@ class WhisperEngine:
             return results
         if batch_index is not None:
             encoded = self._select(encoded, batch_index)
-        # the steps after the prompt's last task token: the forced prefix, then new tokens
-        max_length = max(
-            generate_max_length(
-                p.index(self._no_timestamps),
-                len(p) - p.index(self._no_timestamps) + token_budget(n / FRAMES_PER_SECOND),
-            )
-            for p, n in zip(prompts, frames, strict=True)
-        )
+        max_length = max(self._max_length(p, n) for p, n in zip(prompts, frames, strict=True))
         beam = self._final_beam_size if all(r.kind is DecodeKind.FINAL for r in requests) else 1
         return self._ct2.generate(
             encoded,
@@ -421,6 +414,14 @@ class WhisperEngine:
             suppress_tokens=[-1],
             no_repeat_ngram_size=3 if repetition_retry else 0,
             repetition_penalty=1.1 if repetition_retry else 1.0,
+        )
+
+    def _max_length(self, prompt: list[int], frames: int) -> int:
+        """``generate``'s max_length for ``prompt``: the decoder steps after its last task
+        token are the forced prefix, then the budget's new tokens."""
+        start_step = prompt.index(self._no_timestamps)
+        return generate_max_length(
+            start_step, len(prompt) - start_step + token_budget(frames / FRAMES_PER_SECOND)
         )
 
     def _select(self, encoded, index: list[int]):  # type: ignore[no-untyped-def]

@@ -377,7 +377,7 @@ class ChannelRecognizer:
         utt.audio.append(ev.samples)
         utt.samples_since_partial += ev.samples.size
         if len(utt.audio) >= self._max_utterance:
-            if ev.trailing_silence and self._pause_final_within(utt):
+            if ev.trailing_silence and self._pause_final_within(utt) is not None:
                 # the limit fell in a pause whose final heard the whole pad: cut there
                 # and keep that final, as when speech resumes after such a pause
                 await self._split_at_pause(utt)
@@ -586,14 +586,17 @@ class ChannelRecognizer:
                 return early
         return None
 
-    def _pause_final_within(self, utt: UtteranceState) -> bool:
-        """This pause's final heard the whole pad and ends inside the utterance's audio."""
+    def _pause_final_within(self, utt: UtteranceState) -> EarlyFinal | None:
+        """This pause's final, if it heard the whole pad, ends inside the utterance's audio
+        and was not sent as an eager result: one to split at."""
         early = self._pause_final(utt)
-        return (
-            early is not None
-            and not utt.eager_sent
-            and utt.audio.start_sample < early.end < utt.audio.end_sample
-        )
+        if (
+            early is None
+            or utt.eager_sent
+            or not utt.audio.start_sample < early.end < utt.audio.end_sample
+        ):
+            return None
+        return early
 
     def _splits_at_pause(self, utt: UtteranceState) -> bool:
         """Speech resumed after a pause in which the final was decoded ahead, with the
@@ -610,10 +613,9 @@ class ChannelRecognizer:
         Nor, in SEMANTIC streams, at a pause as long as the silence that would have ended
         the utterance in a SILENCE stream: that is a pause the turn model held open on
         purpose (a speaker thinking mid-sentence), where the sentence stays whole."""
-        early = self._pause_final(utt)
+        early = self._pause_final_within(utt)
         return (
             early is not None
-            and self._pause_final_within(utt)
             and (not self._turns.semantic or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
             and self._long_enough_to_split(utt, early.speech_end)
