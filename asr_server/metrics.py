@@ -213,7 +213,7 @@ class Metrics:
         self.refused_streams = Counter(
             "asr_refused_streams_total",
             "Calls refused at admission, by reason (draining, loading, capacity, client_limit, "
-            "pending_limit).",
+            "client_pending_limit, pending_limit).",
             ["reason"],
             registry=r,
         )

@@ -292,6 +292,12 @@ class Settings(BaseSettings):
         ge=0,
         description="Calls still waiting for their config; 0 = 2 x max_streams (at least 64).",
     )
+    max_pending_streams_per_client: int = Field(
+        0,
+        ge=0,
+        description="Calls one client identity may hold while they wait for their config; "
+        "0 = half the pending limit, so no one client can fill it and lock others out.",
+    )
     config_timeout_s: float = Field(
         10.0, gt=0, le=3600, description="A stream must send its config within this time."
     )
@@ -330,6 +336,10 @@ class Settings(BaseSettings):
     @property
     def pending_stream_limit(self) -> int:
         return self.max_pending_streams or max(64, 2 * self.max_streams)
+
+    @property
+    def pending_limit_per_client(self) -> int:
+        return self.max_pending_streams_per_client or max(1, self.pending_stream_limit // 2)
 
     @model_validator(mode="after")
     def _check_exposure(self) -> Settings:

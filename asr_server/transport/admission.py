@@ -3,9 +3,10 @@
 A call is *pending* from its first byte until its config arrives, then holds a *seat*
 (one of ``max_streams``). Seats are only taken by configured streams, so calls that open
 and never send a config cannot keep a legitimate stream out: they hold pending slots
-(bounded separately, and ended by the config timeout) instead. A client identity may hold
-at most ``max_streams_per_client`` calls, pending or seated, so one client cannot use up
-either pool.
+(bounded separately, and ended by the config timeout) instead. One client identity may
+hold at most half the pending pool (``max_pending_streams_per_client``), so calls that
+never send a config cannot lock other clients out either, and at most
+``max_streams_per_client`` calls, pending or seated.
 
 Every refusal here happens before anything is written back, so gRPC may retry the call
 transparently: grpc core clients do so when their service config has a ``retryPolicy``
@@ -59,6 +60,7 @@ class Admission:
         self.pending = 0
         self.seated = 0
         self._per_client: collections.Counter[str] = collections.Counter()
+        self._pending_per_client: collections.Counter[str] = collections.Counter()
 
     @property
     def open_calls(self) -> int:
@@ -80,8 +82,16 @@ class Admission:
                 "pending_limit",
                 f"too many streams ({self.pending}) are waiting to send their config; retry later",
             )
+        pending_per_client = s.pending_limit_per_client
+        if self._pending_per_client[identity.name] >= pending_per_client:
+            self._refuse(
+                "client_pending_limit",
+                f"client {identity.name} has {pending_per_client} streams waiting to send their "
+                "config; send a config on those first",
+            )
         ticket = Ticket(self, identity)
         self._per_client[identity.name] += 1
+        self._pending_per_client[identity.name] += 1
         self.pending += 1
         self._publish(identity, +1)
         self.metrics.client_streams.labels(identity.label).inc()
@@ -92,9 +102,8 @@ class Admission:
                 self.seated -= 1
             else:
                 self.pending -= 1
-            self._per_client[identity.name] -= 1
-            if not self._per_client[identity.name]:
-                del self._per_client[identity.name]
+                _release(self._pending_per_client, identity.name)
+            _release(self._per_client, identity.name)
             self._publish(identity, -1)
 
     def _seat(self, ticket: Ticket) -> None:
@@ -108,6 +117,7 @@ class Admission:
             )
         ticket.seated = True
         self.pending -= 1
+        _release(self._pending_per_client, ticket.identity.name)
         self.seated += 1
         self.metrics.pending_streams.set(self.pending)
         self.metrics.active_streams.set(self.seated)
@@ -120,3 +130,10 @@ class Admission:
         self.metrics.pending_streams.set(self.pending)
         self.metrics.active_streams.set(self.seated)
         self.metrics.client_active_streams.labels(identity.label).inc(delta)
+
+
+def _release(counts: collections.Counter[str], name: str) -> None:
+    """One fewer call for ``name``; a name with none left is forgotten (bounded memory)."""
+    counts[name] -= 1
+    if not counts[name]:
+        del counts[name]

@@ -347,7 +347,9 @@ async def test_a_recognize_call_that_never_sends_its_request_is_pending_and_time
 ) -> None:  # type: ignore[no-untyped-def]
     """Recognize reads its one message once admitted: a call that sends nothing holds a
     pending slot (bounded, never a seat) until the idle timeout ends it."""
-    server = await serve_fake(make_server, max_pending_streams=2, idle_timeout_s=1.0)
+    server = await serve_fake(
+        make_server, max_pending_streams=2, max_pending_streams_per_client=2, idle_timeout_s=1.0
+    )
     never = asyncio.Event()
 
     async def nothing():  # type: ignore[no-untyped-def]
@@ -378,7 +380,10 @@ async def test_a_recognize_call_that_never_sends_its_request_is_pending_and_time
 
 
 async def test_pending_streams_are_bounded(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve_fake(make_server, max_pending_streams=3, config_timeout_s=30)
+    # one client may fill the whole pool here: the pool's own limit is under test
+    server = await serve_fake(
+        make_server, max_pending_streams=3, max_pending_streams_per_client=3, config_timeout_s=30
+    )
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         calls = [client.stream(audio_config()) for _ in range(3)]
         readers = [asyncio.create_task(_status_of(call)) for call in calls]
