@@ -34,8 +34,10 @@ class CertificateFiles:
     key: Path
     client_ca: Path | None = None  # set: clients must present a certificate it signed
 
-    def paths(self) -> tuple[Path, ...]:
-        return (self.cert, self.key) + ((self.client_ca,) if self.client_ca else ())
+    def named(self) -> tuple[tuple[str, Path], ...]:
+        """(what the file is, its path) for each file, as error messages name them."""
+        named = (("certificate", self.cert), ("private key", self.key))
+        return named + ((("client CA", self.client_ca),) if self.client_ca else ())
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,7 @@ class ReloadingServerCredentials:
     def _try_load(self, *, force: bool) -> bool:
         try:
             stamp = _stamp(self.files)
-        except OSError:
+        except CertificateError:
             stamp = None
         if not force and (stamp == self._current.stamp or stamp == self._failed_stamp):
             return False
@@ -129,17 +131,29 @@ def _configuration(loaded: _Loaded) -> grpc.ServerCertificateConfiguration:
 
 
 def _stamp(files: CertificateFiles) -> tuple[float, ...]:
-    return tuple(os.stat(p).st_mtime_ns for p in files.paths())
+    return tuple(_file_stamp(path, what) for what, path in files.named())
+
+
+def _file_stamp(path: Path, what: str) -> float:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError as exc:
+        raise _unreadable(path, what, exc) from None
 
 
 def _read(path: Path, what: str) -> bytes:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
-        raise CertificateError(f"cannot read the TLS {what} {path}: {exc.strerror}") from None
+        raise _unreadable(path, what, exc) from None
     if b"-----BEGIN" not in data:
         raise CertificateError(f"TLS {what} {path} is not PEM")
     return data
+
+
+def _unreadable(path: Path, what: str, exc: OSError) -> CertificateError:
+    """A file that is missing or may not be read: stat and read fail alike."""
+    return CertificateError(f"cannot read the TLS {what} {path}: {exc.strerror}")
 
 
 def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:

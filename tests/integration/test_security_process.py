@@ -55,6 +55,22 @@ def test_a_bad_certificate_stops_the_start_naming_the_file(tmp_path: Path) -> No
     assert f"asr-server: error: TLS certificate {cert} and key {key}" in done.stderr
 
 
+def test_a_missing_certificate_file_stops_the_start_naming_it(tmp_path: Path) -> None:
+    _, key = Pki(tmp_path).server()
+    missing = tmp_path / "nope.crt"
+    done = subprocess.run(
+        [sys.executable, "-m", "asr_server", "--port", "0", "--metrics-port", "0",
+         "--tls-cert", str(missing), "--tls-key", str(key)],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert (
+        f"asr-server: error: cannot read the TLS certificate {missing}: No such file or directory"
+        in done.stderr
+    )
+
+
 def test_token_command_prints_a_token_and_the_line_for_the_file(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "asr_server", "token", "call-gateway-1"],
