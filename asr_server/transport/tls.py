@@ -168,9 +168,27 @@ def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
         key_path.touch(mode=0o600)
         key_path.write_bytes(key)
         try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_path, key_path)
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+                cert_path, key_path, password=_refuse_pass_phrase
+            )
+        except _EncryptedKey:
+            raise CertificateError(
+                f"TLS private key {files.key} is encrypted (pass-phrase protected keys are not "
+                "supported): decrypt it, e.g. openssl pkey -in KEY -out PLAIN_KEY"
+            ) from None
         except ssl.SSLError as exc:
             raise CertificateError(
                 f"TLS certificate {files.cert} and key {files.key} do not form a usable pair "
                 f"({exc.reason or exc})"
             ) from None
+
+
+class _EncryptedKey(Exception):
+    """OpenSSL asked for the key's pass-phrase."""
+
+
+def _refuse_pass_phrase() -> bytes:
+    # Without a callback OpenSSL prompts on the terminal: the start would hang there (or,
+    # with no terminal, fail with OSError), and a reload would block every TLS handshake
+    # while it holds the credentials' lock. There is no pass-phrase to give.
+    raise _EncryptedKey
