@@ -31,7 +31,7 @@ from asr_server.settings import Settings
 from asr_server.transport.admission import Admission
 from asr_server.transport.auth import TokenRegistry
 from asr_server.transport.decoding import add_recognizer_to_server
-from asr_server.transport.interceptors import Authenticator, AuthInterceptor
+from asr_server.transport.interceptors import Authenticator, AuthInterceptor, HealthCheckOnly
 from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import SpeechCheck, VoiceDetector
@@ -41,6 +41,8 @@ from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detecti
 logger = logging.getLogger(__name__)
 
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
+#: the health port's message limit: a health request or answer is a service name and a status
+HEALTH_MESSAGE_BYTES = 4096
 
 
 class StartupError(Exception):
@@ -300,7 +302,14 @@ async def _start_health_server(
     so it exposes no audio and needs no credentials."""
     if not settings.health_port:
         return None, None
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+    # the main port's limits, and messages no larger than a health request needs: nothing
+    # on this port asks for credentials
+    small_messages = {
+        "grpc.max_receive_message_length": HEALTH_MESSAGE_BYTES,
+        "grpc.max_send_message_length": HEALTH_MESSAGE_BYTES,
+    }
+    options = [(key, small_messages.get(key, value)) for key, value in grpc_options(settings)]
+    server = grpc.aio.server(options=options, interceptors=[HealthCheckOnly()])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = _bind(server, f"{settings.host}:{settings.health_port}")
     await server.start()

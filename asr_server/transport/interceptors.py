@@ -1,6 +1,7 @@
 """Who is calling: authentication and client identity, once per call, before any handler.
 
-The interceptor wraps every method handler except gRPC health (probes must stay open), so
+The interceptor wraps every method handler except gRPC health's ``Check`` (probes must stay
+open; its ``Watch``, a stream that never ends, is for authenticated clients only), so
 the check runs in the call's own task with its ``ServicerContext`` at hand: the token from
 ``authorization: Bearer`` metadata, or the verified client certificate under mTLS. A call
 that fails is aborted with UNAUTHENTICATED (or PERMISSION_DENIED) before the servicer runs,
@@ -29,8 +30,11 @@ from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
 
-#: methods anyone may call: load balancers and kubelets probe without credentials
-OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/",)
+#: the one method anyone may call: load balancers and kubelets probe without credentials.
+#: Not Watch: each open Watch is a call that never ends, and thousands of them from callers
+#: without a token would hold the server's memory (no probe uses it)
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+OPEN_METHODS = frozenset({HEALTH_CHECK})
 #: distinct client labels on metrics before the rest are counted as "other"
 MAX_CLIENT_LABELS = 100
 ANONYMOUS = "anonymous"
@@ -115,7 +119,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_METHOD_PREFIXES):
+        if handler is None or method in OPEN_METHODS:
             return handler
         return _wrap(handler, self._admit)
 
@@ -136,6 +140,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         identity_var.set(identity)
         client_var.set(identity.name)
         return True
+
+
+class HealthCheckOnly(grpc.aio.ServerInterceptor):
+    """For the plaintext health port: ``Check`` and nothing else (UNIMPLEMENTED), so the
+    port that needs no credentials holds no call open (see OPEN_METHODS)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        if handler_call_details.method != HEALTH_CHECK:
+            return None
+        return await continuation(handler_call_details)
 
 
 def _wrap(
