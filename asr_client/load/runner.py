@@ -1,7 +1,7 @@
 """Play many calls to a server at once, in real time, and record what each stream saw.
 
 Each call is one StreamingRecognize stream: a sender paces the audio on an absolute
-schedule (chunk i goes out once the audio it holds would exist in a live call) and a
+schedule (chunk i goes out once the last sample it holds would exist in a live call) and a
 receiver records results as they come. Latencies are measured from that schedule, not
 from when a write finished, so time lost to the server's backpressure counts against it,
 as a caller would feel it:
@@ -91,11 +91,19 @@ class _Stream:
         self._speech_end: dict[tuple[int, int], float] = {}
         self._partial_seen: set[tuple[int, int]] = set()
 
+    def chunk_end(self, index: int) -> int:
+        """The frame just past chunk ``index`` (the last chunk may be short)."""
+        return min(len(self.outcome.call.frames), (index + 1) * self.step)
+
+    def due_at(self, frame: int) -> float:
+        """Wall time (monotonic) at which audio up to ``frame`` exists in a live call."""
+        return self.t0 + frame / self.outcome.call.sample_rate_hz / self.options.speed
+
     def existed_at(self, audio_s: float) -> float:
-        """Wall time (monotonic) at which the chunk holding audio time ``audio_s`` existed."""
-        call = self.outcome.call
-        chunks = math.ceil(round(audio_s * call.sample_rate_hz) / self.step)
-        return self.t0 + chunks * self.step / call.sample_rate_hz / self.options.speed
+        """Wall time (monotonic) at which the chunk holding audio time ``audio_s`` existed:
+        when its last sample did, which is when it is sent."""
+        frame = round(audio_s * self.outcome.call.sample_rate_hz)
+        return self.due_at(self.chunk_end(max(0, math.ceil(frame / self.step) - 1)))
 
     async def play(self, client: AsrClient) -> None:
         call, out = self.outcome.call, self.outcome
@@ -125,17 +133,17 @@ class _Stream:
         call, out = self.outcome.call, self.outcome
         payload = call.payload()
         chunk_bytes = self.step * call.bytes_per_frame
-        frames = len(call.frames)
         try:
             for i, offset in enumerate(range(0, len(payload), chunk_bytes)):
-                due = self.t0 + i * self.step / call.sample_rate_hz / self.options.speed
+                # A live source has a chunk once its last sample exists, not its first.
+                due = self.due_at(self.chunk_end(i))
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await stream.send_audio(payload[offset : offset + chunk_bytes])
                 late = time.monotonic() - due
                 out.max_send_delay_s = max(out.max_send_delay_s, late)
-                out.audio_sent_s = min(frames, (i + 1) * self.step) / call.sample_rate_hz
+                out.audio_sent_s = self.chunk_end(i) / call.sample_rate_hz
             await stream.end()
         except StreamClosedError:
             return  # the receiver reports the server's status

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,37 @@ def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -
     summary = summarize([outcome], wall_s=5.0)
     assert summary["finals_without_partial"] == 1 and summary["finals"] == 2
     assert "(1 of 2 finals had none)" in render_text(summary, [])
+
+
+class _TimedStream:
+    """Records when each chunk was sent (monotonic) and how many frames it held."""
+
+    def __init__(self, bytes_per_frame: int) -> None:
+        self.bytes_per_frame = bytes_per_frame
+        self.sent: list[tuple[float, int]] = []
+
+    async def send_audio(self, chunk: bytes) -> None:
+        self.sent.append((time.monotonic(), len(chunk) // self.bytes_per_frame))
+
+    async def end(self) -> None:
+        pass
+
+
+async def test_a_chunk_is_sent_once_its_last_sample_exists() -> None:
+    """A live source has a chunk only when its last sample exists; sending it earlier
+    gave the server audio a chunk early and made every latency read a chunk low."""
+    call = short_phone_call()
+    speed = 20.0  # 100 ms chunks go out every 5 ms
+    stream = _Stream(StreamOutcome(call, silent=False), LoadOptions(chunk_ms=100, speed=speed))
+    fake = _TimedStream(call.bytes_per_frame)
+    stream.t0 = time.monotonic()
+    await stream._send(fake)
+    assert sum(n for _, n in fake.sent) == len(call.frames)
+    end = 0
+    for sent_at, frames in fake.sent:
+        end += frames
+        due = stream.t0 + end / call.sample_rate_hz / speed
+        assert sent_at >= due - 1e-3, (end, sent_at - stream.t0)
+        # latencies are measured from the time the chunk holding an offset was sent
+        assert stream.existed_at(end / call.sample_rate_hz) == pytest.approx(due)
+    assert stream.outcome.audio_sent_s == pytest.approx(call.duration_s)
