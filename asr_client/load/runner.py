@@ -195,8 +195,12 @@ async def run_load(
     outcomes = [StreamOutcome(call, silent) for call, silent in calls]
     # No retries: a refusal is the capacity signal this tool reports, not something to hide.
     resume = ResumePolicy() if options.resume else None
+    # Equal channel arguments share grpc's global subchannel pool, and so one TCP
+    # connection: a local pool per client makes each of --connections its own.
+    own_connection = [("grpc.use_local_subchannel_pool", 1)]
     clients = [
-        AsrClient(server, retry=False, resume=resume) for _ in range(max(1, options.connections))
+        AsrClient(server, retry=False, resume=resume, options=own_connection)
+        for _ in range(max(1, options.connections))
     ]
     try:
         await asyncio.gather(*(c.wait_ready(options.connect_timeout_s) for c in clients))
