@@ -27,7 +27,7 @@ from asr_server.engine.models import ModelLoadError
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
 from asr_server.session import SessionServices
-from asr_server.settings import Settings
+from asr_server.settings import Settings, listen_address
 from asr_server.transport.admission import Admission
 from asr_server.transport.auth import TokenRegistry
 from asr_server.transport.decoding import add_recognizer_to_server
@@ -58,6 +58,8 @@ def _bind(server: grpc.aio.Server, address: str, credentials=None) -> int:  # ty
             else server.add_insecure_port(address)
         )
     except RuntimeError as exc:  # grpc's "Failed to bind to address ..."
+        if "lookup failed" in str(exc):  # a host name or address gRPC cannot resolve
+            raise StartupError(f"cannot listen on {address}: no such address ({exc})") from None
         raise StartupError(f"cannot listen on {address}: is the port in use? ({exc})") from None
     if port == 0:
         raise StartupError(f"cannot listen on {address}: is the port in use?")
@@ -152,6 +154,7 @@ class RunningServer:
             await self._scheduler.close()
         if self._metrics_http is not None:
             self._metrics_http.shutdown()  # type: ignore[attr-defined]
+            self._metrics_http.server_close()  # type: ignore[attr-defined]  # its socket
 
 
 async def start_server(
@@ -190,7 +193,7 @@ async def start_server(
             ),
             server,
         )
-    address = f"{settings.host}:{settings.port}"
+    address = listen_address(settings.host, settings.port)
     port = _bind(
         server, address, credentials.tls.credentials() if credentials.tls is not None else None
     )
@@ -205,7 +208,8 @@ async def start_server(
             )
         except OSError as exc:
             raise StartupError(
-                f"cannot serve metrics on {settings.host}:{settings.metrics_port}: {exc}"
+                "cannot serve metrics on "
+                f"{listen_address(settings.host, settings.metrics_port)}: {exc}"
             ) from None
         metrics_port = metrics_http.server_port
     await server.start()
@@ -311,7 +315,7 @@ async def _start_health_server(
     options = [(key, small_messages.get(key, value)) for key, value in grpc_options(settings)]
     server = grpc.aio.server(options=options, interceptors=[HealthCheckOnly()])
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = _bind(server, f"{settings.host}:{settings.health_port}")
+    port = _bind(server, listen_address(settings.host, settings.health_port))
     await server.start()
     return server, port
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from asr_server.log import configure_logging
-from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings
+from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings, listen_address
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -168,7 +168,9 @@ def main(argv: list[str] | None = None) -> None:
     from asr_server.transport.tls import CertificateError
 
     def announce(running: RunningServer) -> None:
-        host = "localhost" if settings.host in ("0.0.0.0", "127.0.0.1", "::") else settings.host
+        host = (
+            "localhost" if settings.host in ("0.0.0.0", "127.0.0.1", "::", "::1") else settings.host
+        )
         security = ", ".join(
             what
             for what, on in (
@@ -182,15 +184,16 @@ def main(argv: list[str] | None = None) -> None:
             " --token $ASR_TOKEN" if settings.auth_tokens is not None else ""
         )
         print(
-            f"\nstreamasr is ready: model {settings.engine.model}, gRPC on {settings.host}:"
-            f"{running.port}"
+            f"\nstreamasr is ready: model {settings.engine.model}, gRPC on "
+            f"{listen_address(settings.host, running.port)}"
             + (f" ({security})" if security else "")
             + (
-                f", metrics on http://{host}:{running.metrics_port}/metrics"
+                f", metrics on http://{listen_address(host, running.metrics_port)}/metrics"
                 if running.metrics_port
                 else ""
             )
-            + f"\n  try:  {client_command()} file {sample_file()} --server {host}:{running.port}"
+            + f"\n  try:  {client_command()} file {sample_file()}"
+            + f" --server {listen_address(host, running.port)}"
             + f"{client_flags}\n",
             file=sys.stderr,
             flush=True,

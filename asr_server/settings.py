@@ -11,7 +11,7 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 50051
@@ -250,7 +250,11 @@ class Settings(BaseSettings):
         env_prefix="ASR_", env_nested_delimiter="__", extra="ignore", env_ignore_empty=True
     )
 
-    host: str = "127.0.0.1"
+    host: str = Field(
+        "127.0.0.1",
+        description="Address to listen on: a name, an IPv4 or an IPv6 address (:: for all, "
+        "with or without brackets).",
+    )
     port: int = Field(DEFAULT_PORT, ge=0, le=65535)
     metrics_port: int = Field(
         DEFAULT_METRICS_PORT, ge=0, le=65535, description="0 = no metrics endpoint."
@@ -341,6 +345,13 @@ class Settings(BaseSettings):
     def pending_limit_per_client(self) -> int:
         return self.max_pending_streams_per_client or max(1, self.pending_stream_limit // 2)
 
+    @field_validator("host")
+    @classmethod
+    def _bare_host(cls, host: str) -> str:
+        # "[::]" and "::" alike: the brackets belong to an address with a port (listen_address)
+        host = host.strip()
+        return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
     @model_validator(mode="after")
     def _check_exposure(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -371,6 +382,15 @@ class Settings(BaseSettings):
             self.engine = self.engine.model_copy(update=shortcuts)
             self.model = self.device = self.compute_type = self.cache_dir = None
         return self
+
+
+def listen_address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 address in brackets (``[::]:50051``), as gRPC parses it."""
+    try:
+        is_ipv6 = ipaddress.ip_address(host).version == 6
+    except ValueError:
+        is_ipv6 = False
+    return f"[{host}]:{port}" if is_ipv6 else f"{host}:{port}"
 
 
 def is_loopback(host: str) -> bool:

@@ -1,0 +1,41 @@
+"""Where the server listens: IPv6 addresses with or without brackets, as deploy/ suggests."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from asr_server.settings import listen_address
+from tests.helpers import serve_fake, settings
+from tests.processes import free_port
+
+
+def test_listen_address_brackets_ipv6_only() -> None:
+    assert listen_address("::", 50051) == "[::]:50051"
+    assert listen_address("::1", 1) == "[::1]:1"
+    assert listen_address("127.0.0.1", 2) == "127.0.0.1:2"
+    assert listen_address("asr.internal", 3) == "asr.internal:3"
+    assert settings(host="[::1]").host == settings(host=" ::1 ").host == "::1"
+
+
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
+async def test_an_ipv6_host_serves_grpc_and_metrics(make_server, host: str) -> None:  # type: ignore[no-untyped-def]
+    """Before, "::" and "::1" were joined to their port unbracketed, which gRPC cannot
+    parse, and "[::]" reached the metrics server, which cannot resolve it: no IPv6 host
+    could start."""
+    server = await serve_fake(make_server, host=host, metrics_port=free_port())
+    async with grpc.aio.insecure_channel(f"[::1]:{server.port}") as channel:
+        reply = await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service="asr.v1.Recognizer"), timeout=10
+        )
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+    assert b"asr_active_streams" in await asyncio.to_thread(_get, server.metrics_port)
+
+
+def _get(port: int) -> bytes:
+    with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=10) as reply:
+        return bytes(reply.read())
