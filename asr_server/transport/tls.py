@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,28 +159,63 @@ def _unreadable(path: Path, what: str, exc: OSError) -> CertificateError:
 def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
     """Let OpenSSL parse both and check the key belongs to the certificate.
 
-    ``load_cert_chain`` takes paths only, so the bytes just read (not whatever the paths
-    hold by now) go through a private temporary file.
+    ``load_cert_chain`` takes paths only, and must check the bytes just read (which grpc
+    gets), not whatever the paths hold by now. They go through anonymous files in memory,
+    never through a file on disk: a temporary file put the key on the node's disk (a pod's
+    /tmp is an emptyDir there, while the key came from a tmpfs Secret), and a killed
+    process left it behind.
     """
-    with tempfile.TemporaryDirectory(prefix="asr-tls-") as tmp:
-        cert_path, key_path = Path(tmp, "cert.pem"), Path(tmp, "key.pem")
-        cert_path.write_bytes(cert)
-        key_path.touch(mode=0o600)
-        key_path.write_bytes(key)
-        try:
-            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
-                cert_path, key_path, password=_refuse_pass_phrase
-            )
-        except _EncryptedKey:
-            raise CertificateError(
-                f"TLS private key {files.key} is encrypted (pass-phrase protected keys are not "
-                "supported): decrypt it, e.g. openssl pkey -in KEY -out PLAIN_KEY"
-            ) from None
-        except ssl.SSLError as exc:
-            raise CertificateError(
-                f"TLS certificate {files.cert} and key {files.key} do not form a usable pair "
-                f"({exc.reason or exc})"
-            ) from None
+    try:
+        if _memory_files_work():
+            with _memory_file(cert) as cert_path, _memory_file(key) as key_path:
+                _load_pair(cert_path, key_path)
+        else:
+            _check_pair_in_place(cert, key, files)
+    except _EncryptedKey:
+        raise CertificateError(
+            f"TLS private key {files.key} is encrypted (pass-phrase protected keys are not "
+            "supported): decrypt it, e.g. openssl pkey -in KEY -out PLAIN_KEY"
+        ) from None
+    except ssl.SSLError as exc:
+        raise CertificateError(
+            f"TLS certificate {files.cert} and key {files.key} do not form a usable pair "
+            f"({exc.reason or exc})"
+        ) from None
+
+
+def _load_pair(cert_path: str | Path, key_path: str | Path) -> None:
+    ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(
+        cert_path, key_path, password=_refuse_pass_phrase
+    )
+
+
+def _memory_files_work() -> bool:
+    return hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")
+
+
+@contextmanager
+def _memory_file(data: bytes) -> Iterator[str]:
+    """A path that reads as ``data``: a Linux memfd, which no directory names and which
+    is gone once closed, opened again through /proc."""
+    fd = os.memfd_create("asr-tls", os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as file:
+            file.write(data)
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _check_pair_in_place(cert: bytes, key: bytes, files: CertificateFiles) -> None:
+    """Without memory files (not Linux): OpenSSL reads the files themselves. A rotation may
+    have replaced them since they were read, so the check holds for the bytes read only if
+    the files still hold them afterwards; if not, a reload keeps the old credentials and
+    takes the new files at the next check (their stamp has changed)."""
+    _load_pair(files.cert, files.key)
+    if _read(files.cert, "certificate") != cert or _read(files.key, "private key") != key:
+        raise CertificateError(
+            f"TLS certificate {files.cert} or key {files.key} changed while being checked"
+        )
 
 
 class _EncryptedKey(Exception):

@@ -4,6 +4,9 @@ be used is a CertificateError naming it, at start-up and on reload."""
 from __future__ import annotations
 
 import logging
+import os
+import ssl
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,49 @@ def test_an_encrypted_key_on_reload_keeps_the_old_credentials(
         caplog.text
     )
     assert credentials._current.key == before
+
+
+def test_the_pair_check_writes_no_key_to_disk(
+    pki: Pki, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # /tmp of a pod is node disk (emptyDir): a key from a tmpfs Secret must not land there
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    cert, key = pki.server()
+    handed: list[os.stat_result] = []
+    load_cert_chain = ssl.SSLContext.load_cert_chain
+
+    def spy(self: ssl.SSLContext, certfile: str, keyfile: str, password: object = None) -> None:
+        handed.append(os.stat(keyfile))
+        load_cert_chain(self, certfile, keyfile, password)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", spy)
+    load_certificates(CertificateFiles(cert, key))
+    _, other_key = pki.server("other")
+    with pytest.raises(CertificateError, match="do not form a usable pair"):
+        load_certificates(CertificateFiles(cert, other_key))
+    assert list(temp.iterdir()) == []
+    for seen in handed:  # a file in memory that no directory names, or the key file itself
+        assert seen.st_nlink == 0 or os.path.samestat(seen, os.stat(key)), seen
+
+
+def test_without_memory_files_the_pair_is_checked_in_place(
+    pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(os, "memfd_create")  # as on macOS
+    cert, key = pki.server()
+    load_certificates(CertificateFiles(cert, key))
+    _, other_key = pki.server("other")
+    with pytest.raises(CertificateError, match="do not form a usable pair"):
+        load_certificates(CertificateFiles(cert, other_key))
+    # a rotation between reading and checking: the check was not of the bytes read
+    load_cert_chain = ssl.SSLContext.load_cert_chain
+
+    def rotate_meanwhile(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        load_cert_chain(self, *args, **kwargs)  # type: ignore[arg-type]
+        pki.server()
+
+    monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", rotate_meanwhile)
+    with pytest.raises(CertificateError, match="changed while being checked"):
+        load_certificates(CertificateFiles(cert, key))
