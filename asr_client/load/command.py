@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +48,22 @@ def _count(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
+
+
+def _writable(path: str) -> str:
+    """argparse type: a report path that can be written, checked before a run of minutes
+    rather than found after it; left as it was found."""
+    if path == "-":
+        return path
+    existed = os.path.lexists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot write {path}: {exc.strerror}") from None
+    if not existed:
+        os.unlink(path)
+    return path
 
 
 def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
@@ -116,7 +133,12 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         "--connections", type=int, default=0, metavar="K", help="gRPC channels (1 per 100 streams)"
     )
     p.add_argument("--seed", type=int, default=1, help="random seed for the call layout (1)")
-    p.add_argument("--json", metavar="FILE", help="write the full report as JSON ('-' = stdout)")
+    p.add_argument(
+        "--json",
+        type=_writable,
+        metavar="FILE",
+        help="write the full report as JSON ('-' = stdout)",
+    )
     p.add_argument("--per-stream", action="store_true", help="print a line per stream")
     p.add_argument("--quiet", action="store_true", help="no live progress")
 
@@ -293,9 +315,13 @@ async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str
         json.dump(report, stdout, indent=2)
         stdout.write("\n")
     else:
-        if args.json:
-            _write_json(Path(args.json), report)
         shown = streams if args.per_stream else []
         print(render_text(summary, shown), file=stdout)
+        if args.json:
+            try:
+                _write_json(Path(args.json), report)
+            except OSError as exc:  # checked before the run, but it can change in minutes
+                print(f"error: cannot write {args.json}: {exc.strerror}", file=stderr)
+                return 1
     failed = summary["failed"] or summary["audio_unprocessed_s"] > 0
     return 2 if failed else 0

@@ -7,6 +7,7 @@ import io
 import json
 import re
 import socket
+import sys
 import time
 from pathlib import Path
 
@@ -530,3 +531,34 @@ def test_the_live_view_drops_a_partial_that_no_final_will_replace() -> None:
         renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=3)))
         assert renderer._partials == {}
         renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=4)))
+
+
+def test_load_report_path_that_cannot_be_written_is_a_usage_error(tmp_path: Path, capsys):
+    """Found only after the whole run, it used to end in a traceback and lose the report."""
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["load", "--json", str(tmp_path / "missing" / "r.json")])
+    assert exc.value.code == 2
+    assert "cannot write" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()
+    # a path that can be written is left as it was found
+    build_parser().parse_args(["load", "--json", str(tmp_path / "r.json")])
+    assert not (tmp_path / "r.json").exists()
+
+
+async def test_load_report_that_cannot_be_written_at_the_end_is_still_printed(
+    server: str, tmp_path: Path, capsys
+):
+    from asr_client.load.command import load_command
+
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    args = build_parser().parse_args(
+        ["load", "--server", server, "--streams", "0", "--silent", "1", "--duration", "1",
+         "--speed", "10", "--ramp", "0", "--quiet", "--json", str(folder / "r.json")]
+    )  # fmt: skip
+    folder.rmdir()  # gone while the calls ran
+    code = await load_command(args, sys.stdout, sys.stderr)
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert "completed" in out  # the text report
+    assert f"error: cannot write {folder / 'r.json'}: " in err
