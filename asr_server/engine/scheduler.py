@@ -157,13 +157,14 @@ class EngineScheduler:
                 if q is not queue:
                     del q[coalesce_key]
             queue[coalesce_key] = job  # a replaced job's key keeps its place
-        self.metrics.engine_queue_depth.set(self.queued)
+        self._publish_depth()
         self._wakeup.set()
         try:
             return await job.future
         finally:
             if not job.future.done():
                 job.future.cancel()  # the caller went away: the worker skips this job
+            self._publish_depth()  # (a cancelled caller's job no longer counts)
 
     def _pop(self, kind: DecodeKind, n: int, key: Hashable | None = None) -> list[_Job]:
         """Up to ``n`` live jobs of ``kind`` with one batch key (``key``, or the oldest
@@ -196,6 +197,13 @@ class EngineScheduler:
                 elif job.future.done():
                     del queue[handle]
         return jobs
+
+    def _publish_depth(self) -> None:
+        """The queue-depth gauge: requests a worker would take (not cancelled or
+        superseded ones that wait to be dropped)."""
+        self.metrics.engine_queue_depth.set(
+            self._live(DecodeKind.FINAL) + self._live(DecodeKind.PARTIAL)
+        )
 
     def _live(self, kind: DecodeKind) -> int:
         """Queued requests of ``kind`` that a worker would take."""
@@ -254,7 +262,7 @@ class EngineScheduler:
             await asyncio.sleep(self.batch_wait_s)
             wanted = self._share(kind, len(batch)) - len(batch)
             batch += self._pop(kind, wanted, batch[0].batch_key)
-        self.metrics.engine_queue_depth.set(self.queued)
+        self._publish_depth()
         label = kind.name.lower()
         started = time.perf_counter()
         for job in batch:

@@ -145,6 +145,34 @@ async def test_cancelled_caller_removes_its_queued_job(gate: threading.Event) ->
         await sched.close()
 
 
+async def test_the_queue_depth_gauge_drops_a_cancelled_job(gate: threading.Event) -> None:
+    """Before, the gauge kept counting a job whose caller went away until some later
+    request came: an idle server reported a queue."""
+    engine = FakeEngine(gate=gate)
+    metrics = Metrics()
+    sched = EngineScheduler(engine, metrics)
+
+    def depth() -> float | None:
+        return metrics.registry.get_sample_value("asr_engine_queue_depth")
+
+    await sched.start()
+    try:
+        running = asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL), coalesce_key="a"))
+        await started(engine, 1)
+        queued = asyncio.create_task(sched.decode(req(DecodeKind.PARTIAL), coalesce_key="b"))
+        await eventually(lambda: depth() == 1)
+        queued.cancel()
+        running.cancel()
+        await asyncio.gather(queued, running, return_exceptions=True)
+        assert depth() == 0
+        gate.set()
+        await eventually(lambda: sched.running == 0)
+        assert depth() == 0
+    finally:
+        gate.set()
+        await sched.close()
+
+
 async def test_finals_waiting_counts_only_finals_no_worker_has_taken(
     gate: threading.Event,
 ) -> None:
