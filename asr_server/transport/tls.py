@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -55,13 +56,8 @@ def load_certificates(files: CertificateFiles) -> _Loaded:
     key = _read(files.key, "private key")
     client_ca = _read(files.client_ca, "client CA") if files.client_ca else None
     _check_pair(cert, key, files)
-    if client_ca is not None:
-        try:
-            ssl.create_default_context(cadata=client_ca.decode("ascii"))
-        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
-            raise CertificateError(
-                f"client CA {files.client_ca} is not a PEM bundle: {exc}"
-            ) from None
+    if files.client_ca is not None and client_ca is not None:
+        client_ca = _client_ca_certificates(client_ca, files.client_ca)
     return _Loaded(cert, key, client_ca, stamp)
 
 
@@ -154,6 +150,26 @@ def _read(path: Path, what: str) -> bytes:
 def _unreadable(path: Path, what: str, exc: OSError) -> CertificateError:
     """A file that is missing or may not be read: stat and read fail alike."""
     return CertificateError(f"cannot read the TLS {what} {path}: {exc.strerror}")
+
+
+_PEM_CERTIFICATE = re.compile(rb"-----BEGIN ((?:X509 )?CERTIFICATE)-----.*?-----END \1-----", re.S)
+
+
+def _client_ca_certificates(bundle: bytes, path: Path) -> bytes:
+    """The bundle's certificates, checked, without the text around them.
+
+    A bundle may carry each certificate's decoded text (``openssl x509 -text``), in UTF-8
+    where names are not ASCII. OpenSSL skips it, but ``cadata`` takes ASCII only; the
+    certificates alone are checked, and grpc gets what was checked.
+    """
+    certificates = b"\n".join(m.group(0) for m in _PEM_CERTIFICATE.finditer(bundle))
+    try:
+        if not certificates:
+            raise ValueError("no certificate in it")
+        ssl.create_default_context(cadata=certificates.decode("ascii"))
+    except (ssl.SSLError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise CertificateError(f"client CA {path} is not a PEM bundle: {exc}") from None
+    return certificates + b"\n"
 
 
 def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:

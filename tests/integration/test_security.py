@@ -162,6 +162,9 @@ async def test_a_bad_certificate_on_reload_keeps_the_old_one(make_server, pki, c
 async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, caplog) -> None:  # type: ignore[no-untyped-def]
     cert, key = pki.server()
     clients = Pki(pki.folder / "clients", "client-ca")
+    # the bundle as `openssl x509 -text` writes it: names in UTF-8 above the PEM
+    with_text = "Certificate:\n    Subject: O=Zürich Süd, CN=client-ca\n"
+    clients.ca_file.write_bytes(with_text.encode() + clients.ca_file.read_bytes())
     server = await serve_fake(
         make_server, tls_cert=cert, tls_key=key, tls_client_ca=clients.ca_file
     )

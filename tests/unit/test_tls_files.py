@@ -117,3 +117,32 @@ def test_without_memory_files_the_pair_is_checked_in_place(
     monkeypatch.setattr(ssl.SSLContext, "load_cert_chain", rotate_meanwhile)
     with pytest.raises(CertificateError, match="changed while being checked"):
         load_certificates(CertificateFiles(cert, key))
+
+
+def test_a_client_ca_bundle_with_utf8_text_is_taken(pki: Pki, tmp_path: Path) -> None:
+    # `openssl x509 -text` puts the decoded certificate, names in UTF-8, above its PEM
+    cert, key = pki.server()
+    bundle = tmp_path / "ca-with-text.pem"
+    text = "Certificate:\n    Subject: O=Zürich Süd, CN=Ŝtreamasr Ĉlients\n"
+    bundle.write_bytes(text.encode() + pki.ca_file.read_bytes())
+    loaded = load_certificates(CertificateFiles(cert, key, bundle))
+    assert loaded.client_ca is not None and pki.ca_file.read_bytes().strip() in loaded.client_ca
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"Subject: O=Z\xc3\xbcrich\n",
+        b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+        b"\xff\xfe-----BEGIN CERTIFICATE-----\n\xc3\xbc\n-----END CERTIFICATE-----\n",
+    ],
+    ids=["no-certificate", "not-a-certificate", "not-text"],
+)
+def test_a_client_ca_bundle_without_a_certificate_is_refused(
+    pki: Pki, tmp_path: Path, content: bytes
+) -> None:
+    cert, key = pki.server()
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(content)
+    with pytest.raises(CertificateError, match=f"client CA {bundle} is not"):
+        load_certificates(CertificateFiles(cert, key, bundle))
