@@ -226,6 +226,9 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                     await body(services, ticket)
                 finally:
                     logger.info("call %s finished", call_id)
+        except asyncio.CancelledError:  # the client went away, or the drain ended the call
+            self.admission.metrics.streams.labels("CANCELLED").inc()
+            raise
         except AsrError as exc:
             error = exc
         except EngineError:

@@ -19,6 +19,7 @@ from tests.helpers import (
     entered,
     eventually,
     final_text,
+    sample,
     serve_fake,
     silence,
     speech_pcm,
@@ -249,6 +250,8 @@ async def test_disconnect_mid_stream_frees_everything(make_server) -> None:  # t
         leftover = {t.get_name() for t in asyncio.all_tasks()} - tasks_before
         assert not [n for n in leftover if n.startswith("s")], leftover
         assert server.metrics.buffered_audio._value.get() == pytest.approx(0.0, abs=1e-9)
+        # counted by its outcome (before, a cancelled stream was counted nowhere)
+        assert sample(server, "asr_streams_total", code="CANCELLED") == 1
     finally:
         gate.set()
     # the engine slot is free again: the next stream completes
