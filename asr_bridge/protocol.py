@@ -324,7 +324,8 @@ class StreamasrEvents:
 class OpenAIEvents:
     """The shape of OpenAI Realtime transcription events, for clients written against it.
 
-    One utterance is one conversation item. ``…transcription.delta`` carries only text
+    One stretch of speech is one conversation item (an utterance, or the parts the server
+    split a long one into). ``…transcription.delta`` carries only text
     that has become *stable* (append-only, as OpenAI deltas are), and
     ``…transcription.completed`` the final transcript, which starts with those deltas. The
     events are realtime.py's, as the full ``/v1/realtime`` endpoint sends them.
@@ -333,7 +334,7 @@ class OpenAIEvents:
     _events: ServerEvents = field(default_factory=lambda: ServerEvents(""))
 
     def ready(self, session_id: str, sample_rate: int) -> list[Event]:
-        self._events = ServerEvents(session_id)
+        self._events = ServerEvents(session_id, ga=False)  # (the beta session's shape)
         session = {
             "id": session_id,
             "object": "realtime.transcription_session",
@@ -353,4 +354,4 @@ class OpenAIEvents:
         return []  # the Realtime protocol has no such event; the transcript simply goes on
 
     def closed(self) -> list[Event]:
-        return []
+        return self._events.finish()  # an item the audio ended inside of

@@ -363,14 +363,41 @@ def decode_audio(event: ClientEvent, frame_bytes: int) -> bytes:
 
 
 @dataclass
+class _Item:
+    """One user message item: speech from its start to its end. The server may have cut
+    that speech into several utterances (at a short pause once it is longer than the
+    server's ``split_at_pause_after_s``, or at its length limit), with a final each and no
+    speech end between them: those finals are this item's parts, as OpenAI makes one item
+    of one stretch of speech (with server VAD) or of one commit (without)."""
+
+    id: str
+    parts: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: its speech ended (it is committed); its last utterance's final is still to come
+    ended: bool = False
+    previous_id: str | None = None
+
+    @property
+    def transcript(self) -> str:
+        return " ".join(self.parts)
+
+
+@dataclass
 class ServerEvents:
     """Numbered server events, and the results of a stream as transcription events."""
 
     session_id: str
+    #: the item events in the GA shape (``conversation.item.added`` and ``.done``, for a
+    #: client that sends ``session.update``) or the beta one (``conversation.item.created``,
+    #: for ``transcription_session.update``)
+    ga: bool = True
     _ids: itertools.count[int] = field(default_factory=itertools.count)
     _sent: dict[int, str] = field(default_factory=dict)  # stable text sent, per utterance
     _previous_item: str | None = None
-    _committed: set[int] = field(default_factory=set)  # items committed, not yet completed
+    #: each utterance whose final (or NO_WORDS) has not come yet → the item it is part of
+    _items: dict[int, _Item] = field(default_factory=dict)
+    #: the item whose speech is under way: the utterance after a split is part of it too
+    _open: _Item | None = None
     #: the client's commits and clears sent to the server as FINALIZE, not yet acknowledged
     #: (FINALIZED), oldest first; and whether the oldest commit has committed an item
     _pending: deque[str] = field(default_factory=deque)
@@ -423,16 +450,31 @@ class ServerEvents:
             return self._result(response.result)
         return []
 
+    def finish(self) -> list[Event]:
+        """The stream ended: an item whose speech had not ended (the audio stopped inside
+        it) is committed and completed with what it has."""
+        item, self._open = self._open, None
+        if item is None or not item.parts:
+            return []
+        return [*self._commit(item), *self._complete(item)]
+
+    def _item_of(self, utterance_id: int) -> _Item:
+        item = self._items.get(utterance_id)
+        if item is None:
+            item = self._open or _Item(self.item(utterance_id))
+            self._items[utterance_id] = self._open = item
+        return item
+
     def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
         if e.type == asr_pb2.SpeechEvent.FINALIZED:
             return self._finalized()
-        item = self.item(e.utterance_id)
         ms = round(e.offset_s * 1000)
         if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+            item = self._item_of(e.utterance_id)
             if not server_vad:
                 return []
             return [
-                self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item)
+                self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item.id)
             ]
         if e.utterance_id in self._cleared:
             if e.type == asr_pb2.SpeechEvent.NO_WORDS:
@@ -444,105 +486,143 @@ class ServerEvents:
             return []  # (SPEECH_RESUMED: this API has no eager results)
         if e.from_finalize and self._pending:
             if self._pending[0] == "clear":
-                self._cleared.add(e.utterance_id)
-                self._sent.pop(e.utterance_id, None)
+                self._drop(e.utterance_id)
                 return []
             self._pending_answered = True
-        self._committed.add(e.utterance_id)
+        item = self._item_of(e.utterance_id)
+        self._open, item.ended = None, True  # speech after this is another item
         out = []
         if server_vad:
             out.append(
-                self.event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item)
+                self.event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item.id)
             )
-        out.append(
-            self.event(
-                "input_audio_buffer.committed", item_id=item, previous_item_id=self._previous_item
-            )
-        )
-        self._previous_item = item
-        return out
+        return [*out, *self._commit(item)]
+
+    def _drop(self, utterance_id: int) -> None:
+        """A clear ended this utterance: nothing more of its item reaches the client."""
+        self._cleared.add(utterance_id)
+        self._sent.pop(utterance_id, None)
+        if self._items.pop(utterance_id, None) is self._open:
+            self._open = None
 
     def _finalized(self) -> list[Event]:
         """The server acknowledged the oldest commit or clear: everything of the audio
         before it has been answered. A commit that committed no item (the buffer held no
-        speech, or the VAD had already committed it) commits an empty one now, completed
-        with no transcript, as OpenAI does with audio without speech: clients wait for
-        both."""
+        speech, or the VAD had already committed it) commits one now: the parts of a
+        split the speech ended in (a press whose speech stopped before the commit), or an
+        empty one, completed with no transcript, as OpenAI does with audio without
+        speech: clients wait for both."""
         if not self._pending:
             return []
         action, answered = self._pending.popleft(), self._pending_answered
         self._pending_answered = False
         if action != "commit" or answered:
             return []
-        item = f"item_{self.session_id}_empty_{next(self._empty_items)}"
-        committed = self.event(
-            "input_audio_buffer.committed", item_id=item, previous_item_id=self._previous_item
-        )
-        self._previous_item = item
-        return [committed, self._completed(item, "", 0.0)]
+        item, self._open = self._open, None
+        if item is None or not item.parts:
+            item = _Item(f"item_{self.session_id}_empty_{next(self._empty_items)}")
+        else:  # any later result of its utterances starts another item
+            self._items = {u: i for u, i in self._items.items() if i is not item}
+        return [*self._commit(item), *self._complete(item)]
 
-    def _completed(self, item: str, transcript: str, seconds: float) -> Event:
-        return self.event(
-            "conversation.item.input_audio_transcription.completed",
-            item_id=item,
-            content_index=0,
-            transcript=transcript,
-            logprobs=None,
-            usage={"type": "duration", "seconds": round(seconds, 3)},
-        )
+    def _commit(self, item: _Item) -> list[Event]:
+        """``committed``, and the user message item it adds to the conversation."""
+        item.previous_id, self._previous_item = self._previous_item, item.id
+        return [
+            self.event(
+                "input_audio_buffer.committed", item_id=item.id, previous_item_id=item.previous_id
+            ),
+            self.event(
+                "conversation.item.added" if self.ga else "conversation.item.created",
+                previous_item_id=item.previous_id,
+                item=self._message(item.id, None),
+            ),
+        ]
+
+    def _complete(self, item: _Item) -> list[Event]:
+        """``completed`` with the whole item's transcript; in the GA shape, the item with
+        it (``conversation.item.done``)."""
+        out = [
+            self.event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=item.id,
+                content_index=0,
+                transcript=item.transcript,
+                logprobs=None,
+                usage={"type": "duration", "seconds": round(item.seconds, 3)},
+            )
+        ]
+        if self.ga:
+            out.append(
+                self.event(
+                    "conversation.item.done",
+                    previous_item_id=item.previous_id,
+                    item=self._message(item.id, item.transcript),
+                )
+            )
+        return out
+
+    @staticmethod
+    def _message(item_id: str, transcript: str | None) -> Event:
+        return {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "status": "completed",
+            "role": "user",
+            "content": [{"type": "input_audio", "transcript": transcript}],
+        }
 
     def _no_words(self, utterance_id: int) -> list[Event]:
         """An utterance without words: a committed item still gets its ``completed``, with
-        an empty transcript, as OpenAI sends one for audio without speech (clients wait
-        for it)."""
+        the transcript of its other parts (empty if none), as OpenAI sends one for audio
+        without speech (clients wait for it). A split part without words adds nothing."""
         self._sent.pop(utterance_id, None)
-        if utterance_id not in self._committed:
+        item = self._items.pop(utterance_id, None)
+        if item is None or not item.ended:
             return []
-        self._committed.discard(utterance_id)
-        return [self._completed(self.item(utterance_id), "", 0.0)]
+        return self._complete(item)
+
+    def _delta(self, item: _Item, utterance_id: int, text: str) -> Event:
+        """Text the deltas of this utterance had not carried; the first of a part after
+        another is spaced from it, so that the deltas add up to the transcript."""
+        if not self._sent.get(utterance_id) and item.parts:
+            text = " " + text
+        return self.event(
+            "conversation.item.input_audio_transcription.delta",
+            item_id=item.id,
+            content_index=0,
+            delta=text,
+        )
 
     def _result(self, r: asr_pb2.Result) -> list[Event]:
         if r.utterance_id in self._cleared:
             if r.is_final:
                 self._cleared.discard(r.utterance_id)
             return []
-        item = self.item(r.utterance_id)
+        item = self._item_of(r.utterance_id)
         if r.is_final:
-            sent = self._sent.pop(r.utterance_id, "")
-            out = []
-            if r.utterance_id not in self._committed:
-                # an utterance cut at the length limit (or by the end of the audio) ends
-                # with no speech_stopped; its item is committed all the same
-                out.append(
-                    self.event(
-                        "input_audio_buffer.committed",
-                        item_id=item,
-                        previous_item_id=self._previous_item,
-                    )
-                )
-                self._previous_item = item
-            self._committed.discard(r.utterance_id)
-            if len(r.text) > len(sent) and r.text.startswith(sent):
-                # the text no delta has carried yet (all of it unless the server commits
-                # partials): deltas then add up to the transcript, as OpenAI's do
-                out.append(
-                    self.event(
-                        "conversation.item.input_audio_transcription.delta",
-                        item_id=item,
-                        content_index=0,
-                        delta=r.text[len(sent) :],
-                    )
-                )
-            return [*out, self._completed(item, r.text, max(0.0, r.end_s - r.start_s))]
+            return self._final(item, r)
         sent = self._sent.get(r.utterance_id, "")
         if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
             return []
+        delta = self._delta(item, r.utterance_id, r.stable_text[len(sent) :])
         self._sent[r.utterance_id] = r.stable_text
-        return [
-            self.event(
-                "conversation.item.input_audio_transcription.delta",
-                item_id=item,
-                content_index=0,
-                delta=r.stable_text[len(sent) :],
-            )
-        ]
+        return [delta]
+
+    def _final(self, item: _Item, r: asr_pb2.Result) -> list[Event]:
+        """A final is one part of its item: the last one once its speech has ended (then
+        the item is completed), else a split's, and the item goes on."""
+        out = []
+        sent = self._sent.get(r.utterance_id, "")
+        if len(r.text) > len(sent) and r.text.startswith(sent):
+            # the text no delta has carried yet (all of it unless the server commits
+            # partials): deltas then add up to the transcript, as OpenAI's do
+            out.append(self._delta(item, r.utterance_id, r.text[len(sent) :]))
+        self._sent.pop(r.utterance_id, None)
+        del self._items[r.utterance_id]
+        item.parts.append(r.text)
+        item.seconds += max(0.0, r.end_s - r.start_s)
+        if not item.ended:
+            return out
+        return [*out, *self._complete(item)]

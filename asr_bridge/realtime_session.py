@@ -153,6 +153,8 @@ class RealtimeSession:
                 param="session",
             )
         self.settings = updated
+        # the client's items are then described in the shape of the update it sent
+        self.events.ga = event.type == "session.update"
         if event.type == "session.update":
             reply = self.events.event("session.updated", session=updated.to_ga(self.session_id))
         else:
@@ -227,6 +229,7 @@ class RealtimeSession:
                 return
             await self._stream_failed(exc)
             return
+        await self._send(self.events.finish())
         await self._close(CLOSE_NORMAL, "done")
 
     async def _stream_failed(self, exc: StreamClosedError) -> None:

@@ -75,6 +75,13 @@ def check_sequence(events: list[Any]) -> dict[str, str]:
         vad = [k.rsplit(".", 1)[-1] for k in order if k.startswith("input_audio_buffer.")]
         assert vad == ["speech_started", "speech_stopped", "committed"], (item, order)
         assert order[-1] == "conversation.item.input_audio_transcription.completed", order
+    # each committed item is added to the conversation (GA: .added; beta: .created)
+    added = [
+        e.item.id if hasattr(e.item, "id") else e.item["id"]
+        for e in events
+        if e.type in ("conversation.item.added", "conversation.item.created")
+    ]
+    assert sorted(added) == sorted(seen), (added, list(seen))
     return done
 
 
@@ -231,6 +238,36 @@ async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None: 
         assert quiet["previous_item_id"] == after["item_id"]
         empty = await next_of(ws, "conversation.item.input_audio_transcription.completed")
         assert empty["item_id"] == quiet["item_id"] and empty["transcript"] == ""
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_long_press_the_server_splits_is_one_commit_and_one_item(  # type: ignore[no-untyped-def]
+    make_server, make_bridge
+) -> None:
+    """A 9.5 s push-to-talk press with a breath after 7 s: the server splits it there (its
+    utterances end at a pause once over 6 s), but the client committed once, and OpenAI
+    answers one commit with one item. A beta session: its item is ``.created``."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "transcription_session.update", session={"turn_detection": None})
+        await next_of(ws, "transcription_session.updated")
+        press = pcm24(np.concatenate([tone(7.0), silence(0.5), tone(2.0)]))
+        await send(ws, "input_audio_buffer.append", audio=b64(press))
+        await send(ws, "input_audio_buffer.commit")
+        events = []
+        while not events or not events[-1]["type"].endswith("transcription.completed"):
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+    kinds = [e["type"] for e in events]
+    assert kinds.count("input_audio_buffer.committed") == 1, kinds
+    words = [f"w{i}" for i in range(28)] + [f"w{i}" for i in range(8)]  # 7 s, then 2 s
+    assert events[-1]["transcript"] == " ".join(words)
+    committed = events[kinds.index("input_audio_buffer.committed")]
+    assert {e["item_id"] for e in events if "item_id" in e} == {committed["item_id"]}
+    created = events[kinds.index("input_audio_buffer.committed") + 1]
+    assert created["type"] == "conversation.item.created"
+    assert created["item"]["id"] == committed["item_id"]
+    assert created["item"]["content"] == [{"type": "input_audio", "transcript": None}]
     await eventually(lambda: server.servicer.active == 0)
 
 

@@ -108,14 +108,18 @@ def test_a_clear_drops_the_utterance_it_ends_and_nothing_else() -> None:
     ev.commit()  # the client committed utterance 0 …
     ev.clear()  # … and cleared what it said next, before either was answered
     assert kinds(respond(_speech(ended, 0.98, 0, from_finalize=True))) == [
-        "input_audio_buffer.committed"
+        "input_audio_buffer.committed",
+        "conversation.item.added",
     ]
-    assert respond(_final("kept", 0.2, 0.98, 0))[-1]["transcript"] == "kept"
+    assert respond(_final("kept", 0.2, 0.98, 0))[-2]["transcript"] == "kept"
     assert respond(_speech(done, 1.0, 0)) == []  # the commit was answered by item 0
     # utterance 1 ended on the server's silence before the clear came: committed, kept
     respond(_speech(started, 1.2, 1))
-    assert kinds(respond(_speech(ended, 1.8, 1))) == ["input_audio_buffer.committed"]
-    assert respond(_final("said", 1.2, 1.8, 1))[-1]["transcript"] == "said"
+    assert kinds(respond(_speech(ended, 1.8, 1))) == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+    ]
+    assert respond(_final("said", 1.2, 1.8, 1))[-2]["transcript"] == "said"
     # utterance 2 is the one the clear's FINALIZE ended: nothing of it reaches the client
     for response in (
         _speech(started, 2.0, 2),
@@ -124,14 +128,17 @@ def test_a_clear_drops_the_utterance_it_ends_and_nothing_else() -> None:
         _speech(done, 3.0, 2),
     ):
         assert respond(response) == []
-    out = respond(_final("after", 2.9, 3.5, 3))
-    # no speech_stopped before this final (split, or the end of audio): committed all the same
-    assert kinds(out) == [
+    # no speech end before this final: a split, whose item goes on in the next utterance
+    assert kinds(respond(_final("after", 2.9, 3.5, 3))) == [
+        "conversation.item.input_audio_transcription.delta"
+    ]
+    # the stream ends there: the item is committed and completed all the same
+    out = ev.finish()
+    assert kinds(out)[::2] == [
         "input_audio_buffer.committed",
-        "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
     ]
-    assert out[0]["previous_item_id"] == ev.item(1)
+    assert out[0]["previous_item_id"] == ev.item(1) and out[2]["transcript"] == "after"
 
 
 def test_a_commit_of_audio_without_speech_still_commits_and_completes_an_item() -> None:
@@ -140,7 +147,7 @@ def test_a_commit_of_audio_without_speech_still_commits_and_completes_an_item() 
     acknowledgement says the commit ended no speech, so the bridge sends both, empty."""
     ev = ServerEvents("s")
     ev.commit()
-    committed, completed = ev.response(
+    committed, _, completed, _ = ev.response(
         _speech(asr_pb2.SpeechEvent.FINALIZED, 1.0, 0), server_vad=False
     )
     assert committed["type"] == "input_audio_buffer.committed"
@@ -148,9 +155,9 @@ def test_a_commit_of_audio_without_speech_still_commits_and_completes_an_item() 
     assert completed["item_id"] == committed["item_id"] != ev.item(0)
     assert completed["transcript"] == ""
     # the next item follows it
-    (then,) = ev.response(_speech(asr_pb2.SpeechEvent.SPEECH_ENDED, 2.0, 0), server_vad=False)
+    then, _ = ev.response(_speech(asr_pb2.SpeechEvent.SPEECH_ENDED, 2.0, 0), server_vad=False)
     assert then["previous_item_id"] == committed["item_id"]
-    (after,) = ev.response(_final("next", 1.5, 2.0, 0), server_vad=False)[-1:]
+    (after, _) = ev.response(_final("next", 1.5, 2.0, 0), server_vad=False)[-2:]
     assert after["transcript"] == "next"
 
 
@@ -164,8 +171,9 @@ def test_an_utterance_without_words_still_completes_its_item() -> None:
     assert kinds(ev.response(_speech(SpeechEvent.SPEECH_ENDED, 0.6, 0), server_vad=True)) == [
         "input_audio_buffer.speech_stopped",
         "input_audio_buffer.committed",
+        "conversation.item.added",
     ]
-    (done,) = ev.response(_speech(SpeechEvent.NO_WORDS, 0.8, 0), server_vad=True)
+    (done, _) = ev.response(_speech(SpeechEvent.NO_WORDS, 0.8, 0), server_vad=True)
     assert done["type"] == "conversation.item.input_audio_transcription.completed"
     assert done["item_id"] == ev.item(0) and done["transcript"] == ""
     # a split part without words was never committed: nothing to complete; and a
@@ -188,3 +196,144 @@ def test_events_that_are_not_text_or_not_base64_are_client_errors() -> None:
     event = parse_client_event('{"type": "input_audio_buffer.append", "audio": "\u00e9"}')
     with pytest.raises(RealtimeError, match="not valid base64"):
         decode_audio(event, 2)
+
+
+def _partial(stable: str, utterance: int) -> asr_pb2.StreamingRecognizeResponse:
+    return asr_pb2.StreamingRecognizeResponse(
+        result=asr_pb2.Result(text=stable, stable_text=stable, utterance_id=utterance)
+    )
+
+
+def _kinds(events: list[dict]) -> list[str]:  # type: ignore[type-arg]
+    return [e["type"].removeprefix("conversation.item.input_audio_transcription.") for e in events]
+
+
+def test_speech_the_server_split_is_one_item_from_speech_started_to_completed() -> None:
+    """The server splits speech longer than 6 s at a short pause: a final with no speech
+    end before it, and the rest of the speech goes on under the next utterance id, without
+    a speech start. OpenAI's VAD makes one item of it: speech_started's item is the one
+    speech_stopped names, committed once, completed with the whole text."""
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    out = []
+    for response in (
+        _speech(SpeechEvent.SPEECH_STARTED, 0.5, 0),
+        _partial("first part", 0),
+        _final("first part of a long reading", 0.5, 6.7, 0),  # the split: no SPEECH_ENDED
+        _partial("and", 1),
+        _speech(SpeechEvent.SPEECH_ENDED, 8.0, 1),
+        _final("and the rest of it", 6.7, 8.0, 1),
+    ):
+        out += ev.response(response, server_vad=True)
+    assert _kinds(out) == [
+        "input_audio_buffer.speech_started",
+        "delta",
+        "delta",
+        "delta",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert {e.get("item_id", e.get("item", {}).get("id")) for e in out} == {ev.item(0)}
+    completed = out[-2]
+    transcript = "first part of a long reading and the rest of it"
+    assert completed["transcript"] == transcript
+    assert "".join(e["delta"] for e in out if "delta" in e) == transcript
+    assert completed["usage"]["seconds"] == pytest.approx(7.5)
+    # the next speech is the next item
+    (started,) = ev.response(_speech(SpeechEvent.SPEECH_STARTED, 9.0, 2), server_vad=True)
+    assert started["item_id"] == ev.item(2)
+
+
+def test_a_push_to_talk_press_the_server_split_is_one_commit_and_one_item() -> None:
+    """Turn detection off: a 7 s press with a breath in it is split by the server, yet the
+    client committed once: one ``committed``, none before the commit, one item."""
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    respond = lambda r: ev.response(r, server_vad=False)  # noqa: E731
+    assert respond(_speech(SpeechEvent.SPEECH_STARTED, 0.1, 0)) == []
+    assert _kinds(respond(_final("one", 0.1, 6.6, 0))) == ["delta"]
+    ev.commit()
+    out = [
+        *respond(_speech(SpeechEvent.SPEECH_ENDED, 8.0, 1, from_finalize=True)),
+        *respond(_final("two", 6.6, 8.0, 1)),
+        *respond(_speech(SpeechEvent.FINALIZED, 8.0, 1)),
+    ]
+    assert _kinds(out) == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert out[0]["item_id"] == out[3]["item_id"] == ev.item(0)
+    assert out[2]["delta"] == " two" and out[3]["transcript"] == "one two"
+    # a press whose speech the server had already ended in splits (the last part without
+    # words, no speech end): the commit's acknowledgement commits what it said
+    assert _kinds(respond(_final("three", 9.0, 15.0, 2))) == ["delta"]
+    assert respond(_speech(SpeechEvent.NO_WORDS, 16.0, 3)) == []
+    ev.commit()
+    out = respond(_speech(SpeechEvent.FINALIZED, 16.5, 3))
+    assert _kinds(out)[::2] == ["input_audio_buffer.committed", "completed"]
+    assert out[0]["item_id"] == ev.item(2) and out[2]["transcript"] == "three"
+    assert out[0]["previous_item_id"] == ev.item(0)
+
+
+def test_a_split_item_whose_last_part_has_no_words_completes_with_the_others() -> None:
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    ev.response(_speech(SpeechEvent.SPEECH_STARTED, 0.0, 0), server_vad=True)
+    ev.response(_final("spoken", 0.0, 6.5, 0), server_vad=True)
+    stopped, committed, _ = ev.response(_speech(SpeechEvent.SPEECH_ENDED, 7.0, 1), server_vad=True)
+    assert stopped["item_id"] == committed["item_id"] == ev.item(0)
+    completed, _ = ev.response(_speech(SpeechEvent.NO_WORDS, 7.2, 1), server_vad=True)
+    assert completed["item_id"] == ev.item(0) and completed["transcript"] == "spoken"
+
+
+@pytest.mark.parametrize("ga", [True, False])
+def test_each_committed_item_is_added_to_the_conversation_in_the_clients_shape(ga: bool) -> None:
+    """After ``committed`` OpenAI says the user message item it created: GA sessions
+    (``session.update``) get ``conversation.item.added``, then ``.done`` with the transcript;
+    beta ones (``transcription_session.update``) ``conversation.item.created``. As the
+    official SDK's types read them."""
+    from openai.types.beta.realtime import ConversationItemCreatedEvent
+    from openai.types.realtime import (
+        ConversationItemAdded,
+        ConversationItemDone,
+        RealtimeConversationItemUserMessage,
+    )
+
+    ev = ServerEvents("s", ga=ga)
+    SpeechEvent = asr_pb2.SpeechEvent
+    respond = lambda r: ev.response(r, server_vad=True)  # noqa: E731
+    out = []
+    for utterance, text in enumerate(("hello", "again")):
+        out += respond(_speech(SpeechEvent.SPEECH_STARTED, utterance, utterance))
+        out += respond(_speech(SpeechEvent.SPEECH_ENDED, utterance + 0.5, utterance))
+        out += respond(_final(text, utterance, utterance + 0.5, utterance))
+    items = [e for e in out if "item" in e]
+    if not ga:
+        first, second = (ConversationItemCreatedEvent.model_validate(e) for e in items)
+        assert first.type == second.type == "conversation.item.created"
+        for event, utterance in ((first, 0), (second, 1)):
+            assert event.item.id == ev.item(utterance)
+            assert (event.item.type, event.item.role) == ("message", "user")
+            assert event.item.content is not None
+            assert event.item.content[0].type == "input_audio"
+            assert event.item.content[0].transcript is None
+        assert first.previous_item_id is None and second.previous_item_id == ev.item(0)
+        return
+    assert [e["type"].rsplit(".", 1)[-1] for e in items] == ["added", "done"] * 2
+    added = [ConversationItemAdded.model_validate(e) for e in items[::2]]
+    done = [ConversationItemDone.model_validate(e) for e in items[1::2]]
+    for utterance, text in enumerate(("hello", "again")):
+        for event, transcript in ((added[utterance], None), (done[utterance], text)):
+            assert isinstance(event.item, RealtimeConversationItemUserMessage)
+            assert event.item.id == ev.item(utterance) and event.item.role == "user"
+            assert event.item.content[0].type == "input_audio"
+            assert event.item.content[0].transcript == transcript
+    assert added[0].previous_item_id is None and done[0].previous_item_id is None
+    assert added[1].previous_item_id == done[1].previous_item_id == ev.item(0)
