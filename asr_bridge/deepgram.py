@@ -44,7 +44,10 @@ ENCODINGS = {"linear16": "LINEAR16", "linear32": "FLOAT32", "mulaw": "MULAW", "a
 DECODED_ENCODINGS = {"opus", "ogg-opus", "flac"}
 _BYTES_PER_SAMPLE = {"linear16": 2, "linear32": 4, "mulaw": 1, "alaw": 1}
 #: accepted and without effect here: model choice, billing and bookkeeping options
-_IGNORED = {"model", "version", "tag", "mip_opt_out", "extra", "token"}
+_IGNORED = {"model", "version", "mip_opt_out", "token"}
+#: bookkeeping options that may be given many times (Deepgram documents several
+#: ``extra``s, and its SDKs send a list as repeated keys): accepted, their values unused
+REPEATED_BOOKKEEPING = ("tag", "extra")
 #: Deepgram features this server does not have: refused when turned on, accepted when off
 _UNSUPPORTED_FEATURES = {
     "diarize",
@@ -148,10 +151,13 @@ def split_query(
 ) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """A Deepgram query's options, as both routes take them: each ``handled`` or
     ``ignored`` key once (or repeated alike), the ``repeatable`` keys' (key, value) pairs
-    in order, an ``unsupported`` feature only when off; anything else is refused."""
+    in order, ``REPEATED_BOOKKEEPING`` keys any number of times (unused), an
+    ``unsupported`` feature only when off; anything else is refused."""
     single: dict[str, str] = {}
     repeated: list[tuple[str, str]] = []
     for key, value in params:
+        if key in REPEATED_BOOKKEEPING:
+            continue
         if key in repeatable:
             repeated.append((key, value))
         elif key in unsupported:

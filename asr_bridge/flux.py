@@ -42,7 +42,9 @@ MODELS = {"flux-general-en": "en", "flux-general-multi": ""}
 #: the server's range for the longest pause a SEMANTIC stream holds open (Flux allows up
 #: to 60 s; longer values are capped, which only ends a silent turn sooner)
 MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 300, 10_000
-_IGNORED = {"mip_opt_out", "tag", "token"}  # (token: the bridge's own check reads it)
+#: (token: the bridge's own check reads it; ``tag`` and ``extra``, repeatable, are
+#: deepgram.REPEATED_BOOKKEEPING, accepted by split_query)
+_IGNORED = {"mip_opt_out", "token"}
 #: Flux features this server does not have: refused when turned on, accepted when off
 _UNSUPPORTED_FEATURES = {"numerals", "profanity_filter", "redact"}
 _HANDLED = {

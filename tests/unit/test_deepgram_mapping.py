@@ -58,7 +58,11 @@ def test_every_supported_parameter_maps() -> None:
             ("keywords", "Kubernetes"),
             ("keyterm", "gRPC stream"),
             ("model", "nova-3"),
+            # bookkeeping, repeated as Deepgram documents and its SDK sends lists
             ("tag", "billing"),
+            ("tag", "agent-7"),
+            ("extra", "customer:acme"),
+            ("extra", "call:42"),
             ("diarize", "false"),  # an unsupported feature turned off is harmless
         ]
     )

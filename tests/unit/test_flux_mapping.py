@@ -56,6 +56,9 @@ def test_every_supported_parameter_maps() -> None:
             ("language_hint", "en-US"),
             ("mip_opt_out", "true"),
             ("tag", "agent-7"),
+            ("tag", "prod"),  # repeated, as the SDK sends a list
+            ("extra", "customer:acme"),
+            ("extra", "call:42"),
             ("numerals", "false"),
         ]
     )
