@@ -79,6 +79,9 @@ _HANDLED = {
     "language",
     "keywords",
     "keyterm",
+    #: Deepgram's smart_format may hold back a final to format numbers that span results;
+    #: no_delay turns that off. Nothing is held back here: checked, then without effect
+    "no_delay",
 }
 
 
@@ -162,7 +165,9 @@ def split_query(
             repeated.append((key, value))
         elif key in unsupported:
             if value.lower() not in ("false", ""):
-                raise ListenQueryError(f"{key} is not supported by this server")
+                raise ListenQueryError(
+                    f"{key} is not supported by this server (leave it out or set it to false)"
+                )
         elif key in handled or key in ignored:
             if key in single and single[key] != value:
                 raise ListenQueryError(f"{key} is given twice with different values")
@@ -211,6 +216,7 @@ def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
         if term.strip():
             hotwords.append(term.strip())
     encoding, rate = listen_audio(single)
+    _boolean(single, "no_delay", False)  # well formed (see _HANDLED)
     channels = integer_option(single, "channels", 1, MAX_CHANNELS, default=1)
     if encoding is None:
         channels, rate = 1, ListenOptions.sample_rate  # until the container is read

@@ -64,6 +64,8 @@ def test_every_supported_parameter_maps() -> None:
             ("extra", "customer:acme"),
             ("extra", "call:42"),
             ("diarize", "false"),  # an unsupported feature turned off is harmless
+            ("profanity_filter", "false"),  # (pipecat's DeepgramSTTService sends it)
+            ("no_delay", "true"),  # no formatting delay to skip here
         ]
     )
     config = streaming_config(options)
@@ -99,6 +101,8 @@ def test_language_multi_means_detect() -> None:
         (BASE + [("utterance_end_ms", "0")], "utterance_end_ms must be an integer"),
         (BASE + [("language", "en US; drop")], "language must be a BCP-47 tag"),
         (BASE + [("redact", "pci")], "redact is not supported"),
+        (BASE + [("profanity_filter", "true")], "profanity_filter is not supported"),
+        (BASE + [("no_delay", "soon")], "no_delay must be true or false"),
         (BASE + [("x" * 100, "1")], "unknown query parameter 'xxxx"),
     ],
 )
