@@ -178,6 +178,15 @@ def streaming_config(options: FluxOptions) -> asr_pb2.StreamingConfig:
     )
 
 
+def _keyterms(value: object) -> tuple[str, ...]:
+    """A Configure's keyterms: a list of strings, or one string (the SDK's type is
+    ``Union[str, List[str]]``), a list of one."""
+    terms = [value] if isinstance(value, str) else value
+    if not isinstance(terms, list) or not all(isinstance(k, str) for k in terms):
+        raise ConfigureError("CONFIGURE_INVALID", "keyterms must be a string or a list of strings")
+    return tuple(k.strip() for k in terms if k.strip())
+
+
 def _max_silence_ms(eot_timeout_ms: int | None) -> int:
     """Flux's eot_timeout_ms → the server's max_silence_ms (0: the server's default)."""
     if eot_timeout_ms is None:
@@ -506,9 +515,7 @@ class FluxTurns:
         timeout = _configured(c.eot_timeout_ms, "eot_timeout_ms", 500, 60_000, o.eot_timeout_ms)
         keyterms = o.hotwords
         if c.keyterms is not None:
-            if not isinstance(c.keyterms, list) or not all(isinstance(k, str) for k in c.keyterms):
-                raise ConfigureError("CONFIGURE_INVALID", "keyterms must be a list of strings")
-            keyterms = tuple(k.strip() for k in c.keyterms if k.strip())
+            keyterms = _keyterms(c.keyterms)
         self.options = replace(
             o,
             eot_threshold=eot,

@@ -370,6 +370,16 @@ def test_configure_becomes_an_update_of_the_stream() -> None:
     assert not update.HasField("eager_finals")  # eager was on from the start
 
 
+def test_a_configure_may_give_one_keyterm_as_a_string() -> None:
+    # the SDK types Configure's keyterms Union[str, List[str]]: a string is one keyterm
+    turns = FluxTurns(query(("keyterm", "old")))
+    update, success = turns.configure(
+        parse_text('{"type": "Configure", "keyterms": " streamasr "}')  # type: ignore[arg-type]
+    )
+    assert update.replace_hotwords and list(update.hotwords) == ["streamasr"]
+    assert success["keyterms"] == ["streamasr"]
+
+
 def test_a_configure_with_an_eager_threshold_turns_eager_ends_on() -> None:
     turns = FluxTurns(query())  # connected without eager_eot_threshold
     update, success = turns.configure(Configure(eager_eot_threshold=0.5))
@@ -387,7 +397,8 @@ def test_a_configure_with_an_eager_threshold_turns_eager_ends_on() -> None:
         (Configure(eot_threshold=1.5), "CONFIGURE_INVALID", "eot_threshold must be a number"),
         (Configure(eot_threshold="0.8"), "CONFIGURE_INVALID", "eot_threshold must be a number"),
         (Configure(eot_timeout_ms=10), "CONFIGURE_INVALID", "eot_timeout_ms must be a number"),
-        (Configure(keyterms="x"), "CONFIGURE_INVALID", "keyterms must be a list of strings"),
+        (Configure(keyterms=["x", 1]), "CONFIGURE_INVALID", "keyterms must be a string or"),
+        (Configure(keyterms={"x": 1}), "CONFIGURE_INVALID", "keyterms must be a string or"),
         (Configure(language_hints=["de"]), "CONFIGURE_NOT_SUPPORTED", "language hints"),
         (Configure(numerals=True), "CONFIGURE_NOT_SUPPORTED", "numerals is not supported"),
         (Configure(profanity_filter="yes"), "CONFIGURE_INVALID", "must be true or false"),
