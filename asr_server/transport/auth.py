@@ -30,6 +30,9 @@ MAX_TOKEN_CHARS = 512
 CHECK_INTERVAL_S = 1.0
 
 
+_Stamp = tuple[int, int, int]
+
+
 class TokenFileError(ValueError):
     """The token file cannot be used; the message names the file and the line."""
 
@@ -89,12 +92,11 @@ class TokenRegistry:
         self.path = path
         self._on_reload = on_reload
         self._lock = threading.Lock()
+        self._stamp = self._file_stamp()  # before the read: a change during it is seen later
         self._entries = parse_token_file(path)  # start-up: a bad file is fatal
-        self._stamp = self._mtime()
-        self._failed_stamp: int | None = None
+        self._failed_stamp: _Stamp | None = None
         self._checked = time.monotonic()
-        if not self._entries:
-            logger.warning("token file %s lists no clients: every call will be refused", path)
+        self._warn_if_empty()
 
     @property
     def names(self) -> list[str]:
@@ -114,7 +116,7 @@ class TokenRegistry:
     def reload(self) -> bool:
         """Re-read the file now (SIGHUP); True if it was taken."""
         with self._lock:
-            return self._load(self._mtime())
+            return self._load(self._file_stamp())
 
     def _maybe_reload(self) -> None:
         now = time.monotonic()
@@ -122,11 +124,11 @@ class TokenRegistry:
             return
         with self._lock:
             self._checked = now
-            stamp = self._mtime()
+            stamp = self._file_stamp()
             if stamp != self._stamp and stamp != self._failed_stamp:
                 self._load(stamp)
 
-    def _load(self, stamp: int | None) -> bool:
+    def _load(self, stamp: _Stamp | None) -> bool:
         try:
             entries = parse_token_file(self.path)
         except TokenFileError as exc:
@@ -137,14 +139,24 @@ class TokenRegistry:
         self._entries, self._stamp, self._failed_stamp = entries, stamp, None
         self._notify(True)
         logger.info("token file %s reloaded: %d client(s)", self.path, len(entries))
+        self._warn_if_empty()
         return True
+
+    def _warn_if_empty(self) -> None:
+        # also what a rewrite read half-way looks like; the rest is read at the next check
+        if not self._entries:
+            logger.warning("token file %s lists no clients: every call will be refused", self.path)
 
     def _notify(self, ok: bool) -> None:
         if self._on_reload is not None:
             self._on_reload(ok)
 
-    def _mtime(self) -> int | None:
+    def _file_stamp(self) -> _Stamp | None:
+        """Modification time, size and inode. A rewrite in place read half-way, whose rest
+        came within the file system's timestamp resolution (a second on some), has the
+        same time but not the same size; a file renamed over it has another inode."""
         try:
-            return os.stat(self.path).st_mtime_ns
+            stat = os.stat(self.path)
         except OSError:
             return None
+        return stat.st_mtime_ns, stat.st_size, stat.st_ino

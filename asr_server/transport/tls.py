@@ -2,7 +2,7 @@
 
 grpc's dynamic server credentials ask a fetcher for the certificate configuration at every
 new TLS handshake. The fetcher here answers from memory: it hands over a configuration only
-after ``reload()`` (on SIGHUP) or a change of the files' modification times has produced one
+after ``reload()`` (on SIGHUP) or a change of the files (time, size or inode) has produced one
 that parsed and whose key matches its certificate. A bad file on reload therefore keeps the
 old credentials (and is logged once per change), and open connections are never touched:
 only new handshakes see a new certificate.
@@ -41,12 +41,15 @@ class CertificateFiles:
         return named + ((("client CA", self.client_ca),) if self.client_ca else ())
 
 
+_Stamp = tuple[tuple[int, int, int], ...]
+
+
 @dataclass(frozen=True)
 class _Loaded:
     cert: bytes
     key: bytes
     client_ca: bytes | None
-    stamp: tuple[float, ...]  # modification times when read
+    stamp: _Stamp  # the files' stamps before they were read
 
 
 def load_certificates(files: CertificateFiles) -> _Loaded:
@@ -72,7 +75,7 @@ class ReloadingServerCredentials:
         self._lock = threading.Lock()  # the fetcher runs on grpc's threads
         self._current = load_certificates(files)  # start-up: a bad file is fatal
         self._pending: _Loaded | None = None
-        self._failed_stamp: tuple[float, ...] | None = None
+        self._failed_stamp: _Stamp | None = None
         self.reloads = 0
 
     def credentials(self) -> grpc.ServerCredentials:
@@ -126,15 +129,19 @@ def _configuration(loaded: _Loaded) -> grpc.ServerCertificateConfiguration:
     )
 
 
-def _stamp(files: CertificateFiles) -> tuple[float, ...]:
+def _stamp(files: CertificateFiles) -> _Stamp:
     return tuple(_file_stamp(path, what) for what, path in files.named())
 
 
-def _file_stamp(path: Path, what: str) -> float:
+def _file_stamp(path: Path, what: str) -> tuple[int, int, int]:
+    """Modification time, size and inode. A file rewritten in place and read half-way,
+    whose rest came within the file system's timestamp resolution (a second on some), has
+    the same time but not the same size; a file renamed over it has another inode."""
     try:
-        return os.stat(path).st_mtime_ns
+        stat = os.stat(path)
     except OSError as exc:
         raise _unreadable(path, what, exc) from None
+    return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
 
 def _read(path: Path, what: str) -> bytes:

@@ -146,3 +146,26 @@ def test_a_client_ca_bundle_without_a_certificate_is_refused(
     bundle.write_bytes(content)
     with pytest.raises(CertificateError, match=f"client CA {bundle} is not"):
         load_certificates(CertificateFiles(cert, key, bundle))
+
+
+@pytest.mark.parametrize("how", ["in place", "renamed over"])
+def test_new_files_are_taken_though_their_time_stays(pki: Pki, tmp_path: Path, how: str) -> None:
+    # on a file system whose timestamps are a second apart, writes within the same second
+    # leave the modification time alone: a rewrite read half-way must be read again
+    cert, key = pki.server()
+    credentials = ReloadingServerCredentials(CertificateFiles(cert, key))
+    new_cert, new_key = pki.server("new")
+    mtime = os.stat(cert).st_mtime_ns + 1_000_000_000
+    half_way = b"" if how == "in place" else b"-----BEGIN" + b"x" * (new_cert.stat().st_size - 10)
+    for path, data in ((key, new_key.read_bytes()), (cert, half_way)):
+        path.write_bytes(data)
+        os.utime(path, ns=(mtime, mtime))
+    assert credentials._fetch() is None  # refused: the old credentials stay
+    if how == "in place":
+        cert.write_bytes(new_cert.read_bytes())
+    else:
+        os.utime(new_cert, ns=(mtime, mtime))
+        new_cert.replace(cert)
+    os.utime(cert, ns=(mtime, mtime))
+    assert credentials._fetch() is not None
+    assert credentials.reloads == 1 and credentials._current.cert == cert.read_bytes()

@@ -1,0 +1,80 @@
+"""The token file is re-read when it changes, however it is rewritten
+(asr_server/transport/auth.py)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from asr_server.transport import auth
+from asr_server.transport.auth import TokenRegistry, new_token
+
+
+@pytest.fixture(autouse=True)
+def check_at_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "CHECK_INTERVAL_S", 0.0)
+
+
+def keep_mtime(path: Path, mtime_ns: int) -> None:
+    """As on a file system whose timestamps are a second apart: writes within that second
+    leave the modification time as it was."""
+    os.utime(path, ns=(mtime_ns, mtime_ns))
+
+
+def test_a_rewrite_read_half_way_is_read_again_when_its_time_stays(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    alice_token, alice = new_token("alice")
+    bob_token, bob = new_token("bob")
+    path = tmp_path / "tokens"
+    path.write_text(alice + "\n")
+    registry = TokenRegistry(path)
+    mtime = os.stat(path).st_mtime_ns + 1_000_000_000
+    path.write_text("")  # truncated, and a call comes before the rest is written
+    keep_mtime(path, mtime)
+    with caplog.at_level(logging.WARNING, logger="asr_server.transport.auth"):
+        assert registry.identify(alice_token) is None
+    assert f"token file {path} lists no clients: every call will be refused" in caplog.text
+    path.write_text(f"{alice}\n{bob}\n")  # the rest, within the same second
+    keep_mtime(path, mtime)
+    assert registry.identify(alice_token) == "alice"
+    assert registry.identify(bob_token) == "bob"
+
+
+def test_a_file_renamed_over_it_is_read_though_time_and_size_stay(tmp_path: Path) -> None:
+    alice_token, alice = new_token("alice")
+    bob_token, bob = new_token("bob")
+    path = tmp_path / "tokens"
+    path.write_text(alice + "\n")
+    registry = TokenRegistry(path)
+    mtime = os.stat(path).st_mtime_ns
+    replacement = tmp_path / "tokens.new"
+    replacement.write_text(bob + "\n")  # a line of the same length
+    keep_mtime(replacement, mtime)
+    replacement.replace(path)
+    assert registry.identify(bob_token) == "bob"
+    assert registry.identify(alice_token) is None
+
+
+def test_a_change_while_the_file_is_first_read_is_read_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice_token, alice = new_token("alice")
+    bob_token, bob = new_token("bob")
+    path = tmp_path / "tokens"
+    path.write_text(alice + "\n")
+    parse = auth.parse_token_file
+
+    def rewritten_meanwhile(file: Path) -> list[auth._Entry]:
+        entries = parse(file)
+        path.write_text(f"{alice}\n{bob}\n")
+        return entries
+
+    monkeypatch.setattr(auth, "parse_token_file", rewritten_meanwhile)
+    registry = TokenRegistry(path)
+    monkeypatch.setattr(auth, "parse_token_file", parse)
+    assert registry.identify(bob_token) == "bob"
+    assert registry.identify(alice_token) == "alice"
