@@ -2,8 +2,10 @@
 
 Start-up order matters for operators: the port and the health service come up
 first (NOT_SERVING), the model loads in a worker thread, then health flips to
-SERVING. On SIGTERM/SIGINT health goes NOT_SERVING, new streams get
-UNAVAILABLE, and open streams get ``drain_timeout_s`` to finish. On SIGHUP the
+SERVING. On SIGTERM/SIGINT health goes NOT_SERVING, the port stops taking new
+connections and calls (gRPC's GOAWAY: clients reconnect elsewhere), and open streams
+are told to move (GoingAway) and get ``drain_timeout_s`` to finish; a second signal
+ends them at once. On SIGHUP the
 TLS certificate and the token file are re-read (they are also re-read when the
 files change).
 """
@@ -348,4 +350,15 @@ async def serve(
         on_ready(running)
     await stopping
     ready.cancel()
-    await running.drain_and_stop(settings.drain_timeout_s)
+    # a second SIGTERM or Ctrl-C cuts the drain short: the operator wants out now
+    hurry = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, hurry.set)
+    drain = asyncio.create_task(running.drain_and_stop(settings.drain_timeout_s))
+    hurried = asyncio.create_task(hurry.wait())
+    await asyncio.wait({drain, hurried}, return_when=asyncio.FIRST_COMPLETED)
+    if not drain.done():
+        logger.warning("a second signal: ending the %d open stream(s) now", running.servicer.active)
+        await running.server.stop(grace=None)
+    await drain
+    hurried.cancel()
