@@ -161,16 +161,18 @@ def _parse_start(m: dict[str, Any]) -> Start:
     )
 
 
-#: the longest silence a stream may ask for (the server's range is 100-10000 ms)
-MAX_SILENCE_MS = 10_000
+#: the silences a stream may ask for: the server's range (0 asks for its default)
+MIN_SILENCE_MS, MAX_SILENCE_MS = 100, 10_000
 
 
 def _silence_ms(m: dict[str, Any]) -> int:
     value = _typed(m, "silence_ms", int, 0)
-    if not 0 <= value <= MAX_SILENCE_MS:  # (and a uint32 in the config it becomes)
+    # refused here, before the stream opens: the server would refuse it only once the
+    # page had been told ``ready`` (and a uint32 in the config it becomes)
+    if value != 0 and not MIN_SILENCE_MS <= value <= MAX_SILENCE_MS:
         raise ProtocolError(
-            f'"silence_ms" must be from 100 to {MAX_SILENCE_MS} (0: the server\'s default), '
-            f"got {value}"
+            f'"silence_ms" must be from {MIN_SILENCE_MS} to {MAX_SILENCE_MS} '
+            f"(0: the server's default), got {value}"
         )
     return value
 

@@ -72,6 +72,9 @@ def test_a_semantic_start_may_set_its_turn_threshold() -> None:
         ('{"type": "input_audio_buffer.append", "audio": "%%%"}', "base64"),
         ('{"type": "input_audio_buffer.append", "audio": "\u00e9"}', "base64"),
         ('{"type": "start", "sample_rate": 16000, "silence_ms": -1}', "silence_ms"),
+        # under the server's 100 ms: refused before the stream opens, not after `ready`
+        ('{"type": "start", "sample_rate": 16000, "silence_ms": 1}', "from 100 to 10000"),
+        ('{"type": "start", "sample_rate": 16000, "silence_ms": 99}', "from 100 to 10000"),
         ('{"type": "start", "sample_rate": 16000, "silence_ms": 4294967296}', "silence_ms"),
         # JSON can spell a lone UTF-16 surrogate, which no protobuf string can hold
         ('{"type": "start", "sample_rate": 16000, "language": "\\ud800"}', "surrogate"),
