@@ -101,6 +101,13 @@ class AudioDecoder:
         self.input_samples += frames.shape[0]
         return self._resample([frames[:, c] for c in range(self.format.channels)], last=False)
 
+    def catch_up(self) -> list[np.ndarray]:
+        """What the resamplers still hold of the audio so far, now (a FINALIZE covers all
+        of it); the stream goes on after it."""
+        if self._resamplers is None:
+            return [np.zeros(0, dtype=np.float32) for _ in range(self.format.channels)]
+        return [r.catch_up() for r in self._resamplers]
+
     def flush(self) -> list[np.ndarray]:
         """The resamplers' tail at end of stream."""
         empty = np.zeros(0, dtype=np.float32)

@@ -122,6 +122,24 @@ class StreamingResampler:
             self._first = keep_from
         return out
 
+    def catch_up(self) -> np.ndarray:
+        """The output still held back for input to come, made now as if silence came
+        next (a FINALIZE wants all the audio sent before it). The stream goes on: later
+        output continues where this ends, so nothing is emitted twice or lost."""
+        whole = -(-self._received * self.up // self.down)
+        if whole <= self._emitted:
+            return np.zeros(0, np.float32)
+        received = self._input
+        needed = self._newest_input(whole - 1) + 1 - self._first
+        if needed > received.size:  # the silence, for this computation only
+            self._input = np.concatenate([received, np.zeros(needed - received.size, np.float32)])
+        try:
+            out = self._compute(self._emitted, whole)
+        finally:
+            self._input = received
+        self._emitted = whole
+        return out
+
     def _newest_input(self, n: int) -> int:
         """The newest input sample that output ``n`` is made of."""
         return (n + self.delay) * self.down // self.up
@@ -159,11 +177,19 @@ class _SoxrStream:
     """soxr's streaming resampler, for rates with more than MAX_PHASES phases."""
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
+        self._rates = (in_rate, out_rate)
         self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
 
     def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
         chunk = np.ascontiguousarray(samples, dtype=np.float32)
         return np.asarray(self._stream.resample_chunk(chunk, last=last), np.float32)
+
+    def catch_up(self) -> np.ndarray:
+        """What soxr holds back (tens of milliseconds at these rates), now: its stream is
+        ended and a new one takes the audio after (soxr cannot flush and go on)."""
+        out = self.process(np.zeros(0, np.float32), last=True)
+        self._stream = soxr.ResampleStream(*self._rates, 1, dtype="float32")
+        return out
 
 
 def resampler_for(in_rate: int, out_rate: int) -> StreamingResampler | _SoxrStream:

@@ -207,6 +207,8 @@ class StreamSession:
         rate = self.config.format.sample_rate_hz
         async for request in requests:
             if isinstance(request, Finalize | ConfigUpdate):
+                if isinstance(request, Finalize):  # it covers audio a resampler holds back
+                    await self._deliver(self._decoder.catch_up())
                 for inbox in self._inboxes_for(request):  # in order with the audio around it
                     await inbox.put(request)
                 continue

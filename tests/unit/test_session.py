@@ -1046,6 +1046,26 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     assert events.index(acks[0]) == events.index(finals[0]) + 1
 
 
+@pytest.mark.parametrize("rate", [8_000, 8_001, 44_101])
+async def test_a_finalize_covers_the_audio_a_resampler_holds_back(rate: int) -> None:
+    """Before, the finalize went ahead of the samples the resampler still held: up to
+    3 ms at common rates and 40-115 ms at rates soxr converts (8001 Hz), all of it
+    missing from the final and from FINALIZED's offset."""
+    speech = pcm16(np.concatenate([silence(0.5, rate), tone(1.5, rate)]))  # up to the end
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(speech, rate // 50 * 2):
+            yield c
+        yield Finalize()
+        async for c in chunks(pcm16(silence(1.0, rate)), rate // 50 * 2):
+            yield c
+
+    events = await Harness().run(source(), interim=False, sample_rate=rate)
+    acks = [e for e in events if isinstance(e, Finalized)]
+    assert acks == [Finalized(pytest.approx(2.0, abs=1e-3), 0, 0)]
+    assert results(events, final=True)[0].end_s == pytest.approx(2.0, abs=1e-3)
+
+
 async def test_a_finalize_with_nothing_open_is_acknowledged_at_once() -> None:
     """Every finalize gets its acknowledgement, so a client can wait for it: in silence
     (a voice agent's VAD stopped on a noise) and after a final the endpointer sent."""
