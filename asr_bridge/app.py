@@ -265,6 +265,10 @@ class RunningBridge:
         await self.server.shutdown()
 
 
+class TLSConfigError(ValueError):
+    """The bridge's own certificate or key cannot be loaded."""
+
+
 async def start_bridge(
     config: BridgeConfig,
     *,
@@ -276,8 +280,9 @@ async def start_bridge(
 ) -> RunningBridge:
     """Bind and serve on this event loop (port 0 = a free port); ``close()`` stops it.
 
-    Raises ``ConnectionConfigError`` for server credentials that cannot be read and
-    ``OriginConfigError`` for a malformed allowed origin, before binding anything.
+    Raises ``ConnectionConfigError`` for server credentials that cannot be read,
+    ``OriginConfigError`` for a malformed allowed origin and ``TLSConfigError`` for a
+    certificate or key that does not load, before binding anything.
     """
     config.server.credentials()  # reads the PEM files now: a typo fails here, not per session
     metrics = metrics if metrics is not None else BridgeMetrics()
@@ -297,7 +302,14 @@ async def start_bridge(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
-    uv_config.load()
+    try:
+        uv_config.load()  # (loads the certificate and key)
+    except OSError as exc:  # ssl.SSLError too: not PEM, or a key of another certificate
+        if ssl_certfile is None and ssl_keyfile is None:
+            raise
+        raise TLSConfigError(
+            f"the certificate {ssl_certfile} and key {ssl_keyfile} cannot be used: {exc}"
+        ) from None
     server = uvicorn.Server(uv_config)
     server.lifespan = uv_config.lifespan_class(uv_config)
     await server.startup()

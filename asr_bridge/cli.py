@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asr_client.connection import ConnectionConfigError, ConnectionOptions
+from asr_client.connection import ConnectionConfigError, ConnectionOptions, int_between
 
 if TYPE_CHECKING:
     from asr_bridge.app import BridgeConfig
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 TOKEN_ENV = "ASR_BRIDGE_TOKEN"  # what browsers must present to the bridge
 SERVER_TOKEN_ENV = "ASR_BRIDGE_SERVER_TOKEN"  # what the bridge presents to the gRPC server
 ENV_PREFIX = "ASR_BRIDGE_"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _env(name: str) -> str | None:
@@ -49,11 +50,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "environment variable can be set by it instead (the flag wins).",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=8080, help="HTTP/WebSocket port (default 8080)")
+    p.add_argument(
+        "--port",
+        type=int_between(0, 65_535),
+        default=8080,
+        help="HTTP/WebSocket port (default 8080; 0: any free port)",
+    )
     p.add_argument("--ssl-certfile", help="serve HTTPS/WSS (browsers allow the microphone "
-                   "only on https or localhost)")  # fmt: skip
+                   "only on https or localhost); with --ssl-keyfile")  # fmt: skip
     p.add_argument("--ssl-keyfile", help="the certificate's private key")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=LOG_LEVELS,
+        default="INFO",
+        help=", ".join(LOG_LEVELS) + " (default INFO)",
+    )
 
     b = p.add_argument_group("browsers → bridge")
     b.add_argument(
@@ -136,11 +148,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if (a.server_cert is None) != (a.server_key is None):
         p.error("--server-cert and --server-key go together")
+    _check_tls_files(p, a)
     if a.allowed_origin is None:
         a.allowed_origin = [
             o.strip() for o in (_env("ALLOWED_ORIGINS") or "").split(",") if o.strip()
         ]
     return a
+
+
+def _check_tls_files(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """The bridge's own certificate and key: both or neither, and readable, said before
+    anything starts (a missing one was a traceback, or uvicorn's bare AssertionError)."""
+    if (a.ssl_certfile is None) != (a.ssl_keyfile is None):
+        p.error("--ssl-certfile and --ssl-keyfile go together")
+    for flag, path in (("--ssl-certfile", a.ssl_certfile), ("--ssl-keyfile", a.ssl_keyfile)):
+        if path is None:
+            continue
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            p.error(f"{flag} {path}: {exc.strerror or exc}")
 
 
 def bridge_config(a: argparse.Namespace) -> BridgeConfig:
@@ -165,7 +193,7 @@ def bridge_config(a: argparse.Namespace) -> BridgeConfig:
 
 
 async def run(a: argparse.Namespace) -> None:
-    from asr_bridge.app import start_bridge
+    from asr_bridge.app import TLSConfigError, start_bridge
     from asr_bridge.origin import OriginConfigError
 
     config = bridge_config(a)
@@ -179,6 +207,9 @@ async def run(a: argparse.Namespace) -> None:
         )
     except (ConnectionConfigError, OriginConfigError) as exc:
         sys.exit(f"asr-bridge: {exc}")
+    except TLSConfigError as exc:  # a flag's file, as argparse would say it
+        print(f"asr-bridge: error: {exc}", file=sys.stderr)
+        sys.exit(2)
     scheme = "https" if a.ssl_certfile else "http"
     host = "localhost" if a.host in ("0.0.0.0", "127.0.0.1", "::") else a.host
     origins = ", ".join(config.allowed_origins) or "same origin"
@@ -203,9 +234,7 @@ async def run(a: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
-    logging.basicConfig(
-        level=a.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     # uvicorn logs each WebSocket's path with its query string, which may hold the token
     logging.getLogger("uvicorn.error").setLevel(max(logging.WARNING, logging.root.level))
     try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from asr_bridge.cli import bridge_config, parse_args
+from asr_bridge.cli import bridge_config, parse_args, run
 
 
 def test_defaults_are_plaintext_same_origin_and_100_sessions(
@@ -73,9 +73,67 @@ def test_environment_variables_and_flags_winning_over_them(
 
 
 @pytest.mark.parametrize(
-    "argv", [["--server-cert=c.pem"], ["--server-key=k.pem"], ["--max-sessions=0"]]
+    "argv",
+    [
+        ["--server-cert=c.pem"],
+        ["--server-key=k.pem"],
+        ["--max-sessions=0"],
+        ["--log-level=FOO"],
+        ["--port=70000"],
+        ["--port=-1"],
+        ["--port=http"],
+    ],
 )
-def test_impossible_flags_are_usage_errors(argv: list[str]) -> None:
+def test_impossible_flags_are_usage_errors(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)
     assert exit_.value.code == 2
+    assert "asr-bridge: error: " in capsys.readouterr().err
+
+
+def test_log_levels_in_any_case_and_any_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = parse_args(["--log-level=debug", "--port=0"])
+    assert (a.log_level, a.port) == ("DEBUG", 0)
+    assert parse_args(["--port=65535"]).port == 65535
+
+
+@pytest.fixture
+def pem_files(tmp_path: Path) -> tuple[str, str]:
+    cert, key = tmp_path / "bridge.crt", tmp_path / "bridge.key"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    return str(cert), str(key)
+
+
+def test_the_bridges_certificate_and_key_go_together_and_must_be_readable(
+    pem_files: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert, key = pem_files
+    missing = str(tmp_path / "missing.key")
+    for argv, phrase in (
+        ([f"--ssl-certfile={cert}"], "--ssl-certfile and --ssl-keyfile go together"),
+        ([f"--ssl-keyfile={key}"], "--ssl-certfile and --ssl-keyfile go together"),
+        ([f"--ssl-certfile={cert}", f"--ssl-keyfile={missing}"], f"--ssl-keyfile {missing}: "),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            parse_args(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err
+        assert f"asr-bridge: error: {phrase}" in err, err
+        assert "Traceback" not in err
+    a = parse_args([f"--ssl-certfile={cert}", f"--ssl-keyfile={key}"])
+    assert (a.ssl_certfile, a.ssl_keyfile) == (cert, key)
+
+
+async def test_a_certificate_that_does_not_load_is_one_line_naming_it(
+    pem_files: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # readable, but not PEM: ssl.SSLError as uvicorn loads it, before anything is bound
+    cert, key = pem_files
+    with pytest.raises(SystemExit) as exit_:
+        await run(parse_args(["--port=0", f"--ssl-certfile={cert}", f"--ssl-keyfile={key}"]))
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("asr-bridge: error: ") and cert in line and key in line, line
