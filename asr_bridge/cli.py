@@ -149,6 +149,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if (a.server_cert is None) != (a.server_key is None):
         p.error("--server-cert and --server-key go together")
     _check_tls_files(p, a)
+    if a.token is not None:
+        # a token from a secret (a file, a variable set from one) often ends in a newline,
+        # which no browser sends: every one would be refused
+        a.token = a.token.strip()
+        if not a.token:
+            p.error(f"--token (${TOKEN_ENV}) is empty: give a token, or unset it for no token")
     if a.allowed_origin is None:
         a.allowed_origin = [
             o.strip() for o in (_env("ALLOWED_ORIGINS") or "").split(",") if o.strip()

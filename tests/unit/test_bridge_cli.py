@@ -137,3 +137,18 @@ async def test_a_certificate_that_does_not_load_is_one_line_naming_it(
     assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("asr-bridge: error: ") and cert in line and key in line, line
+
+
+def test_the_browser_token_is_stripped_and_never_empty(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a token from a secret file ends in a newline that no browser sends
+    monkeypatch.setenv("ASR_BRIDGE_TOKEN", "for-browsers\n")
+    assert bridge_config(parse_args([])).token == "for-browsers"
+    assert bridge_config(parse_args(["--token= spaced \n"])).token == "spaced"
+    for argv in ([], ["--token=  "]):
+        monkeypatch.setenv("ASR_BRIDGE_TOKEN", "\n")
+        with pytest.raises(SystemExit) as exit_:
+            parse_args(argv)
+        assert exit_.value.code == 2
+        assert "--token ($ASR_BRIDGE_TOKEN) is empty" in capsys.readouterr().err
