@@ -44,7 +44,7 @@ from asr_client.mic import (
     select_device,
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
-from asr_client.resume import resume_notice
+from asr_client.resume import ResumeInfo, resume_notice, resume_record
 
 
 class MicStatus(Renderer):
@@ -225,8 +225,15 @@ async def _record(
     capture = MicCapture(sd, fmt, on_chunk=on_chunk)
     try:
         with on_interrupt(on_ctrl_c), renderer:
-            # a dropped network resumes the stream: say so on the screen, nothing is lost
-            resumed = lambda info: note(resume_notice(info))  # noqa: E731
+
+            def resumed(info: ResumeInfo) -> None:
+                # a dropped network resumes the stream: nothing is lost; say so on the
+                # screen and, as `asr-client file` does, in --json-out
+                stats.resumes = info.count
+                if json_out is not None:
+                    json_out.write(resume_record(info, recv_time=time.time()))
+                note(resume_notice(info))
+
             async with client.stream(config, on_resume=resumed) as stream, capture:
                 t0 = time.monotonic()
                 d = fmt.device
@@ -263,6 +270,8 @@ async def _record(
             summary += f"; {capture.dropped} chunk(s) ({lost:.1f} s) dropped: network too slow"
         if capture.overflows:
             summary += f"; the device overran {capture.overflows} time(s)"
+        if stats.resumes:
+            summary += f"; the stream resumed {stats.resumes} time(s)"
         print(summary, file=stderr)
     return 0
 

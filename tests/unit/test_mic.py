@@ -417,3 +417,52 @@ async def test_a_second_ctrl_c_quits_without_waiting(tmp_path: Path, monkeypatch
     err = capsys.readouterr().err
     assert "stopping: finishing the last utterance" in err
     assert err.splitlines()[-1] == "interrupted"
+
+
+async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
+    make_server, tmp_path: Path, monkeypatch, capsys
+):
+    """docs/scale-out.md promises a ``{"type": "resumed"}`` record in ``--json-out``, as
+    ``asr-client file`` writes; mic only said so on the screen."""
+    import json
+
+    import asr_client.mic_session as mic_session
+    from tests.faultproxy import FaultProxy
+    from tests.helpers import serve_fake
+
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    loop = asyncio.get_running_loop()
+    heard, resumed = threading.Event(), threading.Event()
+    status_event, notice = mic_session.MicStatus.event, mic_session.resume_notice
+
+    def on_event(status: Any, response: Any) -> None:
+        heard.set()  # the server took the stream: a break now is a resume, not a refusal
+        status_event(status, response)
+
+    def noted(info: Any) -> str:
+        resumed.set()
+        return notice(info)
+
+    def user() -> None:  # the network drops once the speech is captured; then Ctrl-C
+        heard.wait(10)
+        loop.call_soon_threadsafe(proxy.cut)
+        resumed.wait(10)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
+    monkeypatch.setattr(mic_session, "resume_notice", noted)
+    sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    events = tmp_path / "events.jsonl"
+    try:
+        argv = ["mic", "--server", f"127.0.0.1:{proxy.port}", "--json-out", str(events)]
+        assert await run(argv) == 0
+    finally:
+        await proxy.close()
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    assert [r["count"] for r in records if r["type"] == "resumed"] == [1]
+    assert [r["text"] for r in records if r["type"] == "final"] == ["w0 w1 w2 w3 w4 w5"]
+    err = capsys.readouterr().err
+    assert "stream resumed (" in err
+    assert err.splitlines()[-1].endswith("; the stream resumed 1 time(s)"), err
