@@ -60,10 +60,12 @@ def turn_end_label(turn: asr_pb2.EndOfTurn) -> str:
 
 def event_type(response: Response) -> str:
     """speech_started, speech_ended, speech_resumed, no_words, finalized, end_of_turn,
-    partial, eager, final, or progress (only progress: mid-stream in a long silence, and
-    the stream's last response)."""
+    going_away, partial, eager, final, or progress (only progress: mid-stream in a long
+    silence, and the stream's last response)."""
     if response.HasField("end_of_turn"):
         return "end_of_turn"
+    if response.HasField("going_away"):
+        return "going_away"
     if response.HasField("speech_event"):
         return SPEECH_EVENT_TYPES.get(response.speech_event.type, "speech_event")
     if not response.HasField("result"):
@@ -76,7 +78,7 @@ def event_type(response: Response) -> str:
 def result_record(result: asr_pb2.Result) -> dict[str, Any]:
     # explicit fields rather than MessageToDict: that one drops zero values and
     # renames to camelCase, which makes the records awkward to consume
-    return {
+    record: dict[str, Any] = {
         "text": result.text,
         "stable_text": result.stable_text,
         "unstable_text": result.unstable_text,
@@ -98,6 +100,12 @@ def result_record(result: asr_pb2.Result) -> dict[str, Any]:
             for w in result.words
         ],
     }
+    # only where the server sets them (README, "API summary"): 0 elsewhere means nothing
+    if result.is_final:
+        record["language_probability"] = round(result.language_probability, 4)
+    if result.eager:
+        record["turn_probability"] = round(result.turn_probability, 4)
+    return record
 
 
 def event_record(response: Response, *, recv_time: float, t: float) -> dict[str, Any]:
@@ -112,6 +120,11 @@ def event_record(response: Response, *, recv_time: float, t: float) -> dict[str,
         if event == "end_of_turn":
             record["probability"] = round(ev.probability, 4)
             record["reason"] = TURN_END_REASONS.get(ev.reason, "")
+        elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+            record["from_finalize"] = ev.from_finalize
+    elif event == "going_away":
+        going = response.going_away
+        record.update(deadline_s=round(going.deadline_s, 3), reason=going.reason)
     elif event == "result":
         record.update(result_record(response.result))
     p = response.progress
@@ -160,8 +173,8 @@ class PlainRenderer(Renderer):
             line = final_line(response.result)
             if response.result.words:
                 line += "\n" + words_line(response.result)
-        elif not self._verbose or kind == "progress":
-            return
+        elif not self._verbose or kind in ("progress", "going_away"):
+            return  # a going-away is told by the resume that follows it
         elif kind in ("partial", "eager"):
             r = response.result
             mark = "~" if kind == "partial" else "?"  # eager: final unless speech resumes
@@ -249,7 +262,7 @@ class LiveRenderer(Renderer):
                 note = f"[{clock(e.offset_s)}] ch{e.channel}  ⏎ end of turn: {turn_end_label(e)}"
                 self._live.console.print(Text(note, style="dim"))
             return
-        elif kind == "progress":
+        elif kind in ("progress", "going_away"):
             return
         # redraw before printing: printing redraws the last drawn live lines, and the
         # utterance that just became final must no longer be among them

@@ -562,3 +562,31 @@ async def test_load_report_that_cannot_be_written_at_the_end_is_still_printed(
     assert code == 1
     assert "completed" in out  # the text report
     assert f"error: cannot write {folder / 'r.json'}: " in err
+
+
+def test_json_lines_carry_the_documented_fields_of_each_event() -> None:
+    """The README's fields of finals, eager results, SPEECH_ENDED and GoingAway reach
+    ``--json-out``; GoingAway used to be written as a bare progress record."""
+    from asr_client.render import event_record
+
+    Response = asr_pb2.StreamingRecognizeResponse
+    final = Response(
+        result=asr_pb2.Result(is_final=True, text="hallo", language="de", language_probability=0.93)
+    )
+    eager = Response(result=asr_pb2.Result(eager=True, text="yes", turn_probability=0.88))
+    ended = Response(
+        speech_event=asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.SPEECH_ENDED, offset_s=2.0, from_finalize=True
+        )
+    )
+    going = Response(going_away=asr_pb2.GoingAway(deadline_s=25.0, reason="draining"))
+    records = [event_record(r, recv_time=0.0, t=0.0) for r in (final, eager, ended, going)]
+    assert records[0]["language_probability"] == 0.93
+    assert records[1]["turn_probability"] == 0.88
+    assert records[2]["type"] == "speech_ended" and records[2]["from_finalize"] is True
+    assert records[3]["type"] == "going_away"
+    assert (records[3]["deadline_s"], records[3]["reason"]) == (25.0, "draining")
+    # a going-away is not a speech event to show
+    out = io.StringIO()
+    PlainRenderer(out, verbose=True).event(going)
+    assert out.getvalue() == ""
