@@ -123,16 +123,22 @@ def clips_from_manifest(
     clips = []
     with open(manifest, newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            if language and row.get("language", language) != language:
+            # a row shorter than the header (a trailing empty field stripped) has None
+            # for the fields it lacks: read them as empty
+            row_language = row.get("language")  # None: no such column, or field
+            if language and row_language is not None and row_language != language:
                 continue
-            if int(row.get("channels") or 1) != 1 or float(row["duration_s"]) > MAX_CLIP_S:
+            duration = row.get("duration_s") or ""
+            if int(row.get("channels") or 1) != 1 or float(duration or 0) > MAX_CLIP_S:
                 continue
-            if not row.get("transcript", "").strip():
+            if not (row.get("transcript") or "").strip():
                 continue
             path = directory / row["file"]
             if not path.is_file():  # manifests written relative to their parent
                 path = directory.parent / row["file"]
             audio = load_audio(path)
+            if not duration and audio.frames.shape[0] > MAX_CLIP_S * audio.sample_rate_hz:
+                continue  # no duration given: measured
             clips.append(
                 prepare_clip(
                     row["id"],

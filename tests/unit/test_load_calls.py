@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
-from asr_client.load.calls import Call, Clip, build_call, telephone_band
+from asr_client.load.calls import Call, Clip, build_call, clips_from_manifest, telephone_band
 from asr_client.load.report import percentiles, render_text, summarize
 from asr_client.load.runner import FinalResult, LoadOptions, StreamOutcome, _Stream
 from asr_server.audio.g711 import mulaw_decode
@@ -165,3 +165,23 @@ async def test_a_chunk_is_sent_once_its_last_sample_exists() -> None:
         # latencies are measured from the time the chunk holding an offset was sent
         assert stream.existed_at(end / call.sample_rate_hz) == pytest.approx(due)
     assert stream.outcome.audio_sent_s == pytest.approx(call.duration_s)
+
+
+def test_manifest_rows_short_of_fields_are_read_as_empty(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A row with fewer fields than the header (a spreadsheet strips a trailing empty
+    transcript or duration) used to crash with AttributeError/TypeError on None."""
+    import soundfile
+
+    rate = 16_000
+    for name, seconds in (("a.wav", 1.0), ("b.wav", 1.5), ("long.wav", 31.0)):
+        soundfile.write(tmp_path / name, np.zeros(int(rate * seconds), np.int16), rate)
+    (tmp_path / "manifest.tsv").write_text(
+        "id\tfile\tchannels\tlanguage\ttranscript\tduration_s\n"
+        "a\ta.wav\t1\ten\n"  # no transcript (nor duration): skipped
+        "b\tb.wav\t1\ten\thello there\n"  # no duration: measured
+        "long\tlong.wav\t1\ten\ttoo long\n"  # no duration, and longer than a clip may be
+    )
+    clips = clips_from_manifest(tmp_path, language="en", call_rate=rate, telephone=False)
+    assert [(c.id, c.transcript, len(c.samples)) for c in clips] == [
+        ("b", "hello there", int(1.5 * rate))
+    ]
