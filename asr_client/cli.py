@@ -248,18 +248,23 @@ async def send_paced(
     t0: float,
     stats: StreamStats,
 ) -> None:
-    """Send ``audio`` in chunks, chunk i at ``t0 + i*chunk/speed`` (``speed=None``: no waiting)."""
+    """Send ``audio`` in chunks, each once the audio before it would have been heard
+    (``t0 + frames sent/rate/speed``; ``speed=None``: no waiting)."""
     frame_bytes = 2 * audio.channels
+    sent_frames = 0
     try:
-        for i, chunk in enumerate(audio.chunks(chunk_ms)):
+        for chunk in audio.chunks(chunk_ms):
             if speed is not None:
                 # an absolute schedule: a late wake-up shortens the next wait instead of
-                # accumulating, so long files stay in real time
-                delay = t0 + i * chunk_ms / 1000 / speed - time.monotonic()
+                # accumulating, so long files stay in real time. By frames sent, not
+                # i*chunk_ms: a chunk is a whole number of frames, often not chunk_ms
+                # (220 of 22050 Hz's 220.5 per 10 ms), and the difference adds up
+                delay = t0 + sent_frames / audio.sample_rate_hz / speed - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
             await stream.send_audio(chunk)
-            stats.audio_sent_s += len(chunk) / frame_bytes / audio.sample_rate_hz
+            sent_frames += len(chunk) // frame_bytes
+            stats.audio_sent_s = sent_frames / audio.sample_rate_hz
         await stream.end()
     except StreamClosedError:
         return  # the call is over; the receiver reports the server's status

@@ -380,6 +380,43 @@ async def test_send_paced_follows_an_absolute_schedule():
     assert stream.sent_at[3] - stream.sent_at[2] < 0.005
 
 
+async def test_send_paced_keeps_time_with_chunks_of_a_fraction_of_a_sample(monkeypatch):
+    """At 22050 Hz a 10 ms chunk is 220.5 samples, sent as 220: scheduled at i*10 ms the
+    sender ran ahead of the audio by 8 s an hour. Each chunk goes when the audio before
+    it would have been heard."""
+    import types
+
+    import asr_client.cli as cli
+
+    clock = [0.0]
+
+    async def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    monkeypatch.setattr(cli, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(cli, "asyncio", types.SimpleNamespace(sleep=sleep))
+
+    class ClockedStream:
+        def __init__(self) -> None:
+            self.sent: list[tuple[float, int]] = []  # (clock, frames)
+
+        async def send_audio(self, data: bytes) -> None:
+            self.sent.append((clock[0], len(data) // 2))
+
+        async def end(self) -> None:
+            pass
+
+    rate = 22_050
+    audio = PcmAudio(np.zeros((rate * 60, 1), dtype=np.int16), rate)
+    stream, stats = ClockedStream(), StreamStats()
+    await send_paced(stream, audio, chunk_ms=10, speed=1.0, t0=0.0, stats=stats)  # type: ignore[arg-type]
+    before = 0
+    for sent_at, frames in stream.sent:
+        assert sent_at == pytest.approx(before / rate, abs=1e-6)
+        before += frames
+    assert before == len(audio.frames) and stats.audio_sent_s == pytest.approx(60)
+
+
 def test_clock_and_final_line():
     assert clock(3.24) == "00:03.2" and clock(67.96) == "01:08.0" and clock(3725) == "1:02:05.0"
     result = asr_pb2.Result(is_final=True, text="hello there", start_s=3.2, end_s=7.9, channel=1)
