@@ -376,6 +376,10 @@ class _Item:
     #: its speech ended (it is committed); its last utterance's final is still to come
     ended: bool = False
     previous_id: str | None = None
+    committed: bool = False
+    #: delta text that came before the item was committed (a split's earlier parts): the
+    #: real API sends deltas of committed items only, so these wait for the commit
+    held: list[str] = field(default_factory=list)
 
     @property
     def transcript(self) -> str:
@@ -526,8 +530,11 @@ class ServerEvents:
         return [*self._commit(item), *self._complete(item)]
 
     def _commit(self, item: _Item) -> list[Event]:
-        """``committed``, and the user message item it adds to the conversation."""
+        """``committed``, the user message item it adds to the conversation, and the
+        deltas that waited for it."""
         item.previous_id, self._previous_item = self._previous_item, item.id
+        item.committed = True
+        held, item.held = item.held, []
         return [
             self.event(
                 "input_audio_buffer.committed", item_id=item.id, previous_item_id=item.previous_id
@@ -537,6 +544,7 @@ class ServerEvents:
                 previous_item_id=item.previous_id,
                 item=self._message(item.id, None),
             ),
+            *(self._delta_event(item, text) for text in held),
         ]
 
     def _complete(self, item: _Item) -> list[Event]:
@@ -583,11 +591,18 @@ class ServerEvents:
             return []
         return self._complete(item)
 
-    def _delta(self, item: _Item, utterance_id: int, text: str) -> Event:
+    def _delta(self, item: _Item, utterance_id: int, text: str) -> list[Event]:
         """Text the deltas of this utterance had not carried; the first of a part after
-        another is spaced from it, so that the deltas add up to the transcript."""
+        another is spaced from it, so that the deltas add up to the transcript. Held
+        until the item is committed."""
         if not self._sent.get(utterance_id) and item.parts:
             text = " " + text
+        if not item.committed:
+            item.held.append(text)
+            return []
+        return [self._delta_event(item, text)]
+
+    def _delta_event(self, item: _Item, text: str) -> Event:
         return self.event(
             "conversation.item.input_audio_transcription.delta",
             item_id=item.id,
@@ -606,9 +621,9 @@ class ServerEvents:
         sent = self._sent.get(r.utterance_id, "")
         if len(r.stable_text) <= len(sent) or not r.stable_text.startswith(sent):
             return []
-        delta = self._delta(item, r.utterance_id, r.stable_text[len(sent) :])
+        deltas = self._delta(item, r.utterance_id, r.stable_text[len(sent) :])
         self._sent[r.utterance_id] = r.stable_text
-        return [delta]
+        return deltas
 
     def _final(self, item: _Item, r: asr_pb2.Result) -> list[Event]:
         """A final is one part of its item: the last one once its speech has ended (then
@@ -618,7 +633,7 @@ class ServerEvents:
         if len(r.text) > len(sent) and r.text.startswith(sent):
             # the text no delta has carried yet (all of it unless the server commits
             # partials): deltas then add up to the transcript, as OpenAI's do
-            out.append(self._delta(item, r.utterance_id, r.text[len(sent) :]))
+            out += self._delta(item, r.utterance_id, r.text[len(sent) :])
         self._sent.pop(r.utterance_id, None)
         del self._items[r.utterance_id]
         item.parts.append(r.text)

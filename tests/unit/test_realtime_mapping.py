@@ -129,16 +129,18 @@ def test_a_clear_drops_the_utterance_it_ends_and_nothing_else() -> None:
     ):
         assert respond(response) == []
     # no speech end before this final: a split, whose item goes on in the next utterance
-    assert kinds(respond(_final("after", 2.9, 3.5, 3))) == [
-        "conversation.item.input_audio_transcription.delta"
-    ]
+    # (its text waits for the item's commit: the real API sends no delta before it)
+    assert respond(_final("after", 2.9, 3.5, 3)) == []
     # the stream ends there: the item is committed and completed all the same
     out = ev.finish()
-    assert kinds(out)[::2] == [
+    assert kinds(out) == [
         "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.input_audio_transcription.delta",
         "conversation.item.input_audio_transcription.completed",
+        "conversation.item.done",
     ]
-    assert out[0]["previous_item_id"] == ev.item(1) and out[2]["transcript"] == "after"
+    assert out[0]["previous_item_id"] == ev.item(1) and out[3]["transcript"] == "after"
 
 
 def test_a_commit_of_audio_without_speech_still_commits_and_completes_an_item() -> None:
@@ -225,14 +227,16 @@ def test_speech_the_server_split_is_one_item_from_speech_started_to_completed() 
         _final("and the rest of it", 6.7, 8.0, 1),
     ):
         out += ev.response(response, server_vad=True)
+    # the split's text waits for the commit: the real API sends deltas of committed
+    # items only (a client may have nothing to attach one to before)
     assert _kinds(out) == [
         "input_audio_buffer.speech_started",
-        "delta",
-        "delta",
-        "delta",
         "input_audio_buffer.speech_stopped",
         "input_audio_buffer.committed",
         "conversation.item.added",
+        "delta",
+        "delta",
+        "delta",
         "delta",
         "completed",
         "conversation.item.done",
@@ -255,7 +259,7 @@ def test_a_push_to_talk_press_the_server_split_is_one_commit_and_one_item() -> N
     SpeechEvent = asr_pb2.SpeechEvent
     respond = lambda r: ev.response(r, server_vad=False)  # noqa: E731
     assert respond(_speech(SpeechEvent.SPEECH_STARTED, 0.1, 0)) == []
-    assert _kinds(respond(_final("one", 0.1, 6.6, 0))) == ["delta"]
+    assert respond(_final("one", 0.1, 6.6, 0)) == []  # its text waits for the commit
     ev.commit()
     out = [
         *respond(_speech(SpeechEvent.SPEECH_ENDED, 8.0, 1, from_finalize=True)),
@@ -266,19 +270,27 @@ def test_a_push_to_talk_press_the_server_split_is_one_commit_and_one_item() -> N
         "input_audio_buffer.committed",
         "conversation.item.added",
         "delta",
+        "delta",
         "completed",
         "conversation.item.done",
     ]
-    assert out[0]["item_id"] == out[3]["item_id"] == ev.item(0)
-    assert out[2]["delta"] == " two" and out[3]["transcript"] == "one two"
+    assert out[0]["item_id"] == out[4]["item_id"] == ev.item(0)
+    assert [out[2]["delta"], out[3]["delta"]] == ["one", " two"]
+    assert out[4]["transcript"] == "one two"
     # a press whose speech the server had already ended in splits (the last part without
     # words, no speech end): the commit's acknowledgement commits what it said
-    assert _kinds(respond(_final("three", 9.0, 15.0, 2))) == ["delta"]
+    assert respond(_final("three", 9.0, 15.0, 2)) == []
     assert respond(_speech(SpeechEvent.NO_WORDS, 16.0, 3)) == []
     ev.commit()
     out = respond(_speech(SpeechEvent.FINALIZED, 16.5, 3))
-    assert _kinds(out)[::2] == ["input_audio_buffer.committed", "completed"]
-    assert out[0]["item_id"] == ev.item(2) and out[2]["transcript"] == "three"
+    assert _kinds(out) == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert out[0]["item_id"] == ev.item(2) and out[3]["transcript"] == "three"
     assert out[0]["previous_item_id"] == ev.item(0)
 
 
@@ -287,8 +299,11 @@ def test_a_split_item_whose_last_part_has_no_words_completes_with_the_others() -
     SpeechEvent = asr_pb2.SpeechEvent
     ev.response(_speech(SpeechEvent.SPEECH_STARTED, 0.0, 0), server_vad=True)
     ev.response(_final("spoken", 0.0, 6.5, 0), server_vad=True)
-    stopped, committed, _ = ev.response(_speech(SpeechEvent.SPEECH_ENDED, 7.0, 1), server_vad=True)
-    assert stopped["item_id"] == committed["item_id"] == ev.item(0)
+    stopped, committed, _, delta = ev.response(
+        _speech(SpeechEvent.SPEECH_ENDED, 7.0, 1), server_vad=True
+    )
+    assert stopped["item_id"] == committed["item_id"] == delta["item_id"] == ev.item(0)
+    assert delta["delta"] == "spoken"
     completed, _ = ev.response(_speech(SpeechEvent.NO_WORDS, 7.2, 1), server_vad=True)
     assert completed["item_id"] == ev.item(0) and completed["transcript"] == "spoken"
 
