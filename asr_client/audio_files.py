@@ -20,7 +20,15 @@ class AudioFileError(Exception):
 
 #: channels correlated at least this much carry the same signal: one recording, not a call
 SAME_SIGNAL_CORRELATION = 0.8
-#: frames per block of the channels' correlation (8 MB of float64 per channel)
+#: the largest delay between the channels of one recording that still counts as the same
+#: signal: a spaced microphone pair puts up to about 1.5 ms (50 cm) between its channels
+MAX_CHANNEL_LAG_S = 0.005
+#: the channels are compared in windows of this long (at most CORRELATION_BLOCK_FRAMES) ...
+CORRELATION_WINDOW_S = 2.0
+#: ... and at most this many of them, spread over the file: two minutes of audio say
+#: whether the channels are alike as well as an hour does, at a fraction of the cost
+MAX_CORRELATION_WINDOWS = 60
+#: the most frames one window holds (memory: about 5 float64 copies of one channel's)
 CORRELATION_BLOCK_FRAMES = 1 << 20
 
 
@@ -48,30 +56,51 @@ class PcmAudio:
 
     def channels_alike(self, threshold: float = SAME_SIGNAL_CORRELATION) -> bool:
         """Do all channels carry the same signal (a plain stereo recording of one scene:
-        correlation at least ``threshold`` with the first)? A call recorded agent/customer
-        on two channels does not: each hears mostly its own side."""
+        correlation at least ``threshold`` with the first, at the best lag within
+        MAX_CHANNEL_LAG_S, since spaced microphones hear a sound at slightly different
+        times)? A call recorded agent/customer on two channels does not: each hears
+        mostly its own side."""
         if self.channels == 1:
             return True
-        # by blocks, in two passes (the means, then the centred sums): a float64 copy of
-        # a whole hour of 48 kHz stereo would be gigabytes
-        blocks = range(0, len(self.frames), CORRELATION_BLOCK_FRAMES)
-        mean = sum(
-            (self.frames[b : b + CORRELATION_BLOCK_FRAMES].sum(axis=0, dtype=np.float64))
-            for b in blocks
-        ) / max(len(self.frames), 1)
+        lags = max(1, round(MAX_CHANNEL_LAG_S * self.sample_rate_hz))
+        windows = self._correlation_windows()
+        # window by window, in two passes (the means, then the centred sums): a float64
+        # copy of a whole hour of 48 kHz stereo would be gigabytes
+        count = sum(len(self.frames[w]) for w in windows)
+        mean = sum(self.frames[w].sum(axis=0, dtype=np.float64) for w in windows) / count
         squares = np.zeros(self.channels)
-        with_first = np.zeros(self.channels)
-        for b in blocks:
-            x = self.frames[b : b + CORRELATION_BLOCK_FRAMES].astype(np.float64) - mean
-            squares += (x * x).sum(axis=0)
-            with_first += (x[:, :1] * x).sum(axis=0)
+        with_first = np.zeros((self.channels, 2 * lags + 1))  # lags -lags..lags
+        for w in windows:
+            first = self.frames[w, 0].astype(np.float64) - mean[0]
+            size = _fft_size(len(first) + lags)
+            spectrum = np.conj(np.fft.rfft(first, size))
+            squares[0] += first @ first
+            for c in range(1, self.channels):
+                x = self.frames[w, c].astype(np.float64) - mean[c]
+                squares[c] += x @ x
+                # sum over n of first[n] * x[n + lag], for every lag at once
+                circular = np.fft.irfft(spectrum * np.fft.rfft(x, size), size)
+                with_first[c] += np.concatenate([circular[-lags:], circular[: lags + 1]])
         energy = np.sqrt(squares)
         if energy[0] == 0:
             return bool(np.all(energy == 0))
         for c in range(1, self.channels):
-            if energy[c] == 0 or with_first[c] / (energy[0] * energy[c]) < threshold:
+            if energy[c] == 0 or with_first[c].max() / (energy[0] * energy[c]) < threshold:
                 return False
         return True
+
+    def _correlation_windows(self) -> list[slice]:
+        """The stretches of the file whose channels are compared: all of it in windows,
+        or MAX_CORRELATION_WINDOWS of them evenly spread over a long file."""
+        frames = len(self.frames)
+        size = max(
+            1, min(CORRELATION_BLOCK_FRAMES, round(CORRELATION_WINDOW_S * self.sample_rate_hz))
+        )
+        starts = list(range(0, frames, size))
+        if len(starts) > MAX_CORRELATION_WINDOWS:
+            spread = np.linspace(0, frames - size, MAX_CORRELATION_WINDOWS)
+            starts = [int(start) for start in spread]
+        return [slice(start, start + size) for start in starts]
 
     def to_bytes(self) -> bytes:
         """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""
@@ -83,6 +112,23 @@ class PcmAudio:
         for start in range(0, len(self.frames), step):
             block = self.frames[start : start + step]
             yield np.ascontiguousarray(block, dtype="<i2").tobytes()
+
+
+def _fft_size(n: int) -> int:
+    """The smallest 2^a * 3^b * 5^c >= n: a fast FFT length without doubling the memory a
+    power of two may take."""
+    best = 1 << max(0, (n - 1).bit_length())
+    fives = 1
+    while fives < best:
+        threes = fives
+        while threes < best:
+            twos = threes
+            while twos < n:
+                twos *= 2
+            best = min(best, twos)
+            threes *= 3
+        fives *= 5
+    return best
 
 
 def load_audio(path: str | Path) -> PcmAudio:

@@ -175,6 +175,25 @@ def test_channels_alike_tells_one_recording_from_a_call() -> None:
     assert mixed.channels == 1 and np.array_equal(mixed.frames[:, 0], np.round(speech / 2))
 
 
+@pytest.mark.parametrize("rate", [16_000, 44_100])
+def test_channels_alike_allows_for_a_spaced_microphone_pair(rate: int) -> None:
+    """A stereo recording whose right microphone hears the scene a little later (up to
+    5 ms: a spaced pair) is one signal, not two speakers transcribed twice; a call's two
+    sides stay apart, even with a delayed echo of one in the other."""
+    rng = np.random.default_rng(3)
+    scene = rng.normal(0, 3000, 3 * rate)
+    for lag_ms in (0.25, 1.0, 4.5):
+        lag = round(lag_ms * rate / 1000)
+        later = 0.7 * np.concatenate([np.zeros(lag), scene[: len(scene) - lag]])
+        stereo = np.stack([scene, later], axis=1).astype(np.int16)
+        assert PcmAudio(stereo, rate).channels_alike(), lag_ms
+    agent = np.concatenate([scene, np.zeros(3 * rate)])
+    customer = np.concatenate([np.zeros(3 * rate), rng.normal(0, 3000, 3 * rate)])
+    echo = 0.3 * np.concatenate([np.zeros(rate // 500), agent[: -(rate // 500)]])
+    call = np.stack([agent, customer + echo], axis=1).astype(np.int16)
+    assert not PcmAudio(call, rate).channels_alike()
+
+
 def test_channels_alike_reads_a_long_file_by_blocks(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     # the same answers block by block (a DC offset, channels alike or not), and memory
     # bounded by a block, not 8 times the file's samples
