@@ -1,8 +1,8 @@
 """Read audio files into 16-bit PCM frames at their own rate and channel count, and cut chunks.
 
-The client never resamples or downmixes: it sends LINEAR16 at the file's native rate with
-``channels=N`` and lets the server resample and recognize each channel, so what the server
-hears is exactly what is in the file.
+The client sends LINEAR16 at the file's native rate with ``channels=N`` and lets the
+server resample and recognize each channel, so what the server hears is exactly what is in
+the file. Only a rate the server does not take (SERVER_RATES_HZ) is resampled here first.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ class AudioFileError(Exception):
     """The file is missing or in a format neither soundfile nor PyAV can decode."""
 
 
+#: what the server takes (README, StreamingConfig.format)
+SERVER_RATES_HZ = (8_000, 48_000)
+SERVER_MAX_CHANNELS = 8
 #: channels correlated at least this much carry the same signal: one recording, not a call
 SAME_SIGNAL_CORRELATION = 0.8
 #: the largest delay between the channels of one recording that still counts as the same
@@ -102,6 +105,15 @@ class PcmAudio:
             starts = [int(start) for start in spread]
         return [slice(start, start + size) for start in starts]
 
+    def resampled(self, rate_hz: int) -> PcmAudio:
+        """At ``rate_hz`` (soxr, its default high quality)."""
+        import soxr
+
+        if rate_hz == self.sample_rate_hz:
+            return self
+        frames = soxr.resample(np.ascontiguousarray(self.frames), self.sample_rate_hz, rate_hz)
+        return PcmAudio(np.asarray(frames, np.int16).reshape(-1, self.channels), rate_hz)
+
     def to_bytes(self) -> bytes:
         """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""
         return np.ascontiguousarray(self.frames, dtype="<i2").tobytes()
@@ -112,6 +124,17 @@ class PcmAudio:
         for start in range(0, len(self.frames), step):
             block = self.frames[start : start + step]
             yield np.ascontiguousarray(block, dtype="<i2").tobytes()
+
+
+def rate_for_server(rate_hz: int) -> int:
+    """The rate to send audio recorded at ``rate_hz``: its own where the server takes it;
+    48 kHz from above (nothing a recognizer uses is lost); 16 kHz from below (Whisper's)."""
+    low, high = SERVER_RATES_HZ
+    if rate_hz > high:
+        return high
+    if rate_hz < low:
+        return 16_000
+    return rate_hz
 
 
 def _fft_size(n: int) -> int:

@@ -21,7 +21,14 @@ from typing import IO
 
 from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
-from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
+from asr_client.audio_files import (
+    SERVER_MAX_CHANNELS,
+    SERVER_RATES_HZ,
+    AudioFileError,
+    PcmAudio,
+    load_audio,
+    rate_for_server,
+)
 from asr_client.connection import (
     ConnectionConfigError,
     add_connection_arguments,
@@ -50,6 +57,10 @@ MAX_RECOGNIZE_BYTES = 64 << 20
 
 class ClientError(Exception):
     """A problem on this side (exit status 1), reported as one readable line."""
+
+
+class UsageError(ClientError):
+    """Options that cannot work with this input (exit status 2, as argparse's errors)."""
 
 
 # -- argument parsing ---------------------------------------------------------------------
@@ -381,8 +392,30 @@ def _channels_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str
     return audio
 
 
-async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+def _audio_for_the_server(args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
+    """The file's audio as the server can take it, found out before connecting: its
+    channels as ``--channels`` says, at most SERVER_MAX_CHANNELS, at a rate it takes."""
     audio = _channels_as_asked(load_audio(args.path), args, stderr)
+    if audio.channels > SERVER_MAX_CHANNELS:
+        raise UsageError(
+            f"{args.path} has {audio.channels} channels, more than the server takes "
+            f"({SERVER_MAX_CHANNELS}): --channels mix sends them mixed to one"
+        )
+    rate = rate_for_server(audio.sample_rate_hz)
+    if rate != audio.sample_rate_hz:
+        if not getattr(args, "quiet", False):
+            low, high = SERVER_RATES_HZ
+            print(
+                f"the server takes {low}-{high} Hz: resampling from "
+                f"{audio.sample_rate_hz} Hz to {rate} Hz",
+                file=stderr,
+            )
+        audio = audio.resampled(rate)
+    return audio
+
+
+async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
+    audio = _audio_for_the_server(args, stderr)
     config = streaming_config(args, sample_rate_hz=audio.sample_rate_hz, channels=audio.channels)
     with contextlib.ExitStack() as stack:
         json_out = open_json_out(args.json_out, stdout, stack)
@@ -412,7 +445,7 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
 
 
 async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
-    audio = _channels_as_asked(load_audio(args.path), args, stderr)
+    audio = _audio_for_the_server(args, stderr)
     data = audio.to_bytes()
     if len(data) > MAX_RECOGNIZE_BYTES:
         raise ClientError(
@@ -461,6 +494,9 @@ async def run(argv: Sequence[str] | None = None) -> int:
         return await command[args.command](args, stdout, stderr)
     except StreamClosedError as exc:
         print(f"error: {exc.code.name}: {exc.details}", file=stderr)
+        return 2
+    except UsageError as exc:
+        print(f"error: {exc}", file=stderr)
         return 2
     except (ClientError, AudioFileError) as exc:
         print(f"error: {exc}", file=stderr)

@@ -217,6 +217,41 @@ def test_channels_alike_reads_a_long_file_by_blocks(monkeypatch) -> None:  # typ
         assert peak < audio.frames.nbytes / 4, peak  # (8 MB of samples)
 
 
+@pytest.mark.parametrize(("rate", "sent_at"), [(96_000, 48_000), (6_000, 16_000)])
+async def test_a_file_at_a_rate_the_server_refuses_is_resampled(
+    server: str, tmp_path: Path, capsys, rate: int, sent_at: int
+) -> None:
+    """The server takes 8-48 kHz: a 96 kHz master or a 6 kHz recording used to end with
+    INVALID_ARGUMENT; the client resamples it (soxr) to 48 kHz or 16 kHz."""
+    path = tmp_path / f"tone-{rate}.wav"
+    soundfile.write(path, speech_like(rate), rate, subtype="PCM_16")
+    out = tmp_path / "events.jsonl"
+    argv = ["file", str(path), "--server", server, "--fast", "--json-out", str(out)]
+    assert await run(argv) == 0, capsys.readouterr().err
+    events = read_events(out)
+    # 3.5 s of audio arrived as such, so the declared rate matched what was sent
+    assert events[-1]["progress"]["audio_received_s"] == pytest.approx(3.5, abs=0.01)
+    finals = [e for e in events if e["type"] == "final"]
+    assert finals and finals[0]["text"] == "w0 w1 w2 w3 w4 w5"
+    assert f"resampling from {rate} Hz to {sent_at} Hz" in capsys.readouterr().err
+
+
+async def test_more_channels_than_the_server_takes_is_a_usage_error_unless_mixed(
+    server: str, tmp_path: Path, capsys
+) -> None:
+    rng = np.random.default_rng(4)
+    path = tmp_path / "ten.wav"
+    soundfile.write(path, rng.normal(0, 0.1, (RATE, 10)), RATE, subtype="PCM_16")
+    # before connecting: nothing listens on port 1
+    assert await run(["file", str(path), "--server", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path} has 10 channels") and "--channels mix" in err
+    assert await run(["recognize", str(path), "--server", "127.0.0.1:1"]) == 2
+    capsys.readouterr()
+    argv = ["file", str(path), "--server", server, "--fast", "--channels", "mix", "--quiet"]
+    assert await run(argv) == 0, capsys.readouterr().err
+
+
 async def test_word_timestamps_reach_the_json(server: str, mono_wav: Path, tmp_path: Path):
     out = tmp_path / "events.jsonl"
     argv = ["file", str(mono_wav), "--server", server, "--fast", "--word-timestamps"]
