@@ -73,13 +73,20 @@ async function start() {
   // finalizing: finalizes sent and not yet acknowledged
   const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false, turnEnds: new Map(), finalizing: 0 };
   session = s;
+  let audio;
   try {
-    s.audio = await openAudio();
+    audio = await openAudio(); // the permission prompt may be open for a long while
   } catch (err) {
-    fail(s, `Microphone unavailable: ${err.message || err}`);
+    if (current(s)) fail(s, `Microphone unavailable: ${err.message || err}`);
     return;
   }
-  s.rate = s.audio.ctx.sampleRate;
+  if (!current(s)) {
+    // Stop (or another Start) came while we waited: this session is over before it began
+    closeAudio(audio);
+    return;
+  }
+  s.audio = audio;
+  s.rate = audio.ctx.sampleRate;
   $("rate").textContent = `${s.rate / 1000} kHz`;
   const token = $("token").value.trim();
   // The token rides as a subprotocol, so it never appears in a URL or an access log.
@@ -88,11 +95,17 @@ async function start() {
   ws.binaryType = "arraybuffer";
   s.ws = ws;
   ws.onopen = () => {
+    if (!current(s)) return;
     ws.send(JSON.stringify({ type: "start", sample_rate: s.rate, endpointing: $("endpointing").value }));
     s.audio.node.port.onmessage = (e) => sendFrame(s, e.data);
   };
-  ws.onmessage = (e) => onEvent(s, JSON.parse(e.data));
-  ws.onclose = (e) => onClose(s, e);
+  ws.onmessage = (e) => current(s) && onEvent(s, JSON.parse(e.data));
+  ws.onclose = (e) => current(s) && onClose(s, e);
+}
+
+// A session still the page's own: the handlers of one stopped or replaced do nothing.
+function current(s) {
+  return session === s && !s.failed;
 }
 
 function sendFrame(s, { pcm, level }) {
@@ -240,11 +253,13 @@ function stop() {
 }
 
 function onClose(s, e) {
-  if (!s.failed && e.code !== 1000) {
+  // after Stop any close is the end we asked for (1000 once the last finals are in, or
+  // 1006 when Stop came before the socket was open)
+  if (!s.stopping && e.code !== 1000) {
     fail(s, `Connection closed (${e.code}${e.reason ? `: ${e.reason}` : ""}).`);
     return;
   }
-  if (!s.failed) setState("idle", s.stopping ? "finished" : "closed");
+  setState("idle", s.stopping ? "finished" : "closed");
   teardown(s);
 }
 

@@ -1,6 +1,8 @@
 """The web page in a real browser: headless Debian Chromium, its fake microphone playing a
 LibriSpeech recording, through asr-bridge to the real server with the real tiny.en model
-and the real turn model (the page's "when the speaker is done" endpointing).
+and the real turn model (the page's "when the speaker is done" endpointing). The page's
+own edge cases (Stop at any moment, a failing audio setup, odd tokens, a 96 kHz device)
+run on the fake engine, in one browser shared by those tests.
 
 scripts/test.sh installs what this needs (Debian's ``chromium``, PyPI's ``playwright``;
 no browser download); without them the test fails rather than pass unseen. The screenshot
@@ -10,15 +12,21 @@ lands in ``test-artifacts/bridge.png``.
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import pytest_asyncio
 
-from tests.helpers import ROOT, eventually
+from asr_bridge.app import RunningBridge
+from asr_server.app import RunningServer
+from tests.helpers import ROOT, eventually, fake_factory, running_server, silence, tone
 from tests.integration.test_client_cli_real import normalized_words, reference
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = ROOT / "test-artifacts" / "bridge.png"
@@ -49,8 +57,9 @@ def fake_microphone_wav(source: Path, out: Path) -> Path:
     return out
 
 
-async def launch(pw, wav: Path):  # type: ignore[no-untyped-def]
-    """Headless Chromium whose microphone plays ``wav`` once (a fresh temporary profile)."""
+async def launch(pw, wav: Path, loop: bool = False):  # type: ignore[no-untyped-def]
+    """Headless Chromium whose microphone plays ``wav`` once, or over and over with ``loop``
+    (a fresh temporary profile)."""
     return await pw.chromium.launch(
         executable_path=str(CHROMIUM),
         headless=True,
@@ -66,11 +75,12 @@ async def launch(pw, wav: Path):  # type: ignore[no-untyped-def]
             "--disable-sync",
             "--use-fake-ui-for-media-stream",  # grant the microphone without asking
             "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={wav}%noloop",
+            f"--use-file-for-fake-audio-capture={wav}" + ("" if loop else "%noloop"),
         ],
     )
 
 
+@pytest.mark.model
 async def test_page_shows_the_words_spoken_into_the_fake_microphone(
     make_server,  # type: ignore[no-untyped-def]
     make_bridge,
@@ -182,6 +192,7 @@ async ([url, key, lastWord]) => {
 """
 
 
+@pytest.mark.model
 async def test_deepgram_browser_example_streams_webm_from_the_microphone(
     make_server,  # type: ignore[no-untyped-def]
     make_bridge,
@@ -217,3 +228,149 @@ async def test_deepgram_browser_example_streams_webm_from_the_microphone(
     assert len(missing) <= 1, f"missing {missing} in {said['finals']!r}"
     assert not problems, problems
     await eventually(lambda: server.servicer.active == 0)
+
+
+# -- the page's edge cases, on the fake engine, one browser for all --------------------------
+
+
+@dataclass
+class Stack:
+    server: RunningServer
+    bridge: RunningBridge
+    browser: Any  # playwright's Browser
+
+    async def page(
+        self, init_script: str = "", bridge: RunningBridge | None = None, fragment: str = ""
+    ) -> tuple[Any, list[str]]:
+        """A new page of the bridge (``bridge`` or the shared one), with ``SPY`` and
+        ``init_script`` run before the page's own; and the list its script errors go to."""
+        page = await self.browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.add_init_script(SPY + init_script)
+        await page.goto(f"http://127.0.0.1:{(bridge or self.bridge).port}/{fragment}")
+        return page, errors
+
+
+#: records the page's microphone tracks and sockets, and how each socket closed
+SPY = """
+  window.__tracks = [];
+  window.__sockets = [];
+  const realGetUserMedia = navigator.mediaDevices.getUserMedia.bind(navigator.mediaDevices);
+  navigator.mediaDevices.getUserMedia = async (c) => {
+    const m = await realGetUserMedia(c);
+    window.__tracks.push(...m.getTracks());
+    return m;
+  };
+  const RealWebSocket = window.WebSocket;
+  window.WebSocket = class extends RealWebSocket {
+    constructor(...args) {
+      super(...args);
+      window.__sockets.push(this);
+      this.addEventListener("close", (e) => { this.closedWith = e.code; });
+    }
+  };
+"""
+MIC_OFF = "() => window.__tracks.length > 0 && window.__tracks.every(t => t.readyState === 'ended')"
+SHORT_MS = 5_000  # what the page does takes well under a second; this is only a bound
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack]:
+    """A fake-engine server, a bridge without a token and one Chromium whose microphone
+    plays a tone over and over, shared by the page's edge cases."""
+    import soundfile as sf
+
+    from asr_bridge.app import BridgeConfig, start_bridge
+    from asr_client import ConnectionOptions
+
+    async_playwright = playwright_or_fail()
+    wav = tmp_path_factory.mktemp("mic") / "tone.wav"
+    sf.write(str(wav), np.concatenate([silence(0.5, 48_000), tone(1.0, 48_000)]), 48_000)
+    server = await running_server(fake_factory())
+    bridge = await start_bridge(
+        BridgeConfig(server=ConnectionOptions(f"127.0.0.1:{server.port}")), port=0
+    )
+    try:
+        async with async_playwright() as pw:  # type: ignore[operator]
+            browser = await launch(pw, wav, loop=True)
+            try:
+                yield Stack(server, bridge, browser)
+            finally:
+                await browser.close()
+    finally:
+        await bridge.close()
+        await server.close()
+
+
+async def healthz(page: Any) -> dict[str, Any]:
+    return await page.evaluate("fetch('/healthz').then(r => r.json())")  # type: ignore[no-any-return]
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_stop_while_the_microphone_prompt_is_open_ends_the_session(stack: Stack) -> None:
+    """Stop pressed while the permission prompt is open: once it is answered, the page
+    lets the microphone go and opens no socket (it used to start a session nothing could stop)."""
+    page, errors = await stack.page(
+        """
+        const asked = navigator.mediaDevices.getUserMedia;
+        navigator.mediaDevices.getUserMedia = (c) =>
+          new Promise((resolve) => { window.__answer = () => resolve(asked(c)); });
+        """
+    )
+    await page.click("#start")
+    await page.wait_for_function("() => window.__answer !== undefined", timeout=SHORT_MS)
+    await page.click("#stop")
+    await page.evaluate("window.__answer()")  # the user allows the microphone
+    await page.wait_for_function(MIC_OFF, timeout=SHORT_MS)
+    assert await page.evaluate("window.__sockets.length") == 0
+    assert await page.inner_text("#state") == "idle"
+    assert await page.is_enabled("#start") and not await page.is_enabled("#stop")
+    assert (await healthz(page))["sessions"] == 0
+    await page.close()
+    assert not errors, errors
+
+
+#: presses Stop as soon as the page shows the rate, which it does as the socket is created
+#: (still CONNECTING), and Start again at once when asked
+STOP_WHILE_CONNECTING = """(restart) => {
+  new MutationObserver((_, observer) => {
+    observer.disconnect();
+    document.querySelector('#stop').click();
+    if (restart) document.querySelector('#start').click();
+  }).observe(document.querySelector('#rate'),
+             {childList: true, characterData: true, subtree: true});
+  document.querySelector('#start').click();
+}"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_stop_while_connecting_is_a_quiet_end_and_spares_the_next_session(
+    stack: Stack,
+) -> None:
+    """Stop while the socket connects is no error; and that socket's late close (1006)
+    does not mark the session started right after it as failed."""
+    page, errors = await stack.page()
+    await page.evaluate(STOP_WHILE_CONNECTING, False)
+    await page.wait_for_function(
+        "() => window.__sockets[0]?.closedWith !== undefined", timeout=SHORT_MS
+    )
+    assert await page.inner_text("#state") == "idle"
+    assert not await page.is_visible("#error")
+
+    await page.evaluate("window.__sockets = []")
+    await page.evaluate(STOP_WHILE_CONNECTING, True)
+    # the old socket has closed, and the new session is listening
+    await page.wait_for_function(
+        "() => window.__sockets.length === 2 && window.__sockets[0].closedWith !== undefined"
+        " && document.body.dataset.state === 'listening'",
+        timeout=SHORT_MS,
+    )
+    assert not await page.is_visible("#error")
+    assert await page.is_enabled("#stop")
+    await page.click("#stop")
+    await page.wait_for_function("() => document.body.dataset.state === 'idle'", timeout=SHORT_MS)
+    assert await page.inner_text("#state") == "finished"
+    await page.close()
+    assert not errors, errors
+    await eventually(lambda: stack.server.servicer.active == 0)
