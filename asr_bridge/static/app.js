@@ -5,6 +5,7 @@ const FRAME_MS = 50;
 const BEHIND_S = 0.5; // unsent audio above this shows "falling behind"
 const GIVE_UP_S = 30; // and above this the session is stopped: memory must not grow forever
 const WANT_RATE = 16000; // what the recognizer uses; the browser resamples well
+const MAX_RATE = 48000; // the highest rate the bridge takes
 
 let session = null;
 
@@ -30,25 +31,40 @@ async function openAudio() {
     audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: true },
   });
   let ctx;
-  let source;
   try {
-    // Asking for 16 kHz lets the browser resample with a proper filter and sends 3× less.
-    ctx = new AudioContext({ sampleRate: WANT_RATE });
-    source = ctx.createMediaStreamSource(media);
-  } catch {
-    // Some browsers cannot connect a microphone to a context at another rate: send the
-    // device rate instead; the server resamples.
-    await ctx?.close();
-    ctx = new AudioContext();
-    source = ctx.createMediaStreamSource(media);
+    let source;
+    try {
+      // Asking for 16 kHz lets the browser resample with a proper filter and sends 3× less.
+      ctx = new AudioContext({ sampleRate: WANT_RATE });
+      source = ctx.createMediaStreamSource(media);
+    } catch {
+      // Some browsers cannot connect a microphone to a context at another rate: take the
+      // device rate instead; the server resamples what the worklet brings within its range.
+      await ctx?.close();
+      ctx = new AudioContext();
+      source = ctx.createMediaStreamSource(media);
+    }
+    const decimation = decimationFor(ctx.sampleRate);
+    const rate = Math.round(ctx.sampleRate / decimation);
+    await ctx.audioWorklet.addModule("/static/pcm-worklet.js");
+    const node = new AudioWorkletNode(ctx, "pcm-capture", {
+      processorOptions: { frameSamples: Math.round((rate * FRAME_MS) / 1000), decimation },
+    });
+    source.connect(node);
+    node.connect(ctx.destination); // outputs silence; being connected keeps the node pulled
+    return { media, ctx, node, rate };
+  } catch (err) {
+    // nothing else holds them: a live microphone (and its indicator) would outlast the page's error
+    media.getTracks().forEach((t) => t.stop());
+    ctx?.close();
+    throw err;
   }
-  await ctx.audioWorklet.addModule("/static/pcm-worklet.js");
-  const node = new AudioWorkletNode(ctx, "pcm-capture", {
-    processorOptions: { frameSamples: Math.round((ctx.sampleRate * FRAME_MS) / 1000) },
-  });
-  source.connect(node);
-  node.connect(ctx.destination); // outputs silence; being connected keeps the node pulled
-  return { media, ctx, node };
+}
+
+// The bridge and server take 8–48 kHz: a device rate above (96 kHz, 88.2 kHz, 192 kHz) is
+// divided by the smallest whole factor that brings it within, in the worklet.
+function decimationFor(deviceRate) {
+  return Math.max(1, Math.ceil(deviceRate / MAX_RATE));
 }
 
 function closeAudio(audio) {
@@ -86,7 +102,7 @@ async function start() {
     return;
   }
   s.audio = audio;
-  s.rate = audio.ctx.sampleRate;
+  s.rate = audio.rate;
   $("rate").textContent = `${s.rate / 1000} kHz`;
   const token = $("token").value.trim();
   // The token rides as a subprotocol, so it never appears in a URL or an access log.

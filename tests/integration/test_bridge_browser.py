@@ -374,3 +374,81 @@ async def test_stop_while_connecting_is_a_quiet_end_and_spares_the_next_session(
     await page.close()
     assert not errors, errors
     await eventually(lambda: stack.server.servicer.active == 0)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_failing_audio_setup_lets_the_microphone_go(stack: Stack) -> None:
+    """The worklet cannot be made (after the microphone was granted): the page says so
+    and the microphone is off again, not left live behind the error."""
+    page, errors = await stack.page(
+        "window.AudioWorkletNode = class { constructor() {"
+        " throw new DOMException('AudioWorklet failed', 'InvalidStateError'); } };"
+    )
+    await page.click("#start")
+    await page.wait_for_function("() => document.body.dataset.state === 'error'", timeout=SHORT_MS)
+    assert "AudioWorklet failed" in await page.inner_text("#error")
+    await page.wait_for_function(MIC_OFF, timeout=SHORT_MS)
+    assert await page.is_enabled("#start")
+    await page.close()
+    assert not errors, errors
+
+
+#: a browser that cannot connect the microphone to a 16 kHz context (as Firefox), on a
+#: 96 kHz device: the page falls back to the device's rate
+DEVICE_AT_96K = """
+  const RealAudioContext = window.AudioContext;
+  window.AudioContext = class extends RealAudioContext {
+    constructor(o) {
+      super(o && o.sampleRate ? o : { sampleRate: 96000 });
+      this.asked = !!(o && o.sampleRate);
+    }
+    createMediaStreamSource(m) {
+      if (this.asked) throw new DOMException('different sample-rate', 'NotSupportedError');
+      return super.createMediaStreamSource(m);
+    }
+  };
+"""
+
+#: the worklet's processor run on a sine at 96 kHz: the RMS of what it sends
+WORKLET_ON_A_SINE = """async ([frequency, decimation]) => {
+  const source = await (await fetch('/static/pcm-worklet.js')).text();
+  let Processor;
+  const port = { frames: [], postMessage(m) { this.frames.push(new Int16Array(m.pcm)); } };
+  new Function('AudioWorkletProcessor', 'registerProcessor', source)(
+    class { constructor() { this.port = port; } }, (_, P) => { Processor = P; });
+  const processor = new Processor({ processorOptions: { frameSamples: 480, decimation } });
+  for (let block = 0; block < 96000 / 128; block++) {  // one second, in render quanta
+    const input = new Float32Array(128);
+    for (let i = 0; i < 128; i++)
+      input[i] = 0.5 * Math.sin((2 * Math.PI * frequency * (block * 128 + i)) / 96000);
+    processor.process([[input]]);
+  }
+  const samples = port.frames.flatMap((f) => Array.from(f)).slice(480);  // past the filter's start
+  return { count: port.frames.length * 480,
+           rms: Math.sqrt(samples.reduce((a, s) => a + s * s, 0) / samples.length) / 32768 };
+}"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_96khz_device_is_sent_at_48khz(stack: Stack) -> None:
+    """The fallback capture path on a 96 kHz device: the worklet halves the rate (with a
+    low-pass first) and the page declares 48 kHz, which the bridge takes; it used to
+    declare 96 kHz, which the bridge refuses."""
+    page, errors = await stack.page(DEVICE_AT_96K)
+    await page.click("#start")
+    await page.wait_for_function(
+        "() => ['listening', 'speech'].includes(document.body.dataset.state)", timeout=SHORT_MS
+    )
+    assert await page.inner_text("#rate") == "48 kHz"
+    await page.click("#stop")
+    await page.wait_for_function("() => document.body.dataset.state === 'idle'", timeout=SHORT_MS)
+    assert not await page.is_visible("#error")
+    # what the worklet sends: 48 000 samples a second; speech passes, and what lies above
+    # the new Nyquist frequency (30 kHz would fold onto 18 kHz) is filtered out first
+    passed = await page.evaluate(WORKLET_ON_A_SINE, [1000, 2])
+    folded = await page.evaluate(WORKLET_ON_A_SINE, [30000, 2])
+    assert passed["count"] == 48_000
+    assert passed["rms"] == pytest.approx(0.5 / 2**0.5, rel=0.02)
+    assert folded["rms"] < 0.005
+    await page.close()
+    assert not errors, errors
