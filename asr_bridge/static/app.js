@@ -6,6 +6,7 @@ const BEHIND_S = 0.5; // unsent audio above this shows "falling behind"
 const GIVE_UP_S = 30; // and above this the session is stopped: memory must not grow forever
 const WANT_RATE = 16000; // what the recognizer uses; the browser resamples well
 const MAX_RATE = 48000; // the highest rate the bridge takes
+const SUBPROTOCOL_TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/; // what a subprotocol may hold (RFC 6455)
 
 let session = null;
 
@@ -104,10 +105,13 @@ async function start() {
   s.audio = audio;
   s.rate = audio.rate;
   $("rate").textContent = `${s.rate / 1000} kHz`;
-  const token = $("token").value.trim();
-  // The token rides as a subprotocol, so it never appears in a URL or an access log.
-  const protocols = ["streamasr.v1", ...(token ? [`bearer.${token}`] : [])];
-  const ws = new WebSocket(wsUrl(), protocols);
+  let ws;
+  try {
+    ws = openSocket($("token").value.trim());
+  } catch (err) {
+    fail(s, `Cannot connect: ${err.message || err}`); // (and the microphone goes off)
+    return;
+  }
   ws.binaryType = "arraybuffer";
   s.ws = ws;
   ws.onopen = () => {
@@ -122,6 +126,16 @@ async function start() {
 // A session still the page's own: the handlers of one stopped or replaced do nothing.
 function current(s) {
   return session === s && !s.failed;
+}
+
+function openSocket(token) {
+  // The token rides as a subprotocol, so it never appears in a URL or an access log. A
+  // subprotocol cannot hold every character ("/", "=" of base64, a space): such a token
+  // goes in the query instead, which the bridge takes as well.
+  if (!token || SUBPROTOCOL_TOKEN.test(token)) {
+    return new WebSocket(wsUrl(), ["streamasr.v1", ...(token ? [`bearer.${token}`] : [])]);
+  }
+  return new WebSocket(`${wsUrl()}?token=${encodeURIComponent(token)}`, ["streamasr.v1"]);
 }
 
 function sendFrame(s, { pcm, level }) {
@@ -292,6 +306,23 @@ function teardown(s) {
 $("start").addEventListener("click", start);
 $("stop").addEventListener("click", stop);
 $("finalize").addEventListener("click", finalize);
-// a token can be handed over in the URL's fragment (#token=…), which is never sent to a server
-const fromHash = new URLSearchParams(location.hash.slice(1)).get("token");
-if (fromHash) $("token").value = fromHash;
+// A token can be handed over in the URL's fragment (#token=…), which is never sent to a
+// server. Read as written (URLSearchParams would turn a "+" into a space), then taken out of
+// the address bar and history, where anyone looking over a shoulder or at the history reads it.
+function takeTokenFromFragment() {
+  const parts = location.hash.slice(1).split("&");
+  const at = parts.findIndex((p) => p.startsWith("token="));
+  if (at < 0) return;
+  const raw = parts[at].slice("token=".length);
+  let token = raw;
+  try {
+    token = decodeURIComponent(raw);
+  } catch {
+    // a lone "%": the token as it stands
+  }
+  if (token) $("token").value = token;
+  parts.splice(at, 1);
+  const rest = parts.join("&");
+  history.replaceState(history.state, "", `${location.pathname}${location.search}${rest ? `#${rest}` : ""}`);
+}
+takeTokenFromFragment();

@@ -452,3 +452,45 @@ async def test_a_96khz_device_is_sent_at_48khz(stack: Stack) -> None:
     assert folded["rms"] < 0.005
     await page.close()
     assert not errors, errors
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_any_token_the_bridge_takes_can_be_handed_to_the_page(stack: Stack) -> None:
+    """A base64 token in the fragment: read as written ("+" stays "+"), taken out of the
+    address bar, and sent in the query, as a subprotocol cannot hold "/" or "=" (the page
+    used to throw and hang in "connecting" with the microphone live)."""
+    from asr_bridge.app import BridgeConfig, start_bridge
+    from asr_client import ConnectionOptions
+
+    token = "ab+cd/ef=="
+    bridge = await start_bridge(
+        BridgeConfig(server=ConnectionOptions(f"127.0.0.1:{stack.server.port}"), token=token),
+        port=0,
+    )
+    try:
+        page, errors = await stack.page(bridge=bridge, fragment=f"#token={token}&view=1")
+        assert await page.input_value("#token") == token
+        assert await page.evaluate("location.hash") == "#view=1"
+        await page.click("#start")
+        await page.wait_for_function(
+            "() => ['listening', 'speech'].includes(document.body.dataset.state)",
+            timeout=SHORT_MS,
+        )
+        # a token a subprotocol can hold still goes as one, out of the URL
+        await page.click("#stop")
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'idle'", timeout=SHORT_MS
+        )
+        await page.fill("#token", "ab+cd")
+        await page.click("#start")
+        await page.wait_for_function("() => window.__sockets.length === 2", timeout=SHORT_MS)
+        second_url = await page.evaluate("window.__sockets[1].url")
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'error'", timeout=SHORT_MS
+        )  # (not this bridge's token)
+        assert "token=" not in second_url
+        assert "wrong token" in await page.inner_text("#error")
+        await page.close()
+        assert not errors, errors
+    finally:
+        await bridge.close()
