@@ -38,7 +38,7 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     p.add_argument("--compute-type", help="CTranslate2 compute type (default: auto)")
     p.add_argument("--max-streams", type=int, help="concurrent stream limit")
     p.add_argument("--vad", choices=["webrtc", "silero"], help="voice activity detector")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING")
+    p.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR, CRITICAL")
     sec = p.add_argument_group(
         "exposure", "TLS, authentication and limits (docs/security.md); env ASR_<NAME>"
     )

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class EngineSettings(BaseModel):
@@ -344,6 +345,17 @@ class Settings(BaseSettings):
     @property
     def pending_limit_per_client(self) -> int:
         return self.max_pending_streams_per_client or max(1, self.pending_stream_limit // 2)
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, level: str) -> str:
+        # logging itself refuses an unknown level only once the settings are taken, with a
+        # traceback
+        if level.strip().upper() not in LOG_LEVELS:
+            raise ValueError(
+                f"unknown log level {level!r}: use {', '.join(LOG_LEVELS[:-1])} or {LOG_LEVELS[-1]}"
+            )
+        return level.strip().upper()
 
     @field_validator("host")
     @classmethod
