@@ -262,7 +262,10 @@ class Settings(BaseSettings):
     )
     max_streams: int = Field(64, ge=1)
     max_message_bytes: int = Field(
-        64 << 20, description="Largest gRPC message (a whole file for Recognize)."
+        64 << 20,
+        le=(1 << 31) - 1,  # grpc's channel arguments are C ints
+        description="Largest gRPC message (a whole file for Recognize); at least a stream's "
+        "largest request (largest_stream_request_bytes).",
     )
     drain_timeout_s: float = Field(30.0, ge=0)
     #: DEBUG logs each final decode and carry decision with the text: transcripts go to
@@ -365,6 +368,20 @@ class Settings(BaseSettings):
         return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
     @model_validator(mode="after")
+    def _streams_fit_in_a_message(self) -> Settings:
+        # below it the server starts, and every stream fails RESOURCE_EXHAUSTED
+        least = largest_stream_request_bytes(self.streaming)
+        if self.max_message_bytes < least:
+            raise ValueError(
+                f"max_message_bytes ({self.max_message_bytes}) must be at least {least}: "
+                "the largest request a stream may send, an audio message of "
+                f"streaming.max_audio_message_bytes ({self.streaming.max_audio_message_bytes})"
+                " or a config with a prompt and hotwords at their limits, with the bytes "
+                "around it"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_exposure(self) -> Settings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both tls_cert and tls_key (--tls-cert and --tls-key)")
@@ -394,6 +411,28 @@ class Settings(BaseSettings):
             self.engine = self.engine.model_copy(update=shortcuts)
             self.model = self.device = self.compute_type = self.cache_dir = None
         return self
+
+
+#: protobuf's framing of one field: its tag and length (a varint of up to 5 bytes), with
+#: room for the message that holds it
+REQUEST_FRAMING_BYTES = 16
+#: a config's fields besides its prompt and hotwords: format, languages, model,
+#: endpointing, and a resume's texts (asr-client sends 1000 characters a channel)
+CONFIG_OTHER_FIELDS_BYTES = 64 << 10
+
+
+def largest_stream_request_bytes(streaming: StreamingSettings) -> int:
+    """The largest StreamingRecognizeRequest that the stream limits let through, serialized:
+    an audio message, or a config (or update) whose prompt and hotwords are at their limits
+    in 4-byte UTF-8 characters. ``max_message_bytes`` below it fails every stream."""
+    audio = streaming.max_audio_message_bytes + REQUEST_FRAMING_BYTES
+    text_chars = streaming.max_prompt_chars + streaming.max_hotwords * streaming.max_hotword_chars
+    config = (
+        4 * text_chars
+        + REQUEST_FRAMING_BYTES * (streaming.max_hotwords + 1)
+        + CONFIG_OTHER_FIELDS_BYTES
+    )
+    return max(audio, config)
 
 
 def listen_address(host: str, port: int) -> str:

@@ -9,8 +9,9 @@ import os
 import pydantic
 import pytest
 
+from asr_api.v1 import asr_pb2
 from asr_server.cli import main
-from asr_server.settings import Settings
+from asr_server.settings import Settings, StreamingSettings, largest_stream_request_bytes
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +64,43 @@ def test_an_unknown_log_level_flag_is_one_line(capsys: pytest.CaptureFixture[str
     assert message.startswith("asr-server: error: log_level: unknown log level 'verbose'")
     with pytest.raises(pydantic.ValidationError, match="unknown log level"):
         Settings(log_level=" ")
+
+
+@pytest.mark.parametrize("limit", ["0", "1000", "-5", "1048576"])
+def test_a_message_limit_below_the_largest_request_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, limit: str
+) -> None:
+    # the server started, and then every stream failed RESOURCE_EXHAUSTED (-5: no limit)
+    monkeypatch.setenv("ASR_MAX_MESSAGE_BYTES", limit)
+    message = start_error(capsys)
+    assert message.startswith(
+        f"asr-server: error: max_message_bytes ({limit}) must be at least 1048592: "
+    )
+    assert "streaming.max_audio_message_bytes" in message
+
+
+def test_the_largest_requests_fit_the_least_limit_allowed() -> None:
+    streaming = StreamingSettings(
+        max_audio_message_bytes=4096, max_prompt_chars=300, max_hotwords=40
+    )
+    least = largest_stream_request_bytes(streaming)
+    Settings(max_message_bytes=least, streaming=streaming)
+    with pytest.raises(pydantic.ValidationError, match="max_message_bytes"):
+        Settings(max_message_bytes=least - 1, streaming=streaming)
+    audio = asr_pb2.StreamingRecognizeRequest(audio=bytes(streaming.max_audio_message_bytes))
+    wide = "\U0001f600"  # 4 bytes in UTF-8
+    config = asr_pb2.StreamingRecognizeRequest(
+        config=asr_pb2.StreamingConfig(
+            format=asr_pb2.AudioFormat(sample_rate_hz=48_000, channels=2),
+            language="en",
+            interim_results=True,
+            initial_prompt=wide * streaming.max_prompt_chars,
+            hotwords=[wide * streaming.max_hotword_chars] * streaming.max_hotwords,
+            resume=asr_pb2.ResumeFrom(
+                stream_offset_s=3600.0,
+                session_id="s" * 64,
+                channels=[asr_pb2.ChannelResume(previous_text=wide * 1000)] * 2,
+            ),
+        )
+    )
+    assert audio.ByteSize() <= least and config.ByteSize() <= least
