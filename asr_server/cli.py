@@ -15,7 +15,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from asr_server.log import configure_logging
-from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings, listen_address
+from asr_server.settings import (
+    DEFAULT_METRICS_PORT,
+    DEFAULT_PORT,
+    ModelCacheSettings,
+    Settings,
+    listen_address,
+)
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -116,10 +122,14 @@ def turn_model_command(argv: list[str]) -> None:
         "(no dependencies, nothing imported), check it and put it in the model cache, for "
         "SEMANTIC endpointing.",
     )
-    parser.add_argument("--cache-dir", type=Path, help="default: ASR_ENGINE__CACHE_DIR's")
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="default: ASR_CACHE_DIR, else ASR_ENGINE__CACHE_DIR, else ~/.cache/streamasr",
+    )
     a = parser.parse_args(argv)
     try:
-        path = install_model(a.cache_dir or Settings().engine.cache_dir)
+        path = install_model(a.cache_dir or ModelCacheSettings().path)
     except (TurnModelError, subprocess.CalledProcessError, OSError) as exc:
         print(f"asr-server turn-model: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

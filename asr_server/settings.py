@@ -413,6 +413,26 @@ class Settings(BaseSettings):
         return self
 
 
+class _EngineCacheDir(BaseModel):
+    cache_dir: Path = EngineSettings.model_fields["cache_dir"].default
+
+
+class ModelCacheSettings(BaseSettings):
+    """Only the model cache directory, read from the environment as Settings reads it, for
+    commands that need nothing else (``asr-server turn-model``): the server's other
+    settings, such as the image's ASR_HOST=0.0.0.0 without TLS, need not make a valid
+    server there."""
+
+    model_config = Settings.model_config
+
+    engine: _EngineCacheDir = _EngineCacheDir()
+    cache_dir: Path | None = None  # the flat shortcut, which wins, as in Settings
+
+    @property
+    def path(self) -> Path:
+        return self.cache_dir or self.engine.cache_dir
+
+
 #: protobuf's framing of one field: its tag and length (a varint of up to 5 bytes), with
 #: room for the message that holds it
 REQUEST_FRAMING_BYTES = 16

@@ -146,3 +146,16 @@ async def test_a_model_that_fails_to_load_says_why_without_a_traceback(tmp_path)
     assert code != 0, text
     assert "missing model.bin" in text and str(tmp_path) in text, text
     assert "Traceback" not in text
+
+
+async def test_turn_model_runs_in_the_servers_environment() -> None:
+    # the image sets ASR_HOST=0.0.0.0 without TLS (a proxy in front); the model is
+    # installed already (scripts/test.sh), so this only checks it
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "asr_server", "turn-model",
+        cwd=ROOT, env={**os.environ, "ASR_HOST": "0.0.0.0"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert "semantic end-of-turn model ready" in out.decode()

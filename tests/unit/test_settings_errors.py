@@ -5,6 +5,7 @@ seems to work."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -104,3 +105,26 @@ def test_the_largest_requests_fit_the_least_limit_allowed() -> None:
         )
     )
     assert audio.ByteSize() <= least and config.ByteSize() <= least
+
+
+def test_turn_model_reads_only_the_cache_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the server's environment in the image (a public address; TLS is the operator's to
+    # add) is no valid server, but this command only needs the cache directory
+    monkeypatch.setenv("ASR_HOST", "0.0.0.0")
+    monkeypatch.setenv("ASR_LOG_LEVEL", "FOO")
+    monkeypatch.setenv("ASR_ENGINE__CACHE_DIR", str(tmp_path / "engine"))
+    installed: list[Path] = []
+
+    def install(cache_dir: Path) -> Path:
+        installed.append(cache_dir)
+        return cache_dir / "model.onnx"
+
+    monkeypatch.setattr("asr_server.vad.turn.install_model", install)
+    main(["turn-model"])
+    monkeypatch.setenv("ASR_CACHE_DIR", str(tmp_path / "flat"))  # the shortcut wins
+    main(["turn-model"])
+    main(["turn-model", "--cache-dir", str(tmp_path / "flag")])
+    assert installed == [tmp_path / "engine", tmp_path / "flat", tmp_path / "flag"]
+    assert "semantic end-of-turn model ready" in capsys.readouterr().out
