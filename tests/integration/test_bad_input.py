@@ -579,7 +579,10 @@ async def test_recognize_at_the_top_of_the_format_range(server) -> None:  # type
 
 
 async def test_recognize_over_the_grpc_limit_is_resource_exhausted(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve_fake(make_server, max_message_bytes=1 << 20)
+    # (audio messages up to half the limit: the limit must hold the largest one allowed)
+    server = await serve_fake(
+        make_server, max_message_bytes=1 << 20, streaming={"max_audio_message_bytes": 512 << 10}
+    )
     got, details, _ = await recognize(server.port, unary(bytes(2 << 20)))
     assert got == Code.RESOURCE_EXHAUSTED, details
     await assert_serving(server)

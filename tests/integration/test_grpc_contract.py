@@ -129,7 +129,10 @@ async def test_bad_input_gets_a_clear_status(make_server, requests, code, phrase
 
 
 async def test_message_over_the_grpc_limit_is_resource_exhausted(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await serve_fake(make_server, max_message_bytes=1 << 20)
+    # (audio messages up to half the limit: the limit must hold the largest one allowed)
+    server = await serve_fake(
+        make_server, max_message_bytes=1 << 20, streaming={"max_audio_message_bytes": 512 << 10}
+    )
     got, details = await raw_call(
         server.port, [CONFIG, asr_pb2.StreamingRecognizeRequest(audio=bytes(3 << 20))]
     )
