@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from asr_server.log import configure_logging
 from asr_server.settings import (
@@ -130,7 +131,7 @@ def turn_model_command(argv: list[str]) -> None:
     a = parser.parse_args(argv)
     try:
         path = install_model(a.cache_dir or ModelCacheSettings().path)
-    except (TurnModelError, subprocess.CalledProcessError, OSError) as exc:
+    except (TurnModelError, subprocess.CalledProcessError, OSError, SettingsError) as exc:
         print(f"asr-server turn-model: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
     print(f"semantic end-of-turn model ready: {path}")
@@ -171,6 +172,10 @@ def main(argv: list[str] | None = None) -> None:
             where = ".".join(str(x) for x in error["loc"])
             message = error["msg"].removeprefix("Value error, ")
             print(f"asr-server: error: {where + ': ' if where else ''}{message}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except SettingsError as exc:  # a variable that cannot be parsed (ASR_ENGINE=notjson)
+        cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+        print(f"asr-server: error: {exc}{cause}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(settings.log_level)
     from asr_server.app import RunningServer, StartupError, serve

@@ -267,7 +267,12 @@ class Settings(BaseSettings):
         description="Largest gRPC message (a whole file for Recognize); at least a stream's "
         "largest request (largest_stream_request_bytes).",
     )
-    drain_timeout_s: float = Field(30.0, ge=0)
+    drain_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        le=86_400,
+        description="On SIGTERM: how long open streams get to finish (a finite number).",
+    )
     #: DEBUG logs each final decode and carry decision with the text: transcripts go to
     #: the log, which a deployment may guard less than the transcripts themselves
     log_level: str = "INFO"

@@ -128,3 +128,21 @@ def test_turn_model_reads_only_the_cache_directory(
     main(["turn-model", "--cache-dir", str(tmp_path / "flag")])
     assert installed == [tmp_path / "engine", tmp_path / "flat", tmp_path / "flag"]
     assert "semantic end-of-turn model ready" in capsys.readouterr().out
+
+
+def test_a_variable_that_cannot_be_parsed_is_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, pydantic-settings' SettingsError escaped as a traceback."""
+    monkeypatch.setenv("ASR_ENGINE", "notjson")
+    line = start_error(capsys)
+    assert line.startswith('asr-server: error: error parsing value for field "engine"')
+
+
+@pytest.mark.parametrize("seconds", ["inf", "nan", "-1"])
+def test_a_drain_without_end_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, seconds: str
+) -> None:
+    """An infinite drain never ended (and told clients an infinite GoingAway deadline)."""
+    monkeypatch.setenv("ASR_DRAIN_TIMEOUT_S", seconds)
+    assert start_error(capsys).startswith("asr-server: error: drain_timeout_s: ")
