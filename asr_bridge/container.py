@@ -9,8 +9,18 @@ thread of their own, which reads what the socket has delivered and waits for mor
 
 Both ends are bounded, so that a server that pushes back still slows the client down:
 ``feed`` waits while ``MAX_PENDING`` pieces are unread, and the thread waits while
-``MAX_PENDING`` decoded blocks are untaken. Markers (``mark``) come out in order with
-the audio: after the PCM of everything FFmpeg had read when the marker was fed.
+``MAX_PENDING`` decoded blocks are untaken.
+
+Markers (``mark``) come out in order with the audio. MP3 and FLAC are streams of frames
+that FFmpeg's demuxer finds with a parser, which holds the last frames until it sees the
+next one begin (the MP3 demuxer also reads 1 KiB at a time): a Finalize would come out up
+to 100 ms (MP3) or 600 ms (FLAC) before the audio sent ahead of it. Their frames are
+parsed here instead (``_ParsedFrames``), and a marker flushes the parser: it comes out
+after every whole frame fed before it; a frame the marker cuts in two is lost (its halves
+do not decode). In other containers a marker comes out after the audio of every block
+that is whole in the bytes fed before it (a MediaRecorder's pieces end on one); the audio
+of a block it cuts comes out after it. A marker fed while FFmpeg still probes the start
+comes out once it has, before the first audio.
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import threading
 from collections.abc import Coroutine, Iterator
@@ -42,6 +53,12 @@ PROBE_BYTES = 32_768
 ANALYZE_MICROSECONDS = 500_000
 #: decoded audio held back at most before it goes out, in milliseconds
 FLUSH_MS = 250
+#: formats (FFmpeg's demuxer names) whose frames a parser finds: parsed here, see above
+PARSED_FORMATS = frozenset({"mp3", "flac"})
+#: markers held while FFmpeg opens the stream, at most
+MAX_HELD_MARKERS = 64
+#: packets after a marker whose decoding may fail: the pieces of a frame the marker cut
+RESYNC_PACKETS = 3
 
 
 class ContainerError(Exception):
@@ -138,6 +155,9 @@ class ContainerDecoder:
         self._held: list[bytes] = []  # decoded, not yet out (the thread's)
         self._held_bytes = 0
         self._flush_bytes = 0
+        # what the thread took from the inbox while FFmpeg opens the stream (None after)
+        self._recording: list[bytes | Marker] | None = []
+        self._held_markers = 0
         self._thread = threading.Thread(target=self._run, name=f"decode-{name}", daemon=True)
         self._thread.start()
 
@@ -203,6 +223,7 @@ class ContainerDecoder:
         import av  # FFmpeg's libraries: loaded only by sessions that send containers
 
         if not self._fill():
+            self._release_recording()
             return  # ended before any audio: nothing to decode, and nothing wrong
         try:
             container = av.open(
@@ -226,19 +247,74 @@ class ContainerDecoder:
             if audio is None:
                 raise ContainerError("the container holds no audio stream")
             converter = ToFirstFormat()
-            for frame in _frames(container, audio):
-                assert isinstance(frame, av.AudioFrame)  # an audio stream's frames
-                if converter.format is None:
-                    decoded = converter.start(frame)
-                    self._call(self._outbox.put(decoded))
-                    self._flush_bytes = (
-                        decoded.sample_rate * decoded.channels * 2 * FLUSH_MS // 1000
-                    )
-                for pcm in converter.convert(frame):
-                    self._hold(pcm)
+            if container.format.name in PARSED_FORMATS:
+                self._decode_parsed(container, audio, converter)
+            else:
+                self._release_recording()
+                for frame in _frames(container, audio):
+                    self._decoded(converter, frame)
             for pcm in converter.flush():
                 self._hold(pcm)
             self._flush()
+
+    def _decoded(self, converter: ToFirstFormat, frame: av.AudioFrame) -> None:
+        if converter.format is None:
+            decoded = converter.start(frame)
+            self._call(self._outbox.put(decoded))
+            self._flush_bytes = decoded.sample_rate * decoded.channels * 2 * FLUSH_MS // 1000
+        for pcm in converter.convert(frame):
+            self._hold(pcm)
+
+    def _decode_parsed(self, container: Any, audio: Any, converter: ToFirstFormat) -> None:
+        """MP3 or FLAC: the first frame as FFmpeg's demuxer reads it (an MP3's first one
+        carries how many samples the encoder put before the audio, for the decoder to drop),
+        then every frame after it parsed here, from the bytes the demuxer read onwards."""
+        packets = (p for p in _packets(container, audio) if p.size)
+        first = next(packets, None)
+        if first is None or first.pos < 0:  # (no frame, or FFmpeg cannot say where)
+            self._release_recording()
+            for packet in itertools.chain([first] if first else [], packets):
+                for frame in _decode_packet(audio.codec_context, packet):
+                    self._decoded(converter, frame)
+            return
+        frames = _ParsedFrames(audio.codec_context)
+        for frame in frames.first(first):
+            self._decoded(converter, frame)
+        skip = first.pos + first.size  # the container's start and the first frame
+        recorded, self._recording = self._recording or [], None
+        self._buffer = memoryview(b"")  # (read from the recording instead)
+        for item in itertools.chain(recorded, self._items()):
+            if isinstance(item, Marker):
+                for frame in frames.flush():
+                    self._decoded(converter, frame)
+                self._flush()
+                self._call(self._outbox.put(item))
+                continue
+            if skip:
+                item, skip = item[skip:], max(0, skip - len(item))
+            for frame in frames.feed(item):
+                self._decoded(converter, frame)
+        for frame in frames.flush():
+            self._decoded(converter, frame)
+
+    def _items(self) -> Iterator[bytes | Marker]:
+        """What arrives, pieces and markers, until the end; what is decoded goes out
+        before waiting for more."""
+        while not self._at_end:
+            self._flush()
+            item = self._call(self._inbox.get())
+            if item is None:
+                self._at_end = True
+                return
+            yield item
+
+    def _release_recording(self) -> None:
+        """FFmpeg has opened the stream and reads it itself: the markers that came while
+        it probed go out now (before the first audio)."""
+        recorded, self._recording = self._recording or [], None
+        for item in recorded:
+            if isinstance(item, Marker):
+                self._call(self._outbox.put(item))
 
     def _hold(self, pcm: bytes) -> None:
         """Decoded audio goes out in blocks of what one piece gave (an Opus frame is 20 ms:
@@ -276,8 +352,14 @@ class ContainerDecoder:
                 self._at_end = True
                 return False
             if isinstance(item, Marker):
-                self._call(self._outbox.put(item))
+                if self._recording and self._held_markers < MAX_HELD_MARKERS:
+                    self._recording.append(item)  # after audio: waits until the stream opens
+                    self._held_markers += 1
+                else:  # (a client sending commands only meets the session's own limit)
+                    self._call(self._outbox.put(item))
                 continue
+            if self._recording is not None:
+                self._recording.append(item)
             self._buffer = memoryview(item)
         return True
 
@@ -321,6 +403,79 @@ class _Reader:
             # the end, to FFmpeg (an exception raised through it would be printed and
             # dropped); the thread stops at its next step
             return b""
+
+
+class _ParsedFrames:
+    """An MP3's or FLAC's frames parsed from its bytes (FFmpeg's parser, with PyAV's
+    ``CodecContext.parse``) and decoded. ``flush`` takes every whole frame out of the
+    parser, which then starts afresh (a flushed FLAC parser must not be fed again)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self._decoder = decoder
+        self._parser: Any = None
+        # after a flush the bytes may start inside a frame: the parser takes what comes
+        # before the next frame for frames, which do not decode
+        self._resync_packets = 0
+
+    def first(self, packet: Any) -> list[Any]:
+        return _decode_packet(self._decoder, packet)
+
+    def feed(self, data: bytes) -> list[Any]:
+        if not data:
+            return []  # (no bytes is a flush to the parser)
+        if self._parser is None:
+            import av
+
+            self._parser = av.CodecContext.create(self._decoder.name, "r")
+        return self._decode(self._parser.parse(data))
+
+    def flush(self) -> list[Any]:
+        """The frames the parser holds: the last may be cut short (a marker in the middle
+        of a frame, or the end of what was sent), and its error is no client's fault."""
+        if self._parser is None:
+            return []
+        packets = []
+        while more := self._parser.parse(None):  # one packet a call
+            packets += more
+        self._parser = None
+        frames = self._decode(packets, tolerate=True)
+        self._resync_packets = RESYNC_PACKETS
+        return frames
+
+    def _decode(self, packets: list[Any], tolerate: bool = False) -> list[Any]:
+        import av
+
+        frames: list[Any] = []
+        for packet in packets:
+            resyncing, self._resync_packets = self._resync_packets > 0, self._resync_packets - 1
+            try:
+                frames += self._decoder.decode(packet)
+            except av.FFmpegError as exc:
+                if not (tolerate or resyncing):
+                    raise ContainerError(
+                        f"the audio could not be decoded ({exc.strerror})"
+                    ) from None
+                logger.debug("a frame cut by a marker or the end was dropped: %s", exc)
+        return frames
+
+
+def _decode_packet(decoder: Any, packet: Any) -> list[Any]:
+    import av
+
+    try:
+        return list(decoder.decode(packet))
+    except av.FFmpegError as exc:
+        raise ContainerError(f"the audio could not be decoded ({exc.strerror})") from None
+
+
+def _packets(container: Any, stream: Any) -> Iterator[Any]:
+    """The stream's packets; damaged data is a ContainerError."""
+    import av
+
+    try:
+        yield from container.demux(stream)
+    except av.FFmpegError as exc:
+        raise ContainerError(f"the audio could not be read ({exc.strerror})") from None
 
 
 def _frames(container: Any, stream: Any) -> Iterator[Any]:

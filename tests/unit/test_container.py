@@ -29,18 +29,31 @@ def speech() -> tuple[np.ndarray, int]:
     return pcm[:, :1], rate
 
 
+def split(data: bytes, piece: int) -> list[bytes]:
+    return [data[i : i + piece] for i in range(0, len(data), piece)]
+
+
 async def decode(
-    data: bytes, piece: int = 4_000, mark_at: float | None = None
+    data: bytes,
+    piece: int = 4_000,
+    mark_at: float | None = None,
+    mark_after_byte: int | None = None,
 ) -> tuple[DecodedFormat | None, np.ndarray, float | None]:
-    """Feed ``data`` in pieces (a marker after the fraction ``mark_at`` of them), take
-    everything out: the format, the PCM (frames × channels) and the seconds of audio that
-    came out before the marker."""
+    """Feed ``data`` in pieces (a marker after the fraction ``mark_at`` of them, or after
+    its first ``mark_after_byte`` bytes), take everything out: the format, the PCM
+    (frames × channels) and the seconds of audio that came out before the marker."""
     decoder = ContainerDecoder("test")
-    pieces = [data[i : i + piece] for i in range(0, len(data), piece)]
+    if mark_after_byte is None:
+        pieces = split(data, piece)
+        mark_before = None if mark_at is None else int(len(pieces) * mark_at)
+    else:
+        pieces = split(data[:mark_after_byte], piece)
+        mark_before = len(pieces)
+        pieces += split(data[mark_after_byte:], piece)
 
     async def feed() -> None:
         for n, chunk in enumerate(pieces):
-            if mark_at is not None and n == int(len(pieces) * mark_at):
+            if n == mark_before:
                 await decoder.mark("here")
             await decoder.feed(chunk)
         await decoder.end()
@@ -135,6 +148,49 @@ async def test_a_marker_comes_out_after_the_audio_fed_before_it() -> None:
     _, alone, _ = await decode(data[:before], piece=2_000)
     assert 1.0 < len(alone) / 48_000 < len(decoded) / 48_000 - 1.0  # (a real cut)
     assert marked_at == pytest.approx(len(alone) / 48_000, abs=0.021)  # an Opus frame
+
+
+def frame_ends(data: bytes) -> list[int]:
+    """Where each of the stream's frames ends, in bytes, as FFmpeg's demuxer finds them."""
+    import io
+
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        return [p.pos + p.size for p in container.demux(container.streams.audio[0]) if p.size]
+
+
+@pytest.mark.parametrize(("fmt", "codec"), [("mp3", "libmp3lame"), ("flac", "flac")])
+async def test_a_marker_comes_out_after_every_frame_fed_before_it(fmt: str, codec: str) -> None:
+    """MP3 and FLAC: FFmpeg's parser held back the frames before a Finalize (up to 100 ms
+    of MP3, 600 ms of FLAC) until more came, so they were heard after it, in the next
+    utterance. Every frame fed before the marker now comes out before it."""
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, fmt, codec)
+    ends = frame_ends(data)
+    cut = ends[len(ends) // 2]  # a Finalize in the middle, between two frames
+    _, decoded, marked_at = await decode(data, piece=2_000, mark_after_byte=cut)
+    _, alone, _ = await decode(data[:cut], piece=2_000)  # those frames decoded alone
+    assert 4.0 < len(alone) / 48_000 < len(decoded) / 48_000 - 4.0  # (a real cut)
+    assert marked_at == pytest.approx(len(alone) / 48_000, abs=1e-6)
+    assert len(decoded) / 48_000 == pytest.approx(len(pcm) / rate, abs=0.06)
+
+
+@pytest.mark.parametrize(("fmt", "codec"), [("mp3", "libmp3lame"), ("flac", "flac")])
+async def test_a_marker_inside_a_frame_costs_that_frame_only(fmt: str, codec: str) -> None:
+    """A marker that cuts a frame in two: the frames before it come out before it, that
+    frame (whose halves cannot be decoded) is dropped, and decoding goes on after it."""
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, fmt, codec)
+    ends = frame_ends(data)
+    cut = ends[len(ends) // 2] + 37
+    _, decoded, marked_at = await decode(data, piece=2_000, mark_after_byte=cut)
+    _, alone, _ = await decode(data[: ends[len(ends) // 2]], piece=2_000)
+    frame_s = len(decoded) / 48_000 / len(ends)
+    assert marked_at is not None
+    # (MP3's decoder makes what it can of the frame's first part)
+    assert len(alone) / 48_000 <= marked_at <= len(alone) / 48_000 + frame_s + 0.001
+    assert len(decoded) / 48_000 > len(pcm) / rate - 3 * frame_s  # that frame, and a resync
 
 
 async def test_raw_audio_without_an_encoding_is_refused_with_the_reason() -> None:
