@@ -59,7 +59,9 @@ async def stream_one(
     ``speech_ends`` plus the VAD's stop delay, then ``CloseStream``."""
     pcm, sr = sb.load_pcm(item)
     assert pcm.shape[1] == 1, "the bridge's path is measured on mono recordings"
-    data = pcm.tobytes()
+    # then silence, as streaming_bench sends: every utterance ends by endpointing or a
+    # Finalize, never by the end of the stream
+    data = pcm.tobytes() + bytes(2 * int(sr * sb.TRAILING_SILENCE_S))
     chunk = int(sr * chunk_ms / 1000) * 2
     query = urlencode(
         {  # pipecat's defaults (DeepgramSTTService.Settings), with its VAD events on

@@ -83,6 +83,9 @@ class Outcome:
     words_spoken: int = 0
     words_shown: int = 0
     ttfs: list[float] = field(default_factory=list)  # --finalize-at-vad-stop
+    #: finals of utterances the server split at a pause (no SPEECH_ENDED): not an end of
+    #: speech, so not in final_latency
+    split_finals: int = 0
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -183,6 +186,10 @@ async def stream_one(
             data, sr = to_int16(resampled_call(data, channels)).tobytes(), 16_000
             frame_bytes, encoding = 2 * channels, "LINEAR16"
     chunk = int(sr * chunk_ms / 1000) * frame_bytes
+    # after the recording, silence at the same pace: most recordings stop where their
+    # speech does, and a stream that ended there would end its last utterance itself, so
+    # that final would measure the end of the stream, not endpointing
+    silence = SILENCE_BYTE[encoding] * (int(sr * TRAILING_SILENCE_S) * frame_bytes)
     out = Outcome(item)
     onset: dict[tuple[int, int], float] = {}
     speech_end: dict[tuple[int, int], float] = {}
@@ -206,8 +213,9 @@ async def stream_one(
                 return t0 + audio_s / speed
 
             async def send() -> None:
-                for start in range(0, len(data), chunk):
-                    piece = data[start : start + chunk]
+                sent = data + silence
+                for start in range(0, len(sent), chunk):
+                    piece = sent[start : start + chunk]
                     # a chunk can be sent only once the audio it holds has been "recorded"
                     due = wall((start + len(piece)) / frame_bytes / sr)
                     await asyncio.sleep(max(0.0, due - time.monotonic()))
@@ -259,7 +267,10 @@ async def stream_one(
                 # the final that reaches a client-heard speech end (within its pad)
                 while unfinished and r.end_s >= unfinished[0] - 0.1:
                     out.ttfs.append(now - wall(unfinished.pop(0)))
-                end = speech_end.get(key, min(r.end_s, len(pcm) / sr))
+                end = speech_end.get(key)
+                if end is None:  # split at a pause: its end_s is the pause's pad, no speech end
+                    out.split_finals += 1
+                    continue
                 out.final_latency.append(now - wall(end))
                 if key in pending_eager:
                     eager_text, eager_at = pending_eager.pop(key)
@@ -338,6 +349,11 @@ def offline_hypotheses(
 
 #: the client VAD's stop delay (pipecat's VADParams.stop_secs default)
 VAD_STOP_S = 0.2
+#: silence sent after each recording: more than the longest a SEMANTIC pause is held
+#: (endpointing.max_silence_ms, 2 s), so every utterance ends by endpointing
+TRAILING_SILENCE_S = 2.5
+#: one sample of silence, per encoding (μ-law's and A-law's zero is not the byte 0)
+SILENCE_BYTE = {"LINEAR16": b"\x00", "MULAW": b"\xff", "ALAW": b"\xd5"}
 
 
 def client_vad_speech_ends(item: Item) -> list[float]:
@@ -346,6 +362,9 @@ def client_vad_speech_ends(item: Item) -> list[float]:
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     (audio,) = channel_audio(item).values()
+    # with the silence the stream sends after it: speech up to the recording's end then
+    # ends where the speech does, as a live VAD would hear it (not at the file's end)
+    audio = np.concatenate([audio, np.zeros(int(16_000 * TRAILING_SILENCE_S), np.float32)])
     options = VadOptions(
         threshold=0.7, min_silence_duration_ms=200, min_speech_duration_ms=200, speech_pad_ms=0
     )
@@ -600,6 +619,7 @@ async def main() -> None:
         "final_latency_median_s": round(statistics.median(fl), 3) if fl else None,
         "final_latency_p95_s": round(pct(fl, 95), 3),
         "utterances": len(fl),
+        "split_finals": sum(o.split_finals for o in outcomes),
         "endpointing": a.endpointing,
         "end_of_turn_median_s": round(statistics.median(tl), 3) if tl else None,
         "end_of_turn_p95_s": round(pct(tl, 95), 3) if tl else None,
@@ -654,9 +674,10 @@ async def main() -> None:
             )
             for s in sorted(by_source)
         }
+        ids = [o.item.id for o in outcomes for _ in references(o.item)]  # one per channel
         worse = [
             (o_id, normalize(h), normalize(oh))
-            for o_id, h, oh in zip([o.item.id for o in outcomes], hyps, off, strict=False)
+            for o_id, h, oh in zip(ids, hyps, off, strict=True)
             if normalize(h) != normalize(oh)
         ]
         figures["files_differing_from_offline"] = len(worse)

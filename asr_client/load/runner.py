@@ -174,8 +174,12 @@ class _Stream:
             out.first_partial_s.append(now - self.existed_at(start))
         if result.is_final:
             out.finals_without_partial += key not in self._partial_seen
-            end = self._speech_end.get(key, result.end_s)
-            out.final_latency_s.append(now - self.existed_at(end))
+            end = self._speech_end.get(key)
+            # no speech end: the server split the utterance at a pause (its end_s is the
+            # pause's pad, 200 ms after the speech) or the call ended inside it; neither is
+            # endpointing, whose latency this measures
+            if end is not None:
+                out.final_latency_s.append(now - self.existed_at(end))
             out.finals.append(
                 FinalResult(result.channel, result.start_s, result.end_s, result.text)
             )

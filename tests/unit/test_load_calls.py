@@ -124,6 +124,7 @@ def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -
     stream = _Stream(outcome, LoadOptions())
     partial = asr_pb2.Result(text="hello", utterance_id=1, start_s=0.2, end_s=0.8)
     stream._result(partial, now=1.0)
+    stream._speech_end.update({(0, 1): 1.5, (0, 2): 2.8})  # (their SPEECH_ENDED events)
     stream._result(asr_pb2.Result(is_final=True, text="hello there", utterance_id=1), 2.0)
     stream._result(asr_pb2.Result(is_final=True, text="bye", utterance_id=2, end_s=3.0), 4.0)
     assert len(outcome.first_partial_s) == 1 and len(outcome.final_latency_s) == 2
@@ -131,6 +132,15 @@ def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -
     summary = summarize([outcome], wall_s=5.0)
     assert summary["finals_without_partial"] == 1 and summary["finals"] == 2
     assert "(1 of 2 finals had none)" in render_text(summary, [])
+
+
+def test_a_final_without_a_speech_end_has_no_endpointing_latency() -> None:
+    """A final the server split at a pause comes with no SPEECH_ENDED, and its end_s is
+    the pause's pad, 200 ms after the speech: measured from it, it read 200 ms early."""
+    outcome = StreamOutcome(short_phone_call(), silent=False, status="OK")
+    stream = _Stream(outcome, LoadOptions())
+    stream._result(asr_pb2.Result(is_final=True, text="a split", utterance_id=1, end_s=6.7), 7.0)
+    assert outcome.final_latency_s == [] and len(outcome.finals) == 1
 
 
 class _TimedStream:
