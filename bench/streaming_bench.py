@@ -8,8 +8,10 @@ would (a chunk is sent once the audio it holds would exist), and measures:
   with its defaults) on the same model, files and normaliser;
 * time to first partial: from the speech onset the server reports (SPEECH_STARTED) to the
   first partial of that utterance;
-* end-of-speech to final: from the end of speech (SPEECH_ENDED, or the end of the audio)
-  to the final;
+* end-of-speech to final: from the end of speech (SPEECH_ENDED) to the final; finals of
+  utterances the server split at a pause have no speech end and are counted apart. Each
+  recording is followed by 2.5 s of silence, so every utterance ends by endpointing,
+  never by the end of the stream;
 * server CPU seconds per audio second, and its peak resident memory;
 * with --finalize-at-vad-stop, pipecat's "time to final segment": the client runs its own
   Silero VAD (stop after 200 ms of silence, as pipecat's default) and sends Finalize when
