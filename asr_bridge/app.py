@@ -38,7 +38,7 @@ from asr_bridge.protocol import (
     close_reason,
     event_writer,
 )
-from asr_bridge.session import BridgeSession
+from asr_bridge.session import UPSTREAM_WRITE_DEADLINE_S, BridgeSession
 from asr_client import AsrClient, ConnectionOptions
 from asr_client.resume import ResumePolicy
 
@@ -46,6 +46,11 @@ logger = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 DEFAULT_MAX_SESSIONS = 100
+#: WebSocket pings end the sessions of clients that are gone. While a session waits on the
+#: server it reads nothing, so a live client's pong waits unread: the ping timeout must
+#: be well past the write deadline, which ends such a session first, with its reason.
+WS_PING_INTERVAL_S = 20.0
+WS_PING_TIMEOUT_S = UPSTREAM_WRITE_DEADLINE_S + 15.0
 
 
 @dataclass(frozen=True)
@@ -297,6 +302,8 @@ async def start_bridge(
         # No permessage-deflate: PCM barely compresses, and a compressed read could expand
         # into many messages at once, which would defeat reading one message at a time.
         ws_per_message_deflate=False,
+        ws_ping_interval=WS_PING_INTERVAL_S,
+        ws_ping_timeout=WS_PING_TIMEOUT_S,
         log_config=None,  # the command configures logging; tests keep pytest's
         access_log=False,  # query strings may carry the token
         ssl_certfile=ssl_certfile,

@@ -3,7 +3,8 @@ the other.
 
 The same two-task shape as ``session.py``: *upstream* reads one WebSocket message and
 awaits its gRPC write before reading the next (the server's backpressure reaches the
-client's TCP window), *downstream* turns responses into Deepgram's messages. The stream
+client's TCP window) — for ``session.UPSTREAM_WRITE_DEADLINE_S`` at most, after which the
+session ends with close 1013 — and *downstream* turns responses into Deepgram's messages. The stream
 resumes on a new gRPC call when its call breaks (``client.stream``); Deepgram has no message
 for that, so the client simply sees the transcript go on.
 
@@ -50,7 +51,8 @@ from asr_bridge.deepgram import (
     streaming_config,
 )
 from asr_bridge.metrics import BridgeMetrics
-from asr_bridge.protocol import close_reason
+from asr_bridge.protocol import CLOSE_TRY_AGAIN_LATER, close_reason
+from asr_bridge.session import ServerFellBehind, within_write_deadline
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
@@ -266,6 +268,10 @@ class DeepgramRelay:
             logger.log(level, "session %s: server error %s", self.session_id, error)
             close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
             await self._fail(f"{error.code.name}: {error.details}", close)
+        except* ServerFellBehind as group:
+            self.metrics.session_errors.labels("RESOURCE_EXHAUSTED").inc()
+            logger.warning("session %s: %s", self.session_id, group.exceptions[0])
+            await self._fail(f"RESOURCE_EXHAUSTED: {group.exceptions[0]}", CLOSE_TRY_AGAIN_LATER)
 
     async def _upstream(self, stream: AudioSink) -> None:
         while True:
@@ -297,12 +303,14 @@ class DeepgramRelay:
         except ValueError as exc:  # samples that are not audio
             raise BadData(str(exc)) from None
         if pcm:
-            await stream.send_audio(pcm)  # waits while the server pushes back
+            # waits while the server pushes back (for a while)
+            await within_write_deadline(stream.send_audio(pcm))
             self.metrics.audio_received.inc(len(pcm))
 
     async def _close_stream(self, stream: AudioSink) -> None:
         self.closing = True
-        await stream.end()  # the server finalizes what is pending, then ends the stream
+        # the server finalizes what is pending, then ends the stream
+        await within_write_deadline(stream.end())
 
     def _resumed(self, info: ResumeInfo) -> None:
         self.metrics.resumes.inc()
@@ -382,7 +390,7 @@ class DeepgramSession(DeepgramRelay):
                 error = f"Finalize's channel {command.channel} does not exist ({channels} here)"
                 await self._send([error_message(error, message=text)])
                 return
-            await stream.finalize(command.channel)
+            await within_write_deadline(stream.finalize(command.channel))
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):
@@ -391,7 +399,7 @@ class DeepgramSession(DeepgramRelay):
             assert isinstance(command, KeepAlive)
             # the socket is alive, and so must the gRPC stream stay through the pause (the
             # server ends a stream that sends nothing for its idle timeout)
-            await stream.keep_alive()
+            await within_write_deadline(stream.keep_alive())
 
 
 class ContainerRelay(DeepgramRelay):
@@ -454,8 +462,9 @@ class ContainerRelay(DeepgramRelay):
                 self.decoded_bytes += len(item)
                 await self._send_pcm(stream, item)
             elif isinstance(item, Marker):
-                await self._apply(stream, item)
-        await stream.end()  # the client's CloseStream: everything it sent is decoded
+                await within_write_deadline(self._apply(stream, item))
+        # the client's CloseStream: everything it sent is decoded
+        await within_write_deadline(stream.end())
 
     @staticmethod
     async def _apply(stream: RecognitionStream, marker: Marker) -> None:
@@ -470,7 +479,8 @@ class ContainerRelay(DeepgramRelay):
     async def _audio(self, stream: AudioSink, data: bytes) -> None:
         self.audio_bytes += len(data)
         self.sha256.update(data)
-        await stream.send_audio(data)  # to the decoder; waits while it is behind
+        # to the decoder; waits while it is behind (the server, for a while)
+        await within_write_deadline(stream.send_audio(data))
 
 
 class ContainerSession(ContainerRelay, DeepgramSession):

@@ -7,6 +7,11 @@ back, this task stops reading, the WebSocket's TCP window fills, and the browser
 into JSON events; its sends wait for the socket too, so a browser that stops reading
 pushes back on the server in turn. The browser leaving cancels the gRPC call.
 
+A server that pushes back for ``UPSTREAM_WRITE_DEADLINE_S`` on one write has fallen behind:
+the session ends with a ``RESOURCE_EXHAUSTED`` error and close 1013 (try again later).
+Without that deadline the socket's keepalive would end it, with 1011 and no reason: a
+client's pong waits unread behind the audio the bridge is not reading.
+
 Errors from the server reach the browser as an ``error`` event and a close code; those that
 are the operator's to fix (the server refusing the bridge's credentials, the server
 unreachable) are also logged as warnings.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 import grpc
@@ -26,6 +32,7 @@ from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
     CLOSE_NORMAL,
     CLOSE_SERVER_ERROR,
+    CLOSE_TRY_AGAIN_LATER,
     Audio,
     Event,
     EventShape,
@@ -54,6 +61,30 @@ _SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
     grpc.StatusCode.UNAVAILABLE: "server_unavailable",
     grpc.StatusCode.RESOURCE_EXHAUSTED: "server_capacity",
 }
+
+#: the longest one write to the server may wait on its backpressure before the session
+#: ends; well under the socket's ping timeout (app.WS_PING_TIMEOUT_S), which would end it
+#: first, without a reason, as the client's pong is not read while the write waits
+UPSTREAM_WRITE_DEADLINE_S = 20.0
+FELL_BEHIND = "the server fell behind: it took no audio for {:g} s; try again later"
+
+
+class ServerFellBehind(Exception):
+    """A write to the server waited past ``UPSTREAM_WRITE_DEADLINE_S``."""
+
+    def __init__(self, deadline_s: float) -> None:
+        super().__init__(FELL_BEHIND.format(deadline_s))
+
+
+async def within_write_deadline(write: Awaitable[object]) -> None:
+    """Await ``write`` (to the server, or to what feeds it), for at most
+    ``UPSTREAM_WRITE_DEADLINE_S`` (read now, so that a test can shorten it)."""
+    deadline_s = UPSTREAM_WRITE_DEADLINE_S
+    try:
+        async with asyncio.timeout(deadline_s):
+            await write
+    except TimeoutError:
+        raise ServerFellBehind(deadline_s) from None
 
 
 @dataclass
@@ -122,6 +153,14 @@ class BridgeSession:
             await self._server_failed(events, error)
         except* ProtocolError as group:
             await self._fail(events, "INVALID_ARGUMENT", str(group.exceptions[0]))
+        except* ServerFellBehind as group:
+            await self._fail(
+                events,
+                "RESOURCE_EXHAUSTED",
+                str(group.exceptions[0]),
+                close_code=CLOSE_TRY_AGAIN_LATER,
+                level=logging.WARNING,
+            )
 
     async def _receive_start(self) -> Start:
         message = await self._receive()
@@ -137,13 +176,13 @@ class BridgeSession:
             if stopped:
                 raise ProtocolError(f"{type(message).__name__.lower()} after stop")
             if isinstance(message, Audio):
-                # waits while the server pushes back
-                await keeper.write(stream.send_audio(message.pcm))
+                # waits while the server pushes back (for a while)
+                await within_write_deadline(keeper.write(stream.send_audio(message.pcm)))
                 self.metrics.audio_received.inc(len(message.pcm))
             elif isinstance(message, Finalize):
-                await keeper.write(stream.finalize())
+                await within_write_deadline(keeper.write(stream.finalize()))
             elif isinstance(message, Stop):
-                await keeper.end()
+                await within_write_deadline(keeper.end())
                 stopped = True  # keep reading: only to notice the browser leaving
             else:
                 raise ProtocolError("start was already sent")

@@ -4,6 +4,7 @@ client: the event flow, both event shapes, the token, errors, disconnects, backp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -330,3 +331,56 @@ async def test_unreachable_server_is_unavailable(make_bridge) -> None:  # type: 
         events = await events_until_close(ws)
     assert events[-1]["type"] == "error" and events[-1]["code"] == "UNAVAILABLE", events
     assert ws.close_code == 1013
+
+
+async def client_of_a_stalled_server(
+    make_server, make_bridge, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, threading.Event]:  # type: ignore[no-untyped-def]
+    """A bridge before a server whose engine has stalled (it holds ``max_buffered_audio_s``
+    of audio, then pushes back), with a write deadline of a third of a second."""
+    from asr_bridge import session
+
+    monkeypatch.setattr(session, "UPSTREAM_WRITE_DEADLINE_S", 0.3)
+    gate = threading.Event()
+    server = await serve_fake(
+        make_server, FakeEngine(gate=gate), streaming={"max_buffered_audio_s": 0.5}
+    )
+    return await make_bridge(server.port), gate
+
+
+async def send_until_closed(ws: ClientConnection, frame: bytes) -> None:
+    """Audio as fast as the socket takes it, until it closes."""
+    with contextlib.suppress(ConnectionClosed):
+        while True:
+            await ws.send(frame)
+
+
+async def test_a_server_that_falls_behind_ends_the_session_with_a_reason(
+    make_server, make_bridge, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A server that takes no audio for the write deadline: an error event saying so, and
+    close 1013 (try again later). The session used to wait until the socket's keepalive
+    ended it, 40 s on, with 1011 and no reason: the client's pong waits unread behind the
+    audio the bridge is not reading."""
+    bridge, gate = await client_of_a_stalled_server(make_server, make_bridge, monkeypatch)
+    try:
+        async with connect(ws_url(bridge)) as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+            speech = (tone(0.05) * 32767).astype("<i2").tobytes()  # what the engine stalls on
+            sender = asyncio.create_task(send_until_closed(ws, speech))
+            events = await asyncio.wait_for(events_until_close(ws), 10)
+            await sender
+    finally:
+        gate.set()
+    assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
+    assert events[-1]["type"] == "error" and events[-1]["code"] == "RESOURCE_EXHAUSTED"
+    assert "the server fell behind" in events[-1]["message"]
+
+
+def test_the_keepalive_waits_longer_than_a_write() -> None:
+    """The socket's ping timeout would end a live client waiting on the server, without a
+    reason: the write deadline must come well before it."""
+    from asr_bridge.app import WS_PING_TIMEOUT_S
+    from asr_bridge.session import UPSTREAM_WRITE_DEADLINE_S
+
+    assert WS_PING_TIMEOUT_S >= UPSTREAM_WRITE_DEADLINE_S + 10

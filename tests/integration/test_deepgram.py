@@ -28,8 +28,13 @@ from tests.helpers import (
     read_pcm16,
     serve_fake,
     speech_pcm,
+    tone,
 )
-from tests.integration.test_bridge import events_until_close
+from tests.integration.test_bridge import (
+    client_of_a_stalled_server,
+    events_until_close,
+    send_until_closed,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -591,3 +596,23 @@ async def test_server_refusal_mid_handshake_is_an_error_and_1011(make_server, ma
     assert ws.close_code == 1008
     assert ws.close_reason.startswith("DATA-0000")
     await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_server_that_falls_behind_ends_the_session_with_1013(
+    make_server, make_bridge, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """/v1/listen, as /ws: a server that takes no audio for the write deadline ends the
+    session with an Error saying so and close 1013, not the keepalive's reasonless 1011."""
+    bridge, gate = await client_of_a_stalled_server(make_server, make_bridge, monkeypatch)
+    speech = (tone(0.05) * 32767).astype("<i2").tobytes()
+    url = listen_url(bridge, "encoding=linear16&sample_rate=16000")
+    try:
+        async with connect(url) as ws:
+            sender = asyncio.create_task(send_until_closed(ws, speech))
+            messages = await asyncio.wait_for(events_until_close(ws), 10)
+            await sender
+    finally:
+        gate.set()
+    assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
+    assert messages[-1]["type"] == "Error", messages[-1]
+    assert "the server fell behind" in messages[-1]["description"]
