@@ -27,6 +27,7 @@ from asr_bridge.protocol import (
     CLIENT_FAULTS,
     CLOSE_NORMAL,
     CLOSE_SERVER_ERROR,
+    CLOSE_TRY_AGAIN_LATER,
     close_code_for,
     close_reason,
 )
@@ -39,6 +40,7 @@ from asr_bridge.realtime import (
     decode_audio,
     parse_client_event,
 )
+from asr_bridge.session import ServerFellBehind, within_write_deadline
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 
@@ -99,6 +101,14 @@ class RealtimeSession:
                     await self._client_error(exc, None)
         except ClientGone:
             logger.info("session %s: client went away", self.session_id)
+        except ServerFellBehind as exc:  # (before the socket's ping timeout, with a reason)
+            logger.warning("session %s: %s", self.session_id, exc)
+            self.metrics.session_errors.labels("RESOURCE_EXHAUSTED").inc()
+            with contextlib.suppress(ClientGone):
+                await self._send(
+                    [self.events.error(str(exc), kind="server_error", code="resource_exhausted")]
+                )
+            await self._close(CLOSE_TRY_AGAIN_LATER, close_reason(str(exc)))
         except StreamClosedError as exc:
             if self._downstream is not None:
                 # a write met the end of a stream the server had just ended: the relay
@@ -212,8 +222,10 @@ class RealtimeSession:
         await self._send([self.events.event("input_audio_buffer.cleared")])
 
     async def _write(self, write: Awaitable[object]) -> None:
+        """A write to the server, waiting on its backpressure up to the bridge's deadline
+        (asr_bridge.session.UPSTREAM_WRITE_DEADLINE_S)."""
         assert self._keeper is not None
-        await self._keeper.write(write)
+        await within_write_deadline(self._keeper.write(write))
 
     async def _relay(self, stream: RecognitionStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections import defaultdict
 from typing import Any
@@ -476,3 +477,39 @@ async def test_an_append_of_seconds_in_one_event_is_taken(make_server, make_brid
         await send(ws, "input_audio_buffer.append", audio="A" * (1 << 20))
         error = await next_of(ws, "error")
         assert error["error"]["code"] == "too_large"
+
+
+async def test_a_server_that_falls_behind_ends_the_session_with_1013(
+    make_server, make_bridge, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """As on /ws and /v1/listen: a server that takes no audio for the write deadline gets an
+    error event saying so and close 1013, not the socket keepalive's reasonless 1011 some
+    40 s later (the client's pong waits unread behind the append the bridge is stuck on)."""
+    from tests.integration.test_bridge import client_of_a_stalled_server
+
+    bridge, gate = await client_of_a_stalled_server(make_server, make_bridge, monkeypatch)
+    append = json.dumps({"type": "input_audio_buffer.append", "audio": b64(pcm24(tone(0.05)))})
+
+    async def append_until_closed(ws: ClientConnection) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await ws.send(append)
+
+    async def events_until_close(ws: ClientConnection) -> list[dict[str, Any]]:
+        events = []
+        with contextlib.suppress(ConnectionClosed):
+            async for message in ws:
+                events.append(json.loads(message))
+        return events
+
+    try:
+        async with await open_session(bridge.port) as ws:
+            sender = asyncio.create_task(append_until_closed(ws))
+            events = await asyncio.wait_for(events_until_close(ws), 10)
+            await sender
+    finally:
+        gate.set()
+    assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
+    error = events[-1]
+    assert error["type"] == "error" and error["error"]["code"] == "resource_exhausted"
+    assert "the server fell behind" in error["error"]["message"]
