@@ -173,7 +173,7 @@ class StreamingResampler:
         return out
 
 
-class _SoxrStream:
+class SoxrStream:
     """soxr's streaming resampler, for rates with more than MAX_PHASES phases."""
 
     def __init__(self, in_rate: int, out_rate: int) -> None:
@@ -192,9 +192,9 @@ class _SoxrStream:
         return out
 
 
-def resampler_for(in_rate: int, out_rate: int) -> StreamingResampler | _SoxrStream:
+def resampler_for(in_rate: int, out_rate: int) -> StreamingResampler | SoxrStream:
     """The converter for one channel: this module's, unless the rates' ratio needs more
     than MAX_PHASES phases (no common rate does)."""
     if out_rate // math.gcd(in_rate, out_rate) > MAX_PHASES:
-        return _SoxrStream(in_rate, out_rate)
+        return SoxrStream(in_rate, out_rate)
     return StreamingResampler(in_rate, out_rate)
