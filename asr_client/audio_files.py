@@ -2,7 +2,8 @@
 
 The client sends LINEAR16 at the file's native rate with ``channels=N`` and lets the
 server resample and recognize each channel, so what the server hears is exactly what is in
-the file. Only a rate the server does not take (SERVER_RATES_HZ) is resampled here first.
+the file. Only a rate the server does not take (asr_server.audio.decode's MIN_RATE_HZ to
+MAX_RATE_HZ) is resampled here first.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
+from asr_server.audio.decode import MAX_RATE_HZ, MIN_RATE_HZ, SAMPLE_RATE
+
 
 class AudioFileError(Exception):
     """The file is missing or in a format neither soundfile nor PyAV can decode."""
 
 
-#: what the server takes (README, StreamingConfig.format)
-SERVER_RATES_HZ = (8_000, 48_000)
-SERVER_MAX_CHANNELS = 8
 #: channels correlated at least this much carry the same signal: one recording, not a call
 SAME_SIGNAL_CORRELATION = 0.8
 #: the largest delay between the channels of one recording that still counts as the same
@@ -129,11 +129,10 @@ class PcmAudio:
 def rate_for_server(rate_hz: int) -> int:
     """The rate to send audio recorded at ``rate_hz``: its own where the server takes it;
     48 kHz from above (nothing a recognizer uses is lost); 16 kHz from below (Whisper's)."""
-    low, high = SERVER_RATES_HZ
-    if rate_hz > high:
-        return high
-    if rate_hz < low:
-        return 16_000
+    if rate_hz > MAX_RATE_HZ:
+        return MAX_RATE_HZ
+    if rate_hz < MIN_RATE_HZ:
+        return SAMPLE_RATE
     return rate_hz
 
 

@@ -21,14 +21,7 @@ from typing import IO
 
 from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
-from asr_client.audio_files import (
-    SERVER_MAX_CHANNELS,
-    SERVER_RATES_HZ,
-    AudioFileError,
-    PcmAudio,
-    load_audio,
-    rate_for_server,
-)
+from asr_client.audio_files import AudioFileError, PcmAudio, load_audio, rate_for_server
 from asr_client.connection import (
     ConnectionConfigError,
     add_connection_arguments,
@@ -49,6 +42,7 @@ from asr_client.render import (
     words_line,
 )
 from asr_client.resume import ResumeInfo, ResumePolicy, resume_notice, resume_record
+from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 
 DEFAULT_SERVER = "localhost:50051"
 #: what AsrClient allows in one message by default; the server's default is the same
@@ -394,19 +388,18 @@ def _channels_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str
 
 def _audio_for_the_server(args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
     """The file's audio as the server can take it, found out before connecting: its
-    channels as ``--channels`` says, at most SERVER_MAX_CHANNELS, at a rate it takes."""
+    channels as ``--channels`` says, at most MAX_CHANNELS, at a rate it takes."""
     audio = _channels_as_asked(load_audio(args.path), args, stderr)
-    if audio.channels > SERVER_MAX_CHANNELS:
+    if audio.channels > MAX_CHANNELS:
         raise UsageError(
             f"{args.path} has {audio.channels} channels, more than the server takes "
-            f"({SERVER_MAX_CHANNELS}): --channels mix sends them mixed to one"
+            f"({MAX_CHANNELS}): --channels mix sends them mixed to one"
         )
     rate = rate_for_server(audio.sample_rate_hz)
     if rate != audio.sample_rate_hz:
         if not getattr(args, "quiet", False):
-            low, high = SERVER_RATES_HZ
             print(
-                f"the server takes {low}-{high} Hz: resampling from "
+                f"the server takes {MIN_RATE_HZ}-{MAX_RATE_HZ} Hz: resampling from "
                 f"{audio.sample_rate_hz} Hz to {rate} Hz",
                 file=stderr,
             )
