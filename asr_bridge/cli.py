@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from asr_client.connection import ConnectionConfigError, ConnectionOptions, int_between
+from asr_server.log import LOG_LEVELS
 
 if TYPE_CHECKING:
     from asr_bridge.app import BridgeConfig
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 TOKEN_ENV = "ASR_BRIDGE_TOKEN"  # what browsers must present to the bridge
 SERVER_TOKEN_ENV = "ASR_BRIDGE_SERVER_TOKEN"  # what the bridge presents to the gRPC server
 ENV_PREFIX = "ASR_BRIDGE_"
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _env(name: str) -> str | None:

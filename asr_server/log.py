@@ -9,6 +9,9 @@ stream_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("stream_id",
 #: who made the call: a token's name, a client certificate's subject, or ``ip:ADDRESS``
 client_var: contextvars.ContextVar[str] = contextvars.ContextVar("client", default="-")
 
+#: the levels a log level setting may name (the server's and the bridge's)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s [%(stream_id)s %(client)s] %(message)s"
 
 

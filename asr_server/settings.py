@@ -14,9 +14,10 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from asr_server.log import LOG_LEVELS
+
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class EngineSettings(BaseModel):
