@@ -122,24 +122,6 @@ class StreamingResampler:
             self._first = keep_from
         return out
 
-    def catch_up(self) -> np.ndarray:
-        """The output still held back for input to come, made now as if silence came
-        next (a FINALIZE wants all the audio sent before it). The stream goes on: later
-        output continues where this ends, so nothing is emitted twice or lost."""
-        whole = -(-self._received * self.up // self.down)
-        if whole <= self._emitted:
-            return np.zeros(0, np.float32)
-        received = self._input
-        needed = self._newest_input(whole - 1) + 1 - self._first
-        if needed > received.size:  # the silence, for this computation only
-            self._input = np.concatenate([received, np.zeros(needed - received.size, np.float32)])
-        try:
-            out = self._compute(self._emitted, whole)
-        finally:
-            self._input = received
-        self._emitted = whole
-        return out
-
     def _newest_input(self, n: int) -> int:
         """The newest input sample that output ``n`` is made of."""
         return (n + self.delay) * self.down // self.up

@@ -118,11 +118,12 @@ def test_odd_rates_go_to_soxr_without_designing_a_huge_filter() -> None:
     assert np.std(error) <= np.std(reference) * 10 ** (-75 / 20)
 
 
-@pytest.mark.parametrize("rate", [8_000, 44_100, 8_001])
+@pytest.mark.parametrize("rate", [8_001, 44_101])
 def test_catch_up_emits_everything_so_far_and_the_stream_goes_on(rate: int) -> None:
-    """At a FINALIZE the held-back output comes at once (as if silence followed); the
-    output after it continues where it ended: nothing twice, nothing lost, and away from
-    the cut the same samples as without it."""
+    """At a FINALIZE what soxr holds back comes at once (as if silence followed; only
+    soxr's streams are caught up, AudioDecoder.catch_up says why); the output after it
+    continues where it ended: nothing twice, nothing lost, and away from the cut the same
+    samples as without it."""
     x = tones(rate, 2.0, seed=3)
     half = rate  # one second
     plain, cut = resampler_for(rate, OUT), resampler_for(rate, OUT)
