@@ -75,7 +75,8 @@ class PcmAudio:
         with_first = np.zeros((self.channels, 2 * lags + 1))  # lags -lags..lags
         for w in windows:
             first = self.frames[w, 0].astype(np.float64) - mean[0]
-            size = _fft_size(len(first) + lags)
+            # a power of two: a window is 2 s, so even doubled it is small
+            size = 1 << (len(first) + lags - 1).bit_length()
             spectrum = np.conj(np.fft.rfft(first, size))
             squares[0] += first @ first
             for c in range(1, self.channels):
@@ -134,23 +135,6 @@ def rate_for_server(rate_hz: int) -> int:
     if rate_hz < MIN_RATE_HZ:
         return SAMPLE_RATE
     return rate_hz
-
-
-def _fft_size(n: int) -> int:
-    """The smallest 2^a * 3^b * 5^c >= n: a fast FFT length without doubling the memory a
-    power of two may take."""
-    best = 1 << max(0, (n - 1).bit_length())
-    fives = 1
-    while fives < best:
-        threes = fives
-        while threes < best:
-            twos = threes
-            while twos < n:
-                twos *= 2
-            best = min(best, twos)
-            threes *= 3
-        fives *= 5
-    return best
 
 
 def load_audio(path: str | Path) -> PcmAudio:
