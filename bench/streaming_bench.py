@@ -191,7 +191,7 @@ async def stream_one(
     # after the recording, silence at the same pace: most recordings stop where their
     # speech does, and a stream that ended there would end its last utterance itself, so
     # that final would measure the end of the stream, not endpointing
-    silence = SILENCE_BYTE[encoding] * (int(sr * TRAILING_SILENCE_S) * frame_bytes)
+    silence = silence_bytes(encoding, int(sr * TRAILING_SILENCE_S) * channels)
     out = Outcome(item)
     onset: dict[tuple[int, int], float] = {}
     speech_end: dict[tuple[int, int], float] = {}
@@ -354,8 +354,14 @@ VAD_STOP_S = 0.2
 #: silence sent after each recording: more than the longest a SEMANTIC pause is held
 #: (endpointing.max_silence_ms, 2 s), so every utterance ends by endpointing
 TRAILING_SILENCE_S = 2.5
-#: one sample of silence, per encoding (μ-law's and A-law's zero is not the byte 0)
-SILENCE_BYTE = {"LINEAR16": b"\x00", "MULAW": b"\xff", "ALAW": b"\xd5"}
+
+
+def silence_bytes(encoding: str, samples: int) -> bytes:
+    """``samples`` of silence on the wire (μ-law's zero is not the byte 0)."""
+    from asr_server.audio.g711 import mulaw_encode
+
+    zeros = np.zeros(samples, np.int16)
+    return mulaw_encode(zeros) if encoding == "MULAW" else zeros.astype("<i2").tobytes()
 
 
 def client_vad_speech_ends(item: Item) -> list[float]:
