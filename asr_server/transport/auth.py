@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import re
 import secrets
 import threading
@@ -21,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from asr_server.transport.file_stamp import FileStamp, file_stamp
+
 logger = logging.getLogger(__name__)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
@@ -28,9 +29,6 @@ HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 #: tokens longer than this are refused before hashing (a cheap bound on work per call)
 MAX_TOKEN_CHARS = 512
 CHECK_INTERVAL_S = 1.0
-
-
-_Stamp = tuple[int, int, int]
 
 
 class TokenFileError(ValueError):
@@ -94,7 +92,7 @@ class TokenRegistry:
         self._lock = threading.Lock()
         self._stamp = self._file_stamp()  # before the read: a change during it is seen later
         self._entries = parse_token_file(path)  # start-up: a bad file is fatal
-        self._failed_stamp: _Stamp | None = None
+        self._failed_stamp: FileStamp | None = None
         self._checked = time.monotonic()
         self._warn_if_empty()
 
@@ -128,7 +126,7 @@ class TokenRegistry:
             if stamp != self._stamp and stamp != self._failed_stamp:
                 self._load(stamp)
 
-    def _load(self, stamp: _Stamp | None) -> bool:
+    def _load(self, stamp: FileStamp | None) -> bool:
         try:
             entries = parse_token_file(self.path)
         except TokenFileError as exc:
@@ -151,12 +149,8 @@ class TokenRegistry:
         if self._on_reload is not None:
             self._on_reload(ok)
 
-    def _file_stamp(self) -> _Stamp | None:
-        """Modification time, size and inode. A rewrite in place read half-way, whose rest
-        came within the file system's timestamp resolution (a second on some), has the
-        same time but not the same size; a file renamed over it has another inode."""
+    def _file_stamp(self) -> FileStamp | None:
         try:
-            stat = os.stat(self.path)
+            return file_stamp(self.path)
         except OSError:
             return None
-        return stat.st_mtime_ns, stat.st_size, stat.st_ino

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import grpc
 
+from asr_server.transport.file_stamp import FileStamp, file_stamp
+
 logger = logging.getLogger(__name__)
 
 
@@ -41,7 +43,7 @@ class CertificateFiles:
         return named + ((("client CA", self.client_ca),) if self.client_ca else ())
 
 
-_Stamp = tuple[tuple[int, int, int], ...]
+_Stamp = tuple[FileStamp, ...]
 
 
 @dataclass(frozen=True)
@@ -133,15 +135,11 @@ def _stamp(files: CertificateFiles) -> _Stamp:
     return tuple(_file_stamp(path, what) for what, path in files.named())
 
 
-def _file_stamp(path: Path, what: str) -> tuple[int, int, int]:
-    """Modification time, size and inode. A file rewritten in place and read half-way,
-    whose rest came within the file system's timestamp resolution (a second on some), has
-    the same time but not the same size; a file renamed over it has another inode."""
+def _file_stamp(path: Path, what: str) -> FileStamp:
     try:
-        stat = os.stat(path)
+        return file_stamp(path)
     except OSError as exc:
         raise _unreadable(path, what, exc) from None
-    return stat.st_mtime_ns, stat.st_size, stat.st_ino
 
 
 def _read(path: Path, what: str) -> bytes:
