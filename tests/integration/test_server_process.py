@@ -142,7 +142,11 @@ async def test_a_port_in_use_is_one_clear_line_not_a_traceback(which: str) -> No
 
 async def test_a_model_that_fails_to_load_says_why_without_a_traceback(tmp_path) -> None:  # type: ignore[no-untyped-def]
     # a directory without a model in it
-    code, text = await server_that_stops("--port", "0", "--model", str(tmp_path))
+    # metrics and health on free ports too: a busy default port (9464) would fail the
+    # start for another reason
+    code, text = await server_that_stops(
+        "--port", "0", "--metrics-port", "0", "--health-port", "0", "--model", str(tmp_path)
+    )  # fmt: skip
     assert code != 0, text
     assert "missing model.bin" in text and str(tmp_path) in text, text
     assert "Traceback" not in text
