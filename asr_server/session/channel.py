@@ -377,6 +377,11 @@ class ChannelRecognizer:
         utt.audio.append(ev.samples)
         utt.samples_since_partial += ev.samples.size
         if len(utt.audio) >= self._max_utterance:
+            if ev.trailing_silence and utt.eager_sent and utt.speculation is not None:
+                # the limit fell in the pause of an eager result: that result is the
+                # final (the proto promises its text), cut where it was decoded to
+                await self._split_at_pause(utt, utt.speculation)
+                return
             if ev.trailing_silence and self._pause_final_within(utt) is not None:
                 # the limit fell in a pause whose final heard the whole pad: cut there
                 # and keep that final, as when speech resumes after such a pause
@@ -394,8 +399,10 @@ class ChannelRecognizer:
             await self._split_at_pause(utt)
             return
         if silence == 0:
-            # speech resumed: the early final is moot (unless that was no speech)
-            if self._sets_aside:
+            # speech resumed: the early final is moot (unless that was no speech; but
+            # not one sent as an eager result: the client is told below that the speaker
+            # went on, and a final ending before that would contradict it)
+            if self._sets_aside and not utt.eager_sent:
                 utt.set_speculation_aside()
             else:
                 utt.drop_speculation()
@@ -621,11 +628,12 @@ class ChannelRecognizer:
             and self._long_enough_to_split(utt, early.speech_end)
         )
 
-    async def _split_at_pause(self, utt: UtteranceState) -> None:
+    async def _split_at_pause(self, utt: UtteranceState, early: EarlyFinal | None = None) -> None:
         """See _splits_at_pause: the final of the audio up to the pause's final's end
-        (the speech before it and 200 ms of the pause), then the rest is a new utterance,
-        as at the length limit (no SPEECH_ENDED: the speaker did not stop for long)."""
-        early = self._pause_final(utt)
+        (the speech before it and 200 ms of the pause; ``early``: that final, when it is
+        not the pause's own), then the rest is a new utterance, as at the length limit (no
+        SPEECH_ENDED: the speaker did not stop for long)."""
+        early = early or self._pause_final(utt)
         assert early is not None
         rest = utt.audio.split_off(early.end)
         utt.speech_end = early.speech_end  # (for the latency metric)

@@ -7,6 +7,7 @@ import dataclasses
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -255,6 +256,35 @@ async def test_eager_finals_come_at_a_pause_and_are_withdrawn_when_speech_resume
         assert e.unstable_text
     assert h.metrics.results.labels("eager")._value.get() == 2
     assert h.metrics.speech_events.labels("resumed")._value.get() == 1
+
+
+@pytest.mark.parametrize("commit_partials", [False, True])
+async def test_an_eager_result_the_length_limit_overtakes_in_its_pause_is_the_final(
+    commit_partials: bool,
+) -> None:
+    """The proto: an eager result is followed by its utterance's final with the eager
+    text, or by SPEECH_RESUMED. An utterance that reaches the length limit in the pause of
+    its eager result ends there with that result, although the speaker has not stopped
+    for long (before, it was cut again and its final lost the eager text's last words,
+    or ended elsewhere)."""
+    audio = np.concatenate([silence(0.5), tone(9.3), silence(3.0)])
+    h = Harness(commit_partials=commit_partials)
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 640)),
+        eager_finals=True,
+        max_utterance_ms=10_000,
+        silence_ms=1000,
+    )
+    eager = [e for e in results(events) if e.eager]
+    assert eager
+    for e in eager:
+        if any(isinstance(x, SpeechResumed) and x.utterance_id == e.utterance_id for x in events):
+            continue
+        (final,) = [f for f in results(events, final=True) if f.utterance_id == e.utterance_id]
+        assert (final.text, final.end_s) == (e.text, e.end_s)
+    # every word of the tone once, in order, across the finals
+    words = " ".join(f.text for f in results(events, final=True)).split()
+    assert words == [f"w{i}" for i in range(len(words))]
 
 
 def carrying_engine() -> FakeEngine:
@@ -1318,7 +1348,9 @@ def final_decodes(h: Harness) -> int:
     return sum(r.kind is DecodeKind.FINAL for call in h.engine.calls for r in call)
 
 
-async def a_turn_ended_by_the_client(h: Harness, pause: list[np.ndarray]) -> list[object]:
+async def a_turn_ended_by_the_client(
+    h: Harness, pause: list[np.ndarray], **config: Any
+) -> list[object]:
     """A first turn (after it the channel decodes finals 60 ms into each pause), then a
     turn of 2 s whose pause holds ``pause``, finalized by the client at its end."""
     first = [pcm16(tone(2.0)), pcm16(silence(0.3)), Finalize(), pcm16(silence(0.5))]
@@ -1332,7 +1364,7 @@ async def a_turn_ended_by_the_client(h: Harness, pause: list[np.ndarray]) -> lis
             else:
                 yield item
 
-    return await h.run(source(), interim=False)
+    return await h.run(source(), interim=False, **config)
 
 
 async def test_finalize_in_a_pause_gets_the_final_decoded_early_in_it() -> None:
@@ -1502,6 +1534,27 @@ async def test_a_breath_in_the_pause_does_not_cost_the_final_a_decode(
         assert final_decodes(h) == 3
         assert h.metrics.early_finals_kept._value.get() == 0
     assert second.text == "w0 w1 w2 w3 w4 w5 w6 w7"
+
+
+async def test_an_eager_result_withdrawn_at_a_breath_is_not_kept_as_the_final() -> None:
+    # with eager finals the pause's early final went out as an eager result, and the
+    # breath withdrew it (SPEECH_RESUMED): a client was told the speaker went on, so the
+    # final is no longer that set-aside result, ending before the resumption it was told
+    h = Harness(speech_check=silero_hears_speech)
+    pause = [silence(0.25), breath(), silence(0.05)]
+    events = await a_turn_ended_by_the_client(h, pause, eager_finals=True)
+    (resumed,) = [e for e in events if isinstance(e, SpeechResumed)]
+    (ended,) = [
+        e
+        for e in events
+        if isinstance(e, SpeechBoundary)
+        and not e.started
+        and e.utterance_id == resumed.utterance_id
+    ]
+    assert ended.offset_s >= resumed.offset_s
+    (final,) = [f for f in results(events, final=True) if f.utterance_id == resumed.utterance_id]
+    assert final.end_s >= resumed.offset_s and final.text == "w0 w1 w2 w3 w4 w5 w6 w7"
+    assert h.metrics.early_finals_kept._value.get() == 0
 
 
 async def test_only_an_early_final_the_engine_began_is_set_aside() -> None:
