@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
             " --token $ASR_TOKEN" if settings.auth_tokens is not None else ""
         )
         print(
-            f"\nstreamasr is ready: model {settings.engine.model}, gRPC on "
+            # the engine's own name: the fake backend ignores settings.engine.model
+            f"\nstreamasr is ready: model {running.servicer.model_name}, gRPC on "
             f"{listen_address(settings.host, running.port)}"
             + (f" ({security})" if security else "")
             + (
