@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,23 @@ def test_the_dashboard_and_alerts_name_only_series_that_exist(path: str) -> None
     used = set(re.findall(r"\basr_[a-z_]+\b", (DEPLOY / path).read_text()))
     assert used, path
     assert used <= exported_series(), sorted(used - exported_series())
+
+
+def copied_into_build(dockerfile: str) -> set[str]:
+    """The context paths a Dockerfile's COPY instructions take (not ``COPY --from``)."""
+    paths: set[str] = set()
+    for line in (DEPLOY / dockerfile).read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not words[1].startswith("--"):
+            paths |= {w.rstrip("/") for w in words[1:-1]}
+    return paths
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", "Dockerfile.cuda"])
+def test_the_images_copy_every_package_pyproject_installs(dockerfile: str) -> None:
+    """The images list what they copy; a package left out still gets its console script
+    (asr-bridge), which then fails with ModuleNotFoundError."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
+    needed = packages | {"pyproject.toml", project["project"]["readme"]}
+    assert needed <= copied_into_build(dockerfile), sorted(needed - copied_into_build(dockerfile))
