@@ -185,3 +185,39 @@ def test_the_images_copy_every_package_pyproject_installs(dockerfile: str) -> No
     packages = {p.rstrip("*") for p in project["tool"]["setuptools"]["packages"]["find"]["include"]}
     needed = packages | {"pyproject.toml", project["project"]["readme"]}
     assert needed <= copied_into_build(dockerfile), sorted(needed - copied_into_build(dockerfile))
+
+
+def exported_buckets() -> dict[str, set[str]]:
+    """Each histogram's ``le`` values, written as the server writes them ("1.0", "+Inf")."""
+    from prometheus_client import Histogram
+
+    from asr_bridge.metrics import BridgeMetrics
+    from asr_server.metrics import Metrics
+
+    buckets: dict[str, set[str]] = {}
+    for metrics in (Metrics(), BridgeMetrics()):
+        for metric in vars(metrics).values():
+            if isinstance(metric, Histogram) and metric._labelnames:
+                metric.labels(*metric._labelnames)  # a labelled histogram shows once used
+        for family in metrics.registry.collect():
+            for sample in family.samples:
+                if sample.name.endswith("_bucket"):
+                    buckets.setdefault(sample.name, set()).add(sample.labels["le"])
+    return buckets
+
+
+def test_the_alert_tests_feed_the_series_the_server_writes() -> None:
+    """An alert test fed bucket bounds or codes the server never writes passes while the
+    alert may never fire on real data."""
+    from asr_server.errors import Status
+
+    buckets = exported_buckets()
+    tests = yaml.safe_load((DEPLOY / "prometheus/alerts_test.yml").read_text())["tests"]
+    for test in tests:
+        for entry in test["input_series"]:
+            name = entry["series"].split("{")[0]
+            label = dict(re.findall(r'(\w+)\s*=\s*"([^"]*)"', entry["series"]))
+            if name.endswith("_bucket"):
+                assert label["le"] in buckets[name], (test["name"], entry["series"])
+            if name == "asr_stream_errors_total":
+                assert label["code"] in {s.value for s in Status}, (test["name"], entry["series"])
