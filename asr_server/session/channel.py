@@ -155,6 +155,7 @@ class ChannelRecognizer:
         start = start or ChannelStart()
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
+        endpointer.claim_until(start.mute_until_sample)
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
         self._finals = FinalDecoder(

@@ -80,6 +80,13 @@ class Endpointer:
         self.speaking = False
         self._silent_run = 0
         self._last_voiced_end = 0
+        self._claimed_until = 0
+
+    def claim_until(self, sample: int) -> None:
+        """Audio before ``sample`` already has its finals (a resumed stream, where it is
+        heard as silence): no utterance's pre-roll reaches back into it, or a final would
+        start inside one the client has."""
+        self._claimed_until = sample
 
     def _frames(self, ms: int) -> int:
         """Whole detector frames in ``ms`` (at least one)."""
@@ -200,6 +207,10 @@ class Endpointer:
             first = self.position - sum(a.size for a in kept)
             # (in the samples the frames really held: flush's last frame is short)
             onset = self.position - sum(a.size for a in kept[-onset_frames:])
+            if first < self._claimed_until < self.position:
+                kept = _trimmed_front(kept, self._claimed_until - first)
+                first = self.position - sum(a.size for a in kept)
+                onset = max(onset, first)
             self.speaking = True
             self._silent_run = 0
             self._last_voiced_end = self.position
@@ -207,3 +218,13 @@ class Endpointer:
             self._recent_voiced.clear()
             events.append(SpeechStarted(first, onset))
             events.append(SpeechAudio(first, np.concatenate(kept), 0, self.position))
+
+
+def _trimmed_front(frames: list[np.ndarray], samples: int) -> list[np.ndarray]:
+    """``frames`` less their first ``samples`` samples."""
+    out = list(frames)
+    while out and samples >= out[0].size:
+        samples -= out.pop(0).size
+    if out and samples:
+        out[0] = out[0][samples:]
+    return out

@@ -37,10 +37,12 @@ from asr_server.session import (
     StreamSession,
 )
 from asr_server.session.types import (
+    ChannelStart,
     ConfigUpdate,
     EndOfTurn,
     Finalized,
     NoWords,
+    ResumeState,
     TurnEndReason,
 )
 from asr_server.session.utterance import UtteranceAudio
@@ -285,6 +287,23 @@ async def test_an_eager_result_the_length_limit_overtakes_in_its_pause_is_the_fi
     # every word of the tone once, in order, across the finals
     words = " ".join(f.text for f in results(events, final=True)).split()
     assert words == [f"w{i}" for i in range(len(words))]
+
+
+async def test_a_resumed_channel_starts_no_final_inside_audio_already_final() -> None:
+    """Audio before a channel's final_until_s is heard as silence, and the first
+    utterance after it takes no pre-roll from it: its final starts at that point, not up
+    to 300 ms inside the final the client already has (speech resumed at once: an
+    utterance cut by the length limit or a finalize just before the break)."""
+    audio = np.concatenate([silence(1.5), tone(2.0), silence(1.0)])
+    h = Harness()
+    resume = ResumeState(
+        10.0, (ChannelStart(next_utterance_id=7, mute_until_sample=int(1.48 * SR)),)
+    )
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), resume=resume)
+    (final,) = results(events, final=True)
+    # (times here are this connection's: the transport adds the stream offset)
+    assert final.utterance_id == 7
+    assert final.start_s == pytest.approx(1.48, abs=1e-3)
 
 
 def carrying_engine() -> FakeEngine:
