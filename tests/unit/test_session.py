@@ -1095,6 +1095,31 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     assert events.index(acks[0]) == events.index(finals[0]) + 1
 
 
+async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() -> None:
+    """The proto's exception: 60 ms of speech (under the detector's start time) before a
+    finalize are no utterance yet; the finalize is acknowledged at once and that speech
+    starts the next utterance, whose final holds it (not a fraction of a word alone)."""
+    before = pcm16(np.concatenate([silence(0.5), tone(0.06)]))
+    after = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(before, 480):
+            yield c
+        yield Finalize()
+        async for c in chunks(after, 480):
+            yield c
+
+    h = Harness()
+    events = await h.run(h.lockstep(source()), interim=False)
+    (ack,) = [e for e in events if isinstance(e, Finalized)]
+    (started,) = [e for e in events if isinstance(e, SpeechBoundary) and e.started]
+    (final,) = results(events, final=True)
+    assert ack.offset_s == pytest.approx(0.56, abs=1e-3)
+    assert events.index(ack) < events.index(started) < events.index(final)
+    assert started.offset_s == pytest.approx(0.5, abs=0.035)  # the onset before the finalize
+    assert final.start_s < 0.5 < final.end_s and not final.from_finalize
+
+
 @pytest.mark.parametrize(("rate", "held_back_s"), [(8_000, 0.0032), (8_001, 0.0), (44_101, 0.0)])
 async def test_a_finalize_covers_the_audio_a_resampler_holds_back(
     rate: int, held_back_s: float
