@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -305,6 +304,19 @@ class RecognitionStream:
             self._call.cancel()
 
 
+def _retry_options(max_message_bytes: int) -> list[tuple[str, object]]:
+    """Retry refused Recognize calls (retry.py). grpc core retries a call only while what
+    it sent (headers and messages) fits its per-RPC retry buffer, 256 KiB by default (8 s
+    of 16 kHz audio): this one holds the largest request the client may send. (The buffer
+    holds only what a call sent, until its response headers come; streams, having no
+    retry policy, keep nothing.)"""
+    buffer = min(max_message_bytes + (64 << 10), 2**31 - 1)  # grpc reads an int
+    return [
+        ("grpc.service_config", retry_service_config()),
+        ("grpc.per_rpc_retry_buffer_size", buffer),
+    ]
+
+
 def _is_finalized(response: object) -> bool:
     """A FINALIZED speech event (a call made without deserializers yields raw bytes)."""
     return (
@@ -335,18 +347,22 @@ class AsrClient:
     ) -> None:
         #: how this client's streams resume when their call breaks (default: the default
         #: ResumePolicy); None = they fail with the call's error
-        if resume == "default":
-            from asr_client.resume import ResumePolicy
+        from asr_client.resume import ResumePolicy
 
+        if resume == "default":
             resume = ResumePolicy()
         self.resume = resume
         #: refused calls are made again: Recognize by grpc's retry policy, streams by
-        #: their resume policy (seat_wait_s); False = a refusal fails at once
+        #: their resume policy (seat_wait_s for a full replica, give_up_after_s for a
+        #: draining one); False = a call no server took fails at once, with its status
         self.retry = retry
         self.connection = (
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
         )
         self._metadata = self.connection.call_metadata()
+        # grpc's reconnect backoff grows to 120 s: a stream resuming after a longer outage
+        # would find its channel still waiting after the server came back, and give up
+        reconnect_ms = round(1000 * (resume or ResumePolicy()).max_backoff_s)
         self._channel = self.connection.channel(
             [
                 ("grpc.max_send_message_length", max_message_bytes),
@@ -355,7 +371,9 @@ class AsrClient:
                 # grpc keeps the first of two equal channel arguments: the caller's service
                 # config (e.g. retry_service_config(load_balancing="round_robin")) comes first.
                 *options,
-                *([("grpc.service_config", retry_service_config())] if retry else []),
+                *(_retry_options(max_message_bytes) if retry else []),
+                ("grpc.initial_reconnect_backoff_ms", min(1000, reconnect_ms)),
+                ("grpc.max_reconnect_backoff_ms", reconnect_ms),
                 # a connection whose other end vanished without a reset (a host's power,
                 # a partition) would leave a stream waiting forever: pinged, it fails
                 # within 40 s and the stream resumes on a new one (the server allows a
@@ -393,12 +411,10 @@ class AsrClient:
         policy = self.resume if resume == "default" else resume
         if policy is None:
             return self._raw_stream(config, timeout_s)
-        if not self.retry:
-            policy = dataclasses.replace(policy, seat_wait_s=0.0)
         from asr_client.resume import ResumableStream
 
         return ResumableStream(  # type: ignore[return-value]
-            self, config, policy, timeout_s=timeout_s, on_resume=on_resume
+            self, config, policy, timeout_s=timeout_s, on_resume=on_resume, retry=self.retry
         )
 
     def _raw_stream(

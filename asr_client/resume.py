@@ -74,10 +74,13 @@ class ResumePolicy:
     #: a stream whose first call was refused for capacity (RESOURCE_EXHAUSTED before
     #: the server admitted it) makes the call again, with backoff, for this long before
     #: failing with the refusal: through a proxy or client-side balancing the next try
-    #: may land on a replica with room. 0 = fail at once. (The new calls of a resume are
-    #: tried for give_up_after_s.)
+    #: may land on a replica with room. 0 = fail at once. (The new calls of a resume, and
+    #: a first call a draining or loading replica refused with UNAVAILABLE, are tried for
+    #: give_up_after_s; with AsrClient(retry=False) a first call is made once.)
     seat_wait_s: float = 1.0
     initial_backoff_s: float = 0.05
+    #: the longest wait between two tries; an AsrClient's policy also caps its channel's
+    #: reconnect backoff (grpc's own grows to 120 s) at this
     max_backoff_s: float = 2.0
 
 
@@ -237,8 +240,12 @@ class ResumableStream:
         *,
         timeout_s: float | None = None,
         on_resume: Callable[[ResumeInfo], None] | None = None,
+        retry: bool = True,
     ) -> None:
         self._client = client
+        # False: the stream's first call fails with its own status unless a server takes
+        # it (AsrClient(retry=False), the load tool: a refusal is what it counts)
+        self._retry = retry
         self._config = config
         self.policy = policy
         self._timeout_s = timeout_s
@@ -369,7 +376,8 @@ class ResumableStream:
                 self._admitted = self._admitted or admitted
                 refused = not admitted and exc.code in _REFUSALS
                 no_wait = self._no_seat(exc) and self.policy.seat_wait_s <= 0
-                if no_wait or not (is_resumable(exc) or refused):
+                no_retry = not self._retry and not self._admitted
+                if no_retry or no_wait or not (is_resumable(exc) or refused):
                     self._failed = exc
                     raise
                 try:

@@ -4,7 +4,9 @@ A full, draining or still-loading replica refuses a new call before reading or w
 anything (RESOURCE_EXHAUSTED or UNAVAILABLE, with ``grpc-retry-pushback-ms``). Until a call
 has received response headers, grpc core can replay it from its retry buffer: through an
 L7 proxy the retry is a new request that the proxy balances again; with client-side
-balancing (several addresses, ``round_robin``) it is the next pick.
+balancing (several addresses, ``round_robin``) it is the next pick. grpc core replays only
+a call whose request fits its per-RPC retry buffer (256 KiB by default, 8 s of 16 kHz
+audio), so ``AsrClient`` sets that buffer to its largest message.
 
 Only ``Recognize`` (one request message) is retried this way. A ``StreamingRecognize``
 call replayed by grpc core while its client kept writing lost audio in our tests (0.3 s

@@ -406,6 +406,71 @@ async def test_a_first_call_refused_for_capacity_waits_for_a_seat_as_long_as_ask
     assert infos == []  # getting a first seat is not a resume
 
 
+async def test_without_retry_a_refusal_of_any_kind_fails_at_once(make_server) -> None:  # type: ignore[no-untyped-def]
+    """retry=False (the load tool): a full replica's RESOURCE_EXHAUSTED and a draining one's
+    UNAVAILABLE both reach the caller at once, as the server said them; with retry on, a
+    draining replica's refusal is made again (elsewhere, through a proxy)."""
+    full = await serve_fake(make_server, max_streams=1)
+    draining = await serve_fake(make_server)
+    holder, _held = await hold_the_only_seat(full)
+
+    async def play(port: int, *, retry: bool) -> None:
+        async with AsrClient(f"127.0.0.1:{port}", retry=retry) as client:
+            async with asyncio.timeout(5), client.stream(audio_config()) as stream:
+                await stream.send_audio(bytes(3200))
+                await stream.end()
+                async for _ in stream:
+                    pass
+
+    draining.servicer.draining = True
+    try:
+        with pytest.raises(StreamClosedError) as err:
+            await play(full.port, retry=False)
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert not isinstance(err.value, ResumeError)
+        with pytest.raises(StreamClosedError) as err:
+            await play(draining.port, retry=False)
+        assert err.value.code == grpc.StatusCode.UNAVAILABLE
+        assert "shutting down" in err.value.details
+        assert not isinstance(err.value, ResumeError)
+        assert sample(draining, "asr_refused_streams_total", reason="draining") == 1
+
+        async def drain_ends() -> None:
+            await eventually(
+                lambda: (sample(draining, "asr_refused_streams_total", reason="draining") or 0) > 1
+            )
+            draining.servicer.draining = False
+
+        ends = asyncio.create_task(drain_ends())
+        await play(draining.port, retry=True)
+        await ends
+    finally:
+        draining.servicer.draining = False
+        await holder.close()
+
+
+async def test_a_recognize_refused_for_capacity_is_retried_whatever_its_length(make_server) -> None:  # type: ignore[no-untyped-def]
+    """grpc core retries a call only while its request fits the per-RPC retry buffer (256 KiB
+    by default: 8 s of 16 kHz audio); the client's holds any request it may send."""
+    server = await serve_fake(make_server, max_streams=1)
+    holder, held = await hold_the_only_seat(server)
+
+    async def free_the_seat() -> None:
+        await eventually(lambda: refused(server) >= 1)
+        held.cancel()  # type: ignore[attr-defined]
+
+    freeing = asyncio.create_task(free_the_seat())
+    try:
+        async with AsrClient(f"127.0.0.1:{server.port}") as client:
+            reply = await client.recognize(bytes(30 * RATE * 2), audio_config())
+        await freeing
+    finally:
+        freeing.cancel()
+        await holder.close()
+    assert reply.duration_s == pytest.approx(30.0)
+    assert refused(server) >= 1
+
+
 async def test_refusals_without_end_give_up_in_bounded_time(make_server) -> None:  # type: ignore[no-untyped-def]
     """Every replica left refuses: the stream fails within give_up_after_s (plus one backoff),
     not after endless tries."""

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from asr_client import api
+from asr_client.connection import ConnectionOptions
+from asr_client.resume import ResumePolicy
 from asr_client.retry import retry_service_config
 from asr_server.transport import servicer
 
@@ -44,6 +46,46 @@ def test_a_stream_update_names_only_what_changes_and_a_new_call_starts_from_it()
     on = api.updated_config(config, eager)
     off = api.updated_config(on, api.stream_update(eager_finals=False))
     assert not off.endpointing.eager_finals
+
+
+async def channel_arguments(monkeypatch: pytest.MonkeyPatch, **client: object) -> dict[str, object]:
+    """The channel arguments an ``AsrClient(**client)`` gets, as grpc reads them (the
+    first of two equal names counts)."""
+    given: list[tuple[str, object]] = []
+    make = ConnectionOptions.channel
+
+    def channel(self: ConnectionOptions, options: list[tuple[str, object]]) -> object:
+        given.extend(options)
+        return make(self, options)
+
+    monkeypatch.setattr(ConnectionOptions, "channel", channel)
+    await api.AsrClient("127.0.0.1:1", **client).close()  # type: ignore[arg-type]
+    first: dict[str, object] = {}
+    for name, value in given:
+        first.setdefault(name, value)
+    return first
+
+
+async def test_grpc_can_retry_a_recognize_of_any_size_the_client_sends(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # grpc core retries only a request that fits its per-RPC retry buffer (256 KiB)
+    args = await channel_arguments(monkeypatch, max_message_bytes=8 << 20)
+    assert args["grpc.per_rpc_retry_buffer_size"] >= 8 << 20  # type: ignore[operator]
+    assert "grpc.per_rpc_retry_buffer_size" not in await channel_arguments(monkeypatch, retry=False)
+
+
+async def test_the_channel_reconnects_at_least_as_often_as_a_resume_tries(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # grpc's own reconnect backoff grows to 120 s: a resume within give_up_after_s would
+    # find the channel still waiting out its backoff after the server came back
+    policy = ResumePolicy(max_backoff_s=0.5)
+    args = await channel_arguments(monkeypatch, resume=policy)
+    assert args["grpc.max_reconnect_backoff_ms"] == 500
+    assert args["grpc.initial_reconnect_backoff_ms"] <= 500  # type: ignore[operator]
+    default = await channel_arguments(monkeypatch)  # the default policy; and with no resume
+    assert default["grpc.max_reconnect_backoff_ms"] == ResumePolicy().max_backoff_s * 1000
+    assert await channel_arguments(monkeypatch, resume=None) == default
+    # a caller's own choice comes first
+    mine = await channel_arguments(monkeypatch, options=[("grpc.max_reconnect_backoff_ms", 9000)])
+    assert mine["grpc.max_reconnect_backoff_ms"] == 9000
 
 
 class ReadyOnCue:
