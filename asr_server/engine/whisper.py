@@ -169,7 +169,11 @@ class WhisperEngine:
         self.is_multilingual = bool(self._ct2.is_multilingual)
         self.capabilities = EngineCapabilities(
             sample_rate=SAMPLE_RATE,
-            languages=whisper_languages() if self.is_multilingual else frozenset({"en"}),
+            languages=(
+                whisper_languages(self._model.hf_tokenizer)
+                if self.is_multilingual
+                else frozenset({"en"})
+            ),
             language_detection=self.is_multilingual,
             prefix_forcing=True,
             word_timestamps=True,
@@ -522,13 +526,19 @@ class WhisperEngine:
             hyps[i] = dataclasses.replace(h, words=timings_in_text(timings, h.text))
 
 
-def whisper_languages() -> frozenset[str] | None:
-    """Every language code a multilingual Whisper knows (None if faster-whisper hides it)."""
+def whisper_languages(tokenizer: Any = None) -> frozenset[str] | None:
+    """Every language code a multilingual Whisper knows (None if faster-whisper hides it):
+    with ``tokenizer`` (the model's), only those it has a token for. faster-whisper's list
+    is large-v3's, with Cantonese ("yue"), which base and small lack: given it, the decode
+    silently ran with no language token at all."""
     try:
         from faster_whisper.tokenizer import _LANGUAGE_CODES
     except ImportError:  # pragma: no cover
         return None
-    return frozenset(_LANGUAGE_CODES)
+    codes = frozenset(_LANGUAGE_CODES)
+    if tokenizer is None:
+        return codes
+    return frozenset(c for c in codes if tokenizer.token_to_id(f"<|{c}|>") is not None)
 
 
 def allowed_scores(

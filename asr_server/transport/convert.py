@@ -252,9 +252,15 @@ def _allowed_languages(
     for code in msg.languages:
         lang = code.strip().lower()
         if languages is not None and lang not in languages:
+            # the model's own codes when they are few (an English-only model: en)
+            known = (
+                ", ".join(sorted(languages))
+                if len(languages) < 5
+                else "Whisper language codes such as en, de, es"
+            )
             raise AsrError.invalid(
                 f"config.languages has {_quote(code)}, which model {model_name!r} does not "
-                "know (use Whisper language codes such as en, de, es)"
+                f"know (use {known})"
             )
         if lang not in allowed:
             allowed.append(lang)

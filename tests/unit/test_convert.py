@@ -6,6 +6,7 @@ import pytest
 
 from asr_api.v1 import asr_pb2
 from asr_client import audio_config
+from asr_server.engine.whisper import whisper_languages
 from asr_server.errors import AsrError
 from asr_server.settings import Settings
 from asr_server.transport.convert import stream_config_from_proto, stream_update_from_proto
@@ -56,6 +57,22 @@ def test_a_resumed_channels_language_must_be_one_the_model_knows() -> None:
         stream_config_from_proto(
             resuming(language="zz"), Settings(), model_name="base", languages=known
         )
+
+
+def test_a_language_list_an_english_only_model_refuses_names_what_it_knows() -> None:
+    msg = audio_config(languages=["de", "fr"])
+    with pytest.raises(AsrError, match=r"'de', which model 'tiny.en' does not know \(use en\)"):
+        stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=frozenset({"en"}))
+
+
+def test_only_languages_the_models_tokenizer_has_are_offered() -> None:
+    class BaseTokenizer:  # base and small have no token for large-v3's Cantonese
+        def token_to_id(self, token: str) -> int | None:
+            return None if token == "<|yue|>" else 1
+
+    every = whisper_languages()
+    assert every is not None and "yue" in every
+    assert whisper_languages(BaseTokenizer()) == every - {"yue"}
 
 
 @pytest.mark.parametrize("until", [1.7e308, 30.0 + 4 * 3600 + 1, -1.0, float("inf")])
