@@ -131,6 +131,7 @@ class ChannelRecognizer:
             hearing=lambda: self._utt,
             client_ends_turns_first=lambda: self._client_ends_turns_first,
             turn_complete=self._queue_turn_complete,
+            final_as_decoded=self._final_as_decoded,
         )
         # see _speculate_after
         self._late_speculation = int(SPECULATE_AFTER_S * SAMPLE_RATE)
@@ -691,6 +692,18 @@ class ChannelRecognizer:
         if hyp is not None and not hyp.rejected and hyp.text:
             hyp = await self._in_stream_language(utt, hyp)
         return hyp is not None and await self._emit_final(utt, hyp)
+
+    def _final_as_decoded(self, utt: UtteranceState, hyp: Hypothesis) -> bool:
+        """Whether the speculative final ``hyp`` would be the final as it is: not decoded
+        again in a language the stream turns to on it (``_in_stream_language``). An eager
+        result must be its final's text; one in the old language was followed by a final
+        in the new."""
+        early = utt.speculation
+        if not hyp.language_scores or early is None:
+            return True
+        speech_s = (early.end - utt.audio.start_sample) / SAMPLE_RATE
+        language = self.language.peek_final_language(hyp.language_scores, speech_s)
+        return language is None or language == hyp.language
 
     async def _in_stream_language(self, utt: UtteranceState, hyp: Hypothesis) -> Hypothesis | None:
         """The final in the language the stream keeps: detection on this final updates

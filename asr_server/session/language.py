@@ -17,6 +17,7 @@ its scores over them.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -90,6 +91,13 @@ class LanguageTracker:
         if evidence >= self.policy.switch_evidence_s and p >= self.policy.switch_probability:
             self.kept, self._challenger = top, None
         return self.kept
+
+    def peek_final_language(self, scores: Scores, speech_s: float) -> str | None:
+        """What ``final_language`` would say of these scores, leaving what the channel
+        keeps as it is (an eager result asks before its final is due)."""
+        probe = copy.copy(self)
+        probe._evidence = defaultdict(float, self._evidence)
+        return probe.final_language(scores, speech_s)
 
     @staticmethod
     def probability(scores: Scores, language: str) -> float:

@@ -58,6 +58,7 @@ class TurnTaking:
         hearing: Callable[[], UtteranceState | None],
         client_ends_turns_first: Callable[[], bool],
         turn_complete: Callable[[TurnComplete], None],
+        final_as_decoded: Callable[[UtteranceState, Hypothesis], bool] = lambda u, h: True,
     ) -> None:
         self.channel = channel
         self.metrics = metrics
@@ -66,6 +67,7 @@ class TurnTaking:
         self._hearing = hearing
         self._client_ends_turns_first = client_ends_turns_first
         self._turn_complete = turn_complete
+        self._final_as_decoded = final_as_decoded
         self._server_turn = server_turn  # SEMANTIC streams only: the server's thresholds
         #: the previous utterance's audio (the model's window of it) and end
         self._before: tuple[np.ndarray, int] | None = None
@@ -239,6 +241,8 @@ class TurnTaking:
         committed = utt.agreement.committed_text
         if hyp is None or hyp.rejected or not hyp.text or not hyp.text.startswith(committed):
             return
+        if not self._final_as_decoded(utt, hyp):
+            return  # its final will be decoded again (in the language the stream turns to)
         utt.eager_sent = True
         await self._emit(
             RecognitionResult(

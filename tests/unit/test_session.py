@@ -1983,6 +1983,44 @@ class HearsNoiseAsWelsh(FakeEngine):
         )
 
 
+class SpanishThenGerman(FakeEngine):
+    """Detection hears a loud tone as Spanish and a quieter one as German, sure of both;
+    its words are marked with the language they were decoded in."""
+
+    is_multilingual = True
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        german = float(np.abs(req.audio).max()) < 0.2
+        scores = (("de", 0.99), ("es", 0.01)) if german else (("es", 0.99), ("de", 0.01))
+        language = req.language or scores[0][0]
+        return dataclasses.replace(
+            hyp,
+            text=" ".join(f"{language}-{w}" for w in hyp.text.split()),
+            language=language,
+            language_scores=scores if req.kind is DecodeKind.FINAL else (),
+        )
+
+
+async def test_an_eager_result_is_not_sent_in_the_language_its_final_leaves() -> None:
+    # Spanish, kept; then 2.5 s of German, sure enough to switch at its final. The pause's
+    # early decode is in Spanish: sent as an eager result, its final came in German
+    engine = SpanishThenGerman(
+        capabilities=EngineCapabilities(languages=None, language_detection=True)
+    )
+    audio = [silence(0.3), tone(2.5, amp=0.5), silence(1.0), tone(2.5, amp=0.1), silence(1.0)]
+    h = Harness(engine)
+    events = await h.run(
+        h.lockstep(chunks(pcm16(np.concatenate(audio)))), interim=False, eager_finals=True
+    )
+    finals = results(events, final=True)
+    assert [f.language for f in finals] == ["es", "de"]
+    assert finals[1].text.startswith("de-w0")
+    for eager in (e for e in results(events) if e.eager):
+        (final,) = [f for f in finals if f.utterance_id == eager.utterance_id]
+        assert eager.text == final.text
+
+
 async def test_a_noise_without_words_does_not_choose_the_streams_language() -> None:
     # 3 s of line noise the detector took for speech, detected at 0.9 as Welsh: that is
     # no speech to keep a language on; the Spanish speech after it is decoded as Spanish
