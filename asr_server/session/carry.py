@@ -265,7 +265,13 @@ class Carry:
         text = hyp.text[len(forced) :].lstrip(CLOSING_PUNCTUATION + " ").strip()
         if hyp.rejected or not text:
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
-        n = len(self.text.split())
+        # the carried words by their characters, not by count: the aligner splits some
+        # text words ("up-gards" -> "up", "-gards"; "i.e." -> "i", ".e."), and counting
+        # kept the previous final's last word at the head of this one's words
+        carried, at, n = len("".join(forced.split())), 0, 0
+        while n < len(hyp.words) and at < carried:
+            at += len("".join(hyp.words[n].word.split()))
+            n += 1
         shift = self.duration_s
         words = [
             WordTiming(

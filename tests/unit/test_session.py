@@ -632,6 +632,20 @@ def test_a_carried_final_is_forced_without_its_closing_punctuation() -> None:
     assert carry.strip(Hypothesis("something else", "en")).rejected
 
 
+def test_a_carried_final_keeps_only_its_own_words_however_the_aligner_split_the_carried() -> None:
+    from asr_server.session.carry import Carry
+
+    # the aligner split "up-gards" in two: the carried text is 3 words, its timings 4
+    carry = Carry(np.zeros(SR // 2, np.float32), SR, "the up-gards poem.", "en")  # 0.5 s
+    said = ["the", "up", "-gards", "poem.", "Mr.", "Carker"]
+    timed = [WordTiming(w, 0.2 * i, 0.2 * i + 0.15, 0.9) for i, w in enumerate(said)]
+    hyp = Hypothesis("the up-gards poem. Mr. Carker", "en", timed)
+    stripped = carry.strip(hyp)
+    assert stripped.text == "Mr. Carker"
+    assert [w.word for w in stripped.words] == ["Mr.", "Carker"]
+    assert stripped.words[0].start_s == pytest.approx(0.8 - 0.5)  # after the carried audio
+
+
 def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
