@@ -186,6 +186,12 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
             chunk = frames * fmt.frame_bytes
             audio = request.audio
+            if len(audio) % fmt.frame_bytes:  # said of the file, not of one of its chunks
+                raise AsrError.invalid(
+                    f"audio of {len(audio)} bytes is not a whole number of "
+                    f"{fmt.frame_bytes}-byte frames ({fmt.encoding.name}, "
+                    f"{fmt.channels} channel(s))"
+                )
             results: list[RecognitionResult] = []
 
             async def chunks() -> AsyncIterator[bytes]:

@@ -223,6 +223,17 @@ async def test_recognize_unary_transcribes_everything(make_server) -> None:  # t
     assert reply.results[-1].end_s == pytest.approx(599.2, abs=0.3)
 
 
+async def test_recognize_of_a_partial_frame_says_the_files_size(make_server) -> None:  # type: ignore[no-untyped-def]
+    # 4 s of LINEAR16 and one byte more: the error names what was sent, not the size of
+    # the server's last 1 s chunk of it
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        with pytest.raises(StreamClosedError) as err:
+            await client.recognize(bytes(128_001), audio_config())
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "audio of 128001 bytes is not a whole number of 2-byte frames" in err.value.details
+
+
 async def test_a_ten_minute_stream_is_transcribed_whole(make_server) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     turn = np.concatenate([tone(5.0), silence(1.0)])
