@@ -204,6 +204,10 @@ class TurnTaking:
         finals it goes out as an eager result once decoded."""
         if not self.config.eager_finals:
             return
+        if self.turn is not None and not self._probes:
+            # SEMANTIC with a threshold no answer could meet (1): the model is not asked,
+            # and an eager result needs its first answer to reach the eager threshold
+            return
         assert utt.speculation is not None
         if self._probes:
             utt.first_answer = asyncio.get_running_loop().create_future()

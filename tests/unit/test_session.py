@@ -1930,6 +1930,25 @@ async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
     assert any(prefixes) == prefix_forcing  # nothing is asked to be kept verbatim
 
 
+async def test_a_semantic_stream_whose_model_is_never_asked_sends_no_eager_results() -> None:
+    # turn_threshold 1: no answer could end the turn, so the model is not asked, and no
+    # first answer can reach the eager threshold (the proto's condition for one)
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(2.5)])
+    model = ScriptedTurnModel(0.9)
+    h = Harness(turn=semantic(model))
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 480)),
+        semantic=True,
+        eager_finals=True,
+        turn_threshold=1.0,
+        max_silence_ms=1500,
+    )
+    assert not [e for e in results(events) if e.eager]
+    assert not [e for e in events if isinstance(e, SpeechResumed)]
+    (final,) = results(events, final=True)
+    assert final.text == " ".join(f"w{i}" for i in range(12))
+
+
 @pytest.mark.parametrize("probability", [0.8, 0.3])
 async def test_semantic_eager_results_wait_for_a_first_answer_that_the_turn_may_be_over(
     probability: float,
