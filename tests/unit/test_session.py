@@ -1930,19 +1930,27 @@ async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
     assert any(prefixes) == prefix_forcing  # nothing is asked to be kept verbatim
 
 
-async def test_a_semantic_stream_whose_model_is_never_asked_sends_no_eager_results() -> None:
-    # turn_threshold 1: no answer could end the turn, so the model is not asked, and no
-    # first answer can reach the eager threshold (the proto's condition for one)
+async def an_eager_semantic_turn_with_a_pause(
+    probability: float, **config: Any
+) -> tuple[Harness, list[object]]:
+    """A 0.35 s pause inside the turn, then the end of the turn; the model answers
+    ``probability`` at every ask."""
     audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(2.5)])
-    model = ScriptedTurnModel(0.9)
-    h = Harness(turn=semantic(model))
+    h = Harness(turn=semantic(ScriptedTurnModel(probability)))
     events = await h.run(
         h.lockstep(chunks(pcm16(audio), 480)),
         semantic=True,
         eager_finals=True,
-        turn_threshold=1.0,
         max_silence_ms=1500,
+        **config,
     )
+    return h, events
+
+
+async def test_a_semantic_stream_whose_model_is_never_asked_sends_no_eager_results() -> None:
+    # turn_threshold 1: no answer could end the turn, so the model is not asked, and no
+    # first answer can reach the eager threshold (the proto's condition for one)
+    _, events = await an_eager_semantic_turn_with_a_pause(0.9, turn_threshold=1.0)
     assert not [e for e in results(events) if e.eager]
     assert not [e for e in events if isinstance(e, SpeechResumed)]
     (final,) = results(events, final=True)
@@ -1953,16 +1961,7 @@ async def test_a_semantic_stream_whose_model_is_never_asked_sends_no_eager_resul
 async def test_semantic_eager_results_wait_for_a_first_answer_that_the_turn_may_be_over(
     probability: float,
 ) -> None:
-    # a 0.35 s pause inside the turn, then the end of the turn
-    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(2.5)])
-    model = ScriptedTurnModel(probability)
-    h = Harness(turn=semantic(model))
-    events = await h.run(
-        h.lockstep(chunks(pcm16(audio), 480)),
-        semantic=True,
-        eager_finals=True,
-        max_silence_ms=1500,
-    )
+    h, events = await an_eager_semantic_turn_with_a_pause(probability)
     eager = [e for e in results(events) if e.eager]
     resumed = [e for e in events if isinstance(e, SpeechResumed)]
     (final,) = results(events, final=True)
