@@ -207,9 +207,10 @@ class Endpointer:
             first = self.position - sum(a.size for a in kept)
             # (in the samples the frames really held: flush's last frame is short)
             onset = self.position - sum(a.size for a in kept[-onset_frames:])
-            if first < self._claimed_until < self.position:
-                kept = _trimmed_front(kept, self._claimed_until - first)
-                first = self.position - sum(a.size for a in kept)
+            audio = np.concatenate(kept)
+            if first < self._claimed_until < self.position:  # no pre-roll from it
+                audio = audio[self._claimed_until - first :]
+                first = self._claimed_until
                 onset = max(onset, first)
             self.speaking = True
             self._silent_run = 0
@@ -217,14 +218,4 @@ class Endpointer:
             self._pre_roll.clear()
             self._recent_voiced.clear()
             events.append(SpeechStarted(first, onset))
-            events.append(SpeechAudio(first, np.concatenate(kept), 0, self.position))
-
-
-def _trimmed_front(frames: list[np.ndarray], samples: int) -> list[np.ndarray]:
-    """``frames`` less their first ``samples`` samples."""
-    out = list(frames)
-    while out and samples >= out[0].size:
-        samples -= out.pop(0).size
-    if out and samples:
-        out[0] = out[0][samples:]
-    return out
+            events.append(SpeechAudio(first, audio, 0, self.position))
