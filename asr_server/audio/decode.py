@@ -75,6 +75,16 @@ def decode_samples(data: bytes, encoding: Encoding) -> np.ndarray:
     return table[np.frombuffer(data, dtype=np.uint8)]
 
 
+def partial_frame_error(size: int, fmt: AudioFormat, what: str) -> str | None:
+    """Why ``size`` bytes of ``what`` cannot be audio of ``fmt`` (None: whole frames)."""
+    if size % fmt.frame_bytes == 0:
+        return None
+    return (
+        f"{what} of {size} bytes is not a whole number of {fmt.frame_bytes}-byte frames "
+        f"({fmt.encoding.name}, {fmt.channels} channel(s))"
+    )
+
+
 class AudioDecoder:
     """Decodes one stream's messages into per-channel 16 kHz float32 arrays."""
 
@@ -90,12 +100,9 @@ class AudioDecoder:
 
     def decode(self, data: bytes) -> list[np.ndarray]:
         """One audio message → one 16 kHz array per channel."""
-        if len(data) % self.format.frame_bytes:
-            raise AudioFormatError(
-                f"audio message of {len(data)} bytes is not a whole number of "
-                f"{self.format.frame_bytes}-byte frames ({self.format.encoding.name}, "
-                f"{self.format.channels} channel(s))"
-            )
+        partial = partial_frame_error(len(data), self.format, "audio message")
+        if partial:
+            raise AudioFormatError(partial)
         samples = decode_samples(data, self.format.encoding)
         frames = samples.reshape(-1, self.format.channels)
         self.input_samples += frames.shape[0]

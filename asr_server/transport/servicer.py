@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
+from asr_server.audio.decode import partial_frame_error
 from asr_server.engine.scheduler import EngineError
 from asr_server.errors import AsrError, Status
 from asr_server.log import client_var, stream_id_var
@@ -186,12 +187,9 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
             chunk = frames * fmt.frame_bytes
             audio = request.audio
-            if len(audio) % fmt.frame_bytes:  # said of the file, not of one of its chunks
-                raise AsrError.invalid(
-                    f"audio of {len(audio)} bytes is not a whole number of "
-                    f"{fmt.frame_bytes}-byte frames ({fmt.encoding.name}, "
-                    f"{fmt.channels} channel(s))"
-                )
+            partial = partial_frame_error(len(audio), fmt, "audio")  # the file, not a chunk
+            if partial:
+                raise AsrError.invalid(partial)
             results: list[RecognitionResult] = []
 
             async def chunks() -> AsyncIterator[bytes]:
