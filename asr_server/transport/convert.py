@@ -85,7 +85,7 @@ def stream_config_from_proto(
         )
     language = msg.language.strip().lower() or None
     if language is not None and languages is not None and language not in languages:
-        allowed = ", ".join(sorted(languages)) if len(languages) < 5 else "a Whisper language code"
+        allowed = _known_languages(languages, "a Whisper language code")
         raise AsrError.invalid(
             f"config.language {_quote(msg.language)} is not supported by model {model_name!r} "
             f"(use {allowed}, or leave empty to detect)"
@@ -240,6 +240,12 @@ def _check_prompt(
 MAX_ALLOWED_LANGUAGES = 20
 
 
+def _known_languages(languages: frozenset[str], many: str) -> str:
+    """What a refusal suggests: the model's own codes when they are few (an English-only
+    model: en), else ``many``."""
+    return ", ".join(sorted(languages)) if len(languages) < 5 else many
+
+
 def _allowed_languages(
     msg: asr_pb2.StreamingConfig, languages: frozenset[str] | None, model_name: str
 ) -> tuple[str, ...]:
@@ -252,12 +258,7 @@ def _allowed_languages(
     for code in msg.languages:
         lang = code.strip().lower()
         if languages is not None and lang not in languages:
-            # the model's own codes when they are few (an English-only model: en)
-            known = (
-                ", ".join(sorted(languages))
-                if len(languages) < 5
-                else "Whisper language codes such as en, de, es"
-            )
+            known = _known_languages(languages, "Whisper language codes such as en, de, es")
             raise AsrError.invalid(
                 f"config.languages has {_quote(code)}, which model {model_name!r} does not "
                 f"know (use {known})"
