@@ -127,7 +127,8 @@ def _resolve_packaged(name: str, spec: PackagedModel) -> ResolvedModel:
     source = f"package {spec.package}=={spec.version}"
     # resolved, so that no file (model.bin above all) is hashed twice
     required = {(path / f).resolve() for f in REQUIRED_FILES}
-    verify_record(spec.package, sorted(required | set(_listed_in(spec.package, path))))
+    recorded = _record(spec.package)
+    verify_record(spec.package, sorted(required | set(_listed_in(recorded, path))), recorded)
     _check_model_dir(path, source)
     return ResolvedModel(name, str(path), source)
 
@@ -159,18 +160,19 @@ def assemble_split_model(
     once it hashes the same (a file changed or lost in the cache since is
     assembled again).
     """
+    last = _record(packages[-1])  # read once: it lists the last part and the other files
     for part, package in zip(parts, packages, strict=True):
         if not part.is_file():
             raise ModelLoadError(f"package {package} lacks {part}")
-        verify_record(package, [part])
+        verify_record(package, [part], last if package == packages[-1] else None)
     for f in ("config.json", "tokenizer.json"):
         if not (data_dir / f).is_file():
             raise ModelLoadError(f"package {packages[-1]} lacks {data_dir / f}")
     # only what the package installed is copied, so only verified files reach the model
     top, part_paths = data_dir.resolve(), {p.resolve() for p in parts}
-    others = {f for f in _listed_in(packages[-1], data_dir) if f.parent == top}
+    others = {f for f in _listed_in(last, data_dir) if f.parent == top}
     others |= {(data_dir / f).resolve() for f in ("config.json", "tokenizer.json")}
-    recorded = verify_record(packages[-1], sorted(others - part_paths))
+    recorded = verify_record(packages[-1], sorted(others - part_paths), last)
     files = {f.name: digest for f, digest in recorded.items()}
     sizes = {str(p.name): p.stat().st_size for p in parts}
     marker = dest / "streamasr-manifest.json"
@@ -218,12 +220,15 @@ def _assembled_intact(
         return False
 
 
-def verify_record(package: str, files: Sequence[Path]) -> dict[Path, str]:
-    """Check ``files`` against the sha256 hashes in the package's installed RECORD.
+def verify_record(
+    package: str, files: Sequence[Path], recorded: dict[Path, str] | None = None
+) -> dict[Path, str]:
+    """Check ``files`` against the sha256 hashes in the package's installed RECORD
+    (``recorded``: that RECORD, already read with ``_record``).
 
     Returns each file's RECORD hash (urlsafe base64, as RECORD writes it).
     """
-    recorded = _record(package)
+    recorded = _record(package) if recorded is None else recorded
     checked = {}
     for f in files:
         expected = recorded.get(f.resolve())
@@ -257,10 +262,10 @@ def _record(package: str) -> dict[Path, str]:
     return recorded
 
 
-def _listed_in(package: str, folder: Path) -> list[Path]:
-    """The files under ``folder`` (at any depth) that the package's RECORD lists."""
+def _listed_in(recorded: dict[Path, str], folder: Path) -> list[Path]:
+    """The files under ``folder`` (at any depth) that a package's RECORD lists."""
     root = folder.resolve()
-    return sorted(f for f in _record(package) if f.is_relative_to(root))
+    return sorted(f for f in recorded if f.is_relative_to(root))
 
 
 def _record_digest(f: Path) -> str:
