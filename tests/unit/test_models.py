@@ -7,7 +7,7 @@ import hashlib
 import importlib
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -296,3 +296,25 @@ def test_bad_json_in_a_model_directory_names_the_file(tmp_path: Path) -> None:
     (local / "config.json").write_text("[1, 2]")
     with pytest.raises(ModelLoadError, match=r"directory .*my-model.*config\.json.*JSON object"):
         resolve_model(str(local), tmp_path / "cache")
+
+
+@pytest.mark.model
+@pytest.mark.parametrize(
+    ("damage", "file"),
+    [
+        (lambda d: (d / "vocabulary.txt").write_text("<|endoftext|>\n"), "vocabulary"),
+        (lambda d: (d / "config.json").write_text("{}"), "config"),
+    ],
+    ids=["truncated-vocabulary", "empty-config"],
+)
+def test_a_local_model_that_loads_but_cannot_decode_fails_at_load(
+    tmp_path: Path, damage: Callable[[Path], object], file: str
+) -> None:
+    """No RECORD vouches for a plain directory's files: a test decode at load does."""
+    from asr_server.engine.whisper import WhisperEngine
+
+    local = tmp_path / "my-model"
+    shutil.copytree(tiny_dir(), local)
+    damage(local)
+    with pytest.raises(ModelLoadError, match=rf"directory .*my-model: .*cannot decode.*{file}"):
+        WhisperEngine(resolve_model(str(local), tmp_path / "cache"), cpu_threads=1)
