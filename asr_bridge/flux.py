@@ -287,6 +287,10 @@ class FluxTurns:
     A turn is the server's utterances from the first words to an utterance whose speech
     ended: an utterance the server split (its length limit, a long reading's pause) goes
     on in the same turn. ``sequence_id`` is stamped by ``stamp`` when a message is sent.
+
+    A resumed stream (``resumed``) goes on in the same turn: the new call hears the cut
+    utterance again, under a new id, and its partials are not told while they repeat
+    what the client was told before the cut.
     """
 
     options: FluxOptions
@@ -304,6 +308,8 @@ class FluxTurns:
     _languages: list[str] = field(default_factory=list)
     _ending: _Ending | None = None
     _utterance: int = -1  # the latest utterance heard of
+    _told: str = ""  # the transcript of this turn's latest message
+    _replaying: bool = False  # after a resume, until the replay goes past ``_told``
 
     def stamp(self, events: list[Event]) -> list[Event]:
         """Number the messages in the order they are sent (Flux's ``sequence_id``)."""
@@ -327,7 +333,11 @@ class FluxTurns:
                 # mode, the server's silence did, as Flux's timeout (SEMANTIC streams'
                 # EndOfTurn, next, says which it was)
                 self._ending = _Ending(e.utterance_id, trigger="manual" if e.from_finalize else "")
-            elif e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED and self._eager is not None:
+            elif (
+                e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED
+                and self._eager is not None
+                and not self._repeats(through=False)
+            ):
                 self._eager = None
                 out.append(self._turn_info("TurnResumed"))
             elif e.type == asr_pb2.SpeechEvent.NO_WORDS:
@@ -344,6 +354,15 @@ class FluxTurns:
         if kind == "result":
             return self._result(response.result)
         return []
+
+    def resumed(self) -> None:
+        """The stream continues on a new call (asr_client's resume, before the new call's
+        first response): the new server hears again, under a new utterance id, the audio
+        after the last final. The cut utterance's speech end and partial are forgotten,
+        not taken for an utterance without words: the replay continues the same turn."""
+        self._ending = None
+        self._partial = ""
+        self._replaying = self._open
 
     def closing(self) -> list[Event]:
         """The stream ended (CloseStream): as Flux does, a turn still open gets no
@@ -384,6 +403,9 @@ class FluxTurns:
         if r.is_final:
             return out + self._final(r)
         self._partial = r.text.strip()
+        # an eager end the client was told is a repeat, one it was not told is news
+        if self._repeats(through=not r.eager or self._eager is not None):
+            return out
         if r.eager:
             self._confidence = r.turn_probability or self._confidence
             out += self._open_turn()
@@ -398,7 +420,20 @@ class FluxTurns:
             out.append(self._turn_info("TurnResumed"))
         return out + [self._turn_info("Update")]
 
+    def _repeats(self, *, through: bool) -> bool:
+        """After a resume: the transcript is (a prefix of) what the client was last told,
+        so the replay repeats it; ``through``: the same words count as a repeat too.
+        Once the replay goes past it, the turn goes on as before the cut."""
+        if not self._replaying:
+            return False
+        heard, told = self._transcript().split(), self._told.split()
+        if heard == told[: len(heard)] and (len(heard) < len(told) or through):
+            return True
+        self._replaying = False
+        return False
+
     def _final(self, r: asr_pb2.Result) -> list[Event]:
+        self._replaying = False  # a final is news: its words are the turn's from now on
         self._partial = ""
         if r.text.strip():
             self._finals.append(r.text.strip())
@@ -451,6 +486,8 @@ class FluxTurns:
         self._confidence = 0.0
         self._languages.clear()
         self._ending = None
+        self._told = ""
+        self._replaying = False
 
     def _transcript(self) -> str:
         return " ".join(t for t in (*self._finals, self._partial) if t)
@@ -474,6 +511,7 @@ class FluxTurns:
         }
         if trigger is not None:
             message["trigger"] = trigger
+        self._told = message["transcript"]
         if self.options.multilingual and self._languages:
             counts: dict[str, int] = {}
             for language in self._languages:

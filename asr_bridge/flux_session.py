@@ -40,6 +40,7 @@ from asr_bridge.flux import (
 )
 from asr_bridge.metrics import BridgeMetrics
 from asr_client import AsrClient
+from asr_client.resume import ResumeInfo
 
 if TYPE_CHECKING:
     from asr_bridge.app import BridgeConfig
@@ -89,6 +90,11 @@ class FluxSession(DeepgramRelay):
 
     def _closing(self) -> list[Event]:
         return self.turns.closing()
+
+    def _resumed(self, info: ResumeInfo) -> None:
+        # told before the new call's first response: its replay continues the turn
+        super()._resumed(info)
+        self.turns.resumed()
 
     def _stamp(self, events: list[Event]) -> list[Event]:
         return self.turns.stamp(events)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,10 @@ import pytest
 from websockets.asyncio.client import connect
 
 from asr_client.scoring import wer
+from asr_server.engine.base import DecodeKind
+from asr_server.engine.fake import FakeEngine
 from asr_server.vad.turn import TurnDetection, TurnVerdict
+from tests.faultproxy import FaultProxy
 from tests.helpers import (
     corpus,
     encode_container,
@@ -236,10 +240,10 @@ class SureOf:
         return TurnVerdict(self.probability)
 
 
-async def serve_fake_sure_of(make_server, probability: float):  # type: ignore[no-untyped-def]
+async def serve_fake_sure_of(make_server, probability: float, engine: FakeEngine | None = None):  # type: ignore[no-untyped-def]
     """A fake-engine server whose turn model is ``probability`` sure at every pause (the
     server's thresholds otherwise: first ask 0.98 at 150 ms, second 0.7 at 600 ms)."""
-    server = await serve_fake(make_server)
+    server = await serve_fake(make_server, engine)
     server.servicer.services = dataclasses.replace(
         server.servicer.services,
         turn=TurnDetection(
@@ -415,3 +419,40 @@ async def test_client_leaving_mid_turn_frees_the_grpc_stream(make_server, make_b
         await ws.send(speech_pcm(0.5).tobytes())
         await eventually(lambda: server.servicer.active == 1)
     await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_resume_before_the_final_of_a_turn_ends_it_once(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    # the gRPC call breaks after the speech end, while the final is decoded: the new call
+    # hears the utterance again, under a new utterance id; the client sees one turn
+    gate = threading.Event()
+    gate.set()
+    engine = FakeEngine(gate=gate)
+    server = await serve_fake_sure_of(make_server, 0.1, engine)  # turns end on the timeout
+    proxy = await FaultProxy(server.port).start()
+    bridge = await make_bridge(proxy.port, token=TOKEN)
+    pcm = speech_pcm(1.0).tobytes()
+    try:
+        url = flux_url(bridge, f"{GOOD}&eot_timeout_ms=500")
+        async with connect(url, additional_headers=auth()) as ws:
+            await send_at_4x(ws, pcm[: 2 * 16_000])
+            await eventually(lambda: len(engine.calls) >= 3)  # partials heard words
+            gate.clear()  # the final waits
+            await send_at_4x(ws, pcm[2 * 16_000 :] + (silence(1.0) * 32767).astype("<i2").tobytes())
+            await eventually(lambda: engine.calls[-1][0].kind == DecodeKind.FINAL)
+            await asyncio.sleep(0.2)  # the speech end and the EndOfTurn reach the bridge
+            assert proxy.cut() == 1
+            gate.set()
+            await ws.send(json.dumps({"type": "CloseStream"}))
+            messages = await events_until_close(ws)
+    finally:
+        gate.set()
+        await proxy.close()
+    check_flux_rules(messages)
+    turns = [(m["event"], m["transcript"]) for m in messages if m["type"] == "TurnInfo"]
+    assert turns[0][0] == "StartOfTurn" and turns[-1] == ("EndOfTurn", "w0 w1 w2 w3"), turns
+    assert [e for e, _ in turns[1:-1]] == ["Update"] * (len(turns) - 2), turns
+    (end,) = [m for m in messages if m.get("event") == "EndOfTurn"]
+    assert end["turn_index"] == 0 and end["trigger"] == "timeout"
+    # the replay's partials repeated what the client had: none was told again
+    told = [t for _, t in turns]
+    assert told == sorted(set(told), key=told.index) and len(told) == len(set(told)), turns

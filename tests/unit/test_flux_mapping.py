@@ -332,6 +332,127 @@ def test_closing_leaves_an_open_turn_open() -> None:
     assert turns.closing() == []
 
 
+def test_a_resume_between_a_speech_end_and_its_final_continues_the_turn() -> None:
+    # the gRPC call broke after the speech end and before the final: the new call hears
+    # the utterance again under a new id; the turn goes on and ends once, with all of it
+    turns = FluxTurns(FluxOptions())
+    before = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_STARTED, 0),
+        partial("w0"),
+        partial("w0 w1 w2"),
+        speech(SpeechEvent.SPEECH_ENDED, 0),
+        end_of_turn(0, 0.1, asr_pb2.EndOfTurn.MAX_SILENCE),
+    )
+    turns.resumed()
+    after = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_STARTED, 1),
+        partial("w0", 1),  # words the client was told: not again
+        partial("w0 w1 w2", 1),
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        end_of_turn(1, 0.1, asr_pb2.EndOfTurn.MAX_SILENCE),
+        final("w0 w1 w2 w3", 1),
+    )
+    assert events(before) == [("StartOfTurn", "w0"), ("Update", "w0 w1 w2")]
+    assert events(after) == [("EndOfTurn", "w0 w1 w2 w3")]
+    assert after[0]["turn_index"] == 0 and after[0]["trigger"] == "timeout"
+    assert turns.turn_index == 1
+
+
+def test_a_resume_mid_speech_tells_only_what_is_new() -> None:
+    turns = FluxTurns(FluxOptions())
+    before = feed(turns, partial("w0"), partial("w0 w1"))
+    turns.resumed()
+    after = feed(
+        turns,
+        partial("", 1),
+        partial("w0", 1),
+        partial("w0 w1", 1),
+        partial("w0 w1 w2", 1),
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        final("w0 w1 w2", 1),
+    )
+    assert events(before + after) == [
+        ("StartOfTurn", "w0"),
+        ("Update", "w0 w1"),
+        ("Update", "w0 w1 w2"),
+        ("EndOfTurn", "w0 w1 w2"),
+    ]
+    # a resume with no turn open (nothing told) changes nothing
+    turns.resumed()
+    assert events(feed(turns, partial("w0", 2))) == [("StartOfTurn", "w0")]
+
+
+def test_a_resume_after_eager_ends_withdraws_nothing_the_replay_repeats() -> None:
+    # before the cut: an eager end withdrawn, then a second one; the replay hears both
+    # pauses again: only the speaker going on past the second withdraws it
+    turns = FluxTurns(FluxOptions(eager_eot_threshold=0.5))
+    before = feed(
+        turns,
+        partial("a b"),
+        partial("a b", eager=True, p=0.6),
+        speech(SpeechEvent.SPEECH_RESUMED, 0),
+        partial("a b c d"),
+        partial("a b c d", eager=True, p=0.6),
+    )
+    turns.resumed()
+    replay = (
+        partial("a", 1),
+        partial("a b", 1, eager=True, p=0.6),
+        speech(SpeechEvent.SPEECH_RESUMED, 1),
+        partial("a b c", 1),
+        partial("a b c d", 1, eager=True, p=0.6),
+    )
+    assert feed(turns, *replay) == []
+    after = feed(
+        turns,
+        speech(SpeechEvent.SPEECH_RESUMED, 1),
+        partial("a b c d e", 1),
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        final("a b c d e", 1),
+    )
+    assert events(before + after) == [
+        ("StartOfTurn", "a b"),
+        ("EagerEndOfTurn", "a b"),
+        ("TurnResumed", "a b"),
+        ("Update", "a b c d"),
+        ("EagerEndOfTurn", "a b c d"),
+        ("TurnResumed", "a b c d"),
+        ("Update", "a b c d e"),
+        ("EndOfTurn", "a b c d e"),
+    ]
+    # cut again, at an eager end: the replay's final confirms it
+    turns = FluxTurns(FluxOptions(eager_eot_threshold=0.5))
+    before = feed(turns, partial("x y", eager=True, p=0.6))
+    turns.resumed()
+    after = feed(
+        turns,
+        partial("x", 1),
+        partial("x y", 1, eager=True, p=0.6),
+        speech(SpeechEvent.SPEECH_ENDED, 1),
+        final("x y", 1),
+    )
+    assert events(before + after) == [
+        ("StartOfTurn", "x y"),
+        ("EagerEndOfTurn", "x y"),
+        ("EndOfTurn", "x y"),
+    ]
+
+
+def test_a_resume_after_an_update_tells_the_replays_eager_end() -> None:
+    # an eager end the client was not told before the cut is told when the replay has it
+    turns = FluxTurns(FluxOptions(eager_eot_threshold=0.5))
+    before = feed(turns, partial("x"), partial("x y"))
+    turns.resumed()
+    after = feed(turns, partial("x", 1), partial("x y", 1, eager=True, p=0.6))
+    assert events(before + after) == [
+        ("StartOfTurn", "x"),
+        ("Update", "x y"),
+        ("EagerEndOfTurn", "x y"),
+    ]
+
+
 def test_multilingual_turns_name_their_languages() -> None:
     options = parse_flux_query(
         [("model", "flux-general-multi"), *BASE[1:], ("language_hint", "de")]
