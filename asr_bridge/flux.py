@@ -47,6 +47,10 @@ MIN_TIMEOUT_MS, MAX_TIMEOUT_MS = 300, 10_000
 _IGNORED = {"mip_opt_out", "token"}
 #: Flux features this server does not have: refused when turned on, accepted when off
 _UNSUPPORTED_FEATURES = {"numerals", "profanity_filter", "redact"}
+EAGER_IGNORED = (
+    "eager_eot_threshold has no effect while eot_threshold is 1: the turn model is not "
+    "asked, and an EagerEndOfTurn needs its answer"
+)
 _HANDLED = {
     "model",
     "encoding",
@@ -319,7 +323,16 @@ class FluxTurns:
         return events
 
     def connected(self) -> list[Event]:
-        return [{"type": "Connected", "request_id": self.request_id}]
+        return [{"type": "Connected", "request_id": self.request_id}, *self.eager_ignored()]
+
+    def eager_ignored(self) -> list[Event]:
+        """Flux's Warning while an eager threshold can give nothing: with eot_threshold 1
+        the turn model is not asked, and an eager end needs its answer. (Not a refusal:
+        the stream works as asked otherwise, its turns ended by the client.)"""
+        o = self.options
+        if o.eager_eot_threshold is None or o.eot_threshold < 1:
+            return []
+        return [self.warning("EAGER_EOT_THRESHOLD_IGNORED", EAGER_IGNORED)]
 
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
         kind = response.WhichOneof("event")

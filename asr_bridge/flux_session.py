@@ -118,13 +118,15 @@ class FluxSession(DeepgramRelay):
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):
+            ignored = self.turns.eager_ignored()
             try:
                 update, success = self.turns.configure(command)
             except ConfigureError as exc:
                 await self._send([self.turns.configure_failure(exc)])
                 return
             await stream.update(update)  # in order with the audio around it
-            await self._send([success])
+            # warned once: when the Configure made the eager threshold useless
+            await self._send([success, *([] if ignored else self.turns.eager_ignored())])
         else:
             assert isinstance(command, KeepAlive)
             await stream.keep_alive()  # the gRPC stream stays open through the pause

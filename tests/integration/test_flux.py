@@ -369,6 +369,31 @@ async def test_configure_changes_the_running_stream(make_server, make_bridge) ->
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_an_eager_threshold_that_can_give_nothing_is_warned_of_once(
+    make_server, make_bridge
+) -> None:  # type: ignore[no-untyped-def]
+    # with eot_threshold 1 the turn model is not asked: no EagerEndOfTurn could come
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    url = flux_url(bridge, f"{GOOD}&eot_threshold=1&eager_eot_threshold=0.5")
+    async with connect(url, additional_headers=auth()) as ws:
+        for thresholds in ({"eot_threshold": 0.9}, {"eot_threshold": 1}, {"eot_threshold": 1}):
+            await ws.send(json.dumps({"type": "Configure", "thresholds": thresholds}))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert [m["sequence_id"] for m in messages] == list(range(len(messages)))
+    assert [m["type"] for m in messages] == [
+        "Connected",
+        "Warning",
+        "ConfigureSuccess",  # 0.9: eager ends can come
+        "ConfigureSuccess",  # 1 again: warned again
+        "Warning",
+        "ConfigureSuccess",  # still 1: already warned
+    ]
+    assert messages[1]["code"] == messages[4]["code"] == "EAGER_EOT_THRESHOLD_IGNORED"
+    await eventually(lambda: server.servicer.active == 0)
+
+
 @pytest.mark.parametrize(
     ("query", "token", "status", "phrase"),
     [

@@ -83,6 +83,22 @@ def test_eot_threshold_one_leaves_turns_to_the_client() -> None:
     assert config.endpointing.max_silence_ms == 10_000  # the server's longest, for Flux's 60 s
 
 
+def test_an_eager_threshold_with_eot_threshold_one_gets_a_warning() -> None:
+    # the turn model is not asked, and an eager end needs its answer: none would come
+    turns = FluxTurns(query(("eot_threshold", "1"), ("eager_eot_threshold", "0.5")))
+    connected, warning = turns.connected()
+    assert connected["type"] == "Connected"
+    assert warning["type"] == "Warning" and warning["code"] == "EAGER_EOT_THRESHOLD_IGNORED"
+    assert "no effect" in warning["description"]
+    # a Configure that lowers eot_threshold ends it; one that raises it to 1 begins it
+    turns.configure(Configure(eot_threshold=0.9))
+    assert turns.eager_ignored() == []
+    turns.configure(Configure(eot_threshold=1))
+    assert [w["code"] for w in turns.eager_ignored()] == ["EAGER_EOT_THRESHOLD_IGNORED"]
+    for options in (query(("eot_threshold", "1")), query(("eager_eot_threshold", "0.5"))):
+        assert [m["type"] for m in FluxTurns(options).connected()] == ["Connected"]
+
+
 @pytest.mark.parametrize(
     ("params", "phrase"),
     [
