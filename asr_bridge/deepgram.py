@@ -457,11 +457,20 @@ class DeepgramMessages:
     created: str = field(
         default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds")
     )
-    #: (channel, utterance) whose speech ended: their final is ``speech_final``
-    _ended: set[tuple[int, int]] = field(default_factory=set)
+    #: (channel, utterance) whose speech ended: their final is ``speech_final``; the
+    #: value: the client's Finalize ended it
+    _ended: dict[tuple[int, int], bool] = field(default_factory=dict)
     #: channels whose latest Finalize a final ended (``from_finalize``) before the
     #: server's acknowledgement (FINALIZED) came
     _answered: set[int] = field(default_factory=set)
+    #: (channel, utterance) → where its first interim started, until its final
+    _interim_start: dict[tuple[int, int], float] = field(default_factory=dict)
+    #: channel → the end of the last word of its finals since its last UtteranceEnd
+    _word_end: dict[int, float] = field(default_factory=dict)
+    #: channels whose speech started and has not ended yet
+    _speaking: set[int] = field(default_factory=set)
+    #: channel → the latest start or end of speech on it
+    _boundary: dict[int, float] = field(default_factory=dict)
 
     def _finalized(self, e: asr_pb2.SpeechEvent) -> list[Event]:
         """The server acknowledged a Finalize on this channel. If no final answered it
@@ -484,33 +493,70 @@ class DeepgramMessages:
     def _channel(self, channel: int) -> list[int]:
         return [channel, self.options.reported_channels]
 
+    def _no_words(self, e: asr_pb2.SpeechEvent) -> list[Event]:
+        """The utterance ended without words (its interims may have read some): Deepgram
+        supersedes every interim with a final, so the answer is an empty final over the
+        interims' span, ``speech_final`` if its speech ended. Ended by a Finalize, it is
+        that Finalize's answer."""
+        key = (e.channel, e.utterance_id)
+        by_finalize = self._ended.get(key, False)
+        if by_finalize:
+            self._answered.add(e.channel)
+        empty = asr_pb2.Result(
+            is_final=True,
+            start_s=min(self._interim_start.get(key, e.offset_s), e.offset_s),
+            end_s=e.offset_s,
+            utterance_id=e.utterance_id,
+            channel=e.channel,
+            from_finalize=by_finalize,
+        )
+        return self._results(empty)
+
+    def _speech_started(self, e: asr_pb2.SpeechEvent) -> list[Event]:
+        """A SpeechStarted, once per start: a resumed gRPC call sends the replayed audio's
+        again (while that speech is open, or before the channel's latest start or end)."""
+        if e.channel in self._speaking or e.offset_s <= self._boundary.get(e.channel, -1.0):
+            return []
+        self._speaking.add(e.channel)
+        self._boundary[e.channel] = e.offset_s
+        if not self.options.vad_events:
+            return []
+        return [
+            {
+                "type": "SpeechStarted",
+                "channel": self._channel(e.channel),
+                "timestamp": round(e.offset_s, 3),
+            }
+        ]
+
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]:
         if response.HasField("speech_event"):
             e = response.speech_event
             if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
-                self._ended.add((e.channel, e.utterance_id))
+                self._ended[(e.channel, e.utterance_id)] = e.from_finalize
+                self._speaking.discard(e.channel)
+                self._boundary[e.channel] = max(e.offset_s, self._boundary.get(e.channel, 0.0))
                 return []
             if e.type == asr_pb2.SpeechEvent.NO_WORDS:
-                self._ended.discard((e.channel, e.utterance_id))
-                return []
+                return self._no_words(e)
             if e.type == asr_pb2.SpeechEvent.FINALIZED:
                 return self._finalized(e)
-            if e.type != asr_pb2.SpeechEvent.SPEECH_STARTED or not self.options.vad_events:
-                return []
-            return [
-                {
-                    "type": "SpeechStarted",
-                    "channel": self._channel(e.channel),
-                    "timestamp": round(e.offset_s, 3),
-                }
-            ]
+            if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                return self._speech_started(e)
+            return []
         if not response.HasField("result"):
             return []
         return self._results(response.result)
 
     def _results(self, r: asr_pb2.Result) -> list[Event]:
-        speech_final = r.is_final and (r.channel, r.utterance_id) in self._ended
-        self._ended.discard((r.channel, r.utterance_id))
+        key = (r.channel, r.utterance_id)
+        if not r.is_final:
+            self._interim_start.setdefault(key, r.start_s)
+        else:
+            self._interim_start.pop(key, None)
+        speech_final = r.is_final and key in self._ended
+        if r.is_final:
+            self._ended.pop(key, None)
         from_finalize = r.is_final and r.from_finalize
         if from_finalize and r.text:  # (the empty answer above is no final of the server's)
             self._answered.add(r.channel)
@@ -554,8 +600,12 @@ class DeepgramMessages:
             "from_finalize": from_finalize,
         }
         out = [results]
-        if speech_final and transcript and self.options.utterance_end_ms is not None:
-            last_word_end = words[-1]["end"] if words else round(r.end_s, 3)
+        if r.is_final and transcript:
+            self._word_end[r.channel] = words[-1]["end"] if words else round(r.end_s, 3)
+        # after the words of this final, or of an earlier part of a speech the server
+        # split whose last part had none
+        last_word_end = self._word_end.pop(r.channel, None) if speech_final else None
+        if last_word_end is not None and self.options.utterance_end_ms is not None:
             out.append(
                 {
                     "type": "UtteranceEnd",

@@ -20,6 +20,8 @@ from websockets.exceptions import InvalidStatus
 
 from asr_client.scoring import wer
 from asr_server.audio.g711 import mulaw_encode
+from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
+from asr_server.engine.fake import FakeEngine
 from tests.helpers import (
     corpus,
     encode_container,
@@ -293,6 +295,44 @@ async def test_a_container_stream_takes_commands_before_its_audio(make_server, m
         messages = await events_until_close(ws)
     assert ws.close_code == 1000
     assert [m["type"] for m in messages] == ["Metadata"] and messages[0]["duration"] == 0
+    await eventually(lambda: server.servicer.active == 0)
+
+
+class _FinalsHearNoWords(FakeEngine):
+    """Its finals reject what its interims read as a word: a cough Whisper's no-speech
+    filter drops (the server's NO_WORDS)."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        if req.kind == DecodeKind.FINAL:
+            return Hypothesis("", req.language or "en", rejected=True)
+        return super()._hear(req)
+
+
+async def test_a_noise_after_an_interim_gets_an_empty_final(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """The interim is superseded by a final, empty, ``speech_final`` as the speech ended:
+    a client waiting for the end of what it heard stops waiting."""
+    server = await serve_fake(make_server, _FinalsHearNoWords())
+    bridge = await make_bridge(server.port, token=TOKEN)
+    query = f"{GOOD}&interim_results=true&vad_events=true&utterance_end_ms=1000"
+    noise = speech_pcm(0.5).tobytes()
+    noise, pause = noise[:16_000], noise[16_000:]
+    async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
+        for i in range(0, len(noise), 3_200):
+            await ws.send(noise[i : i + 3_200])
+        messages: list[dict[str, Any]] = []
+        while not any(m["type"] == "Results" for m in messages):  # the interim
+            messages.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        await ws.send(pause)
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages += await events_until_close(ws)
+    results = [m for m in messages if m["type"] == "Results"]
+    assert not results[0]["is_final"], messages
+    assert results[0]["channel"]["alternatives"][0]["transcript"] == "w0"
+    last = results[-1]
+    assert last["is_final"] and last["speech_final"], messages
+    assert last["channel"]["alternatives"][0]["transcript"] == ""
+    assert [m["type"] for m in messages][-1] == "Metadata"
+    assert "UtteranceEnd" not in [m["type"] for m in messages]  # no word was final
     await eventually(lambda: server.servicer.active == 0)
 
 

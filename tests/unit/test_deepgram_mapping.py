@@ -278,8 +278,77 @@ def test_vad_events_and_channels() -> None:
     (r,) = messages.response(result(True, " Hi.", channel=1))
     assert r["channel_index"] == [1, 2]
     # only a start of speech is a SpeechStarted
-    for other in (asr_pb2.SpeechEvent.SPEECH_RESUMED, asr_pb2.SpeechEvent.NO_WORDS):
-        assert messages.response(speech(other, channel=1)) == []
+    assert messages.response(speech(asr_pb2.SpeechEvent.SPEECH_RESUMED, channel=1)) == []
+    (empty,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, channel=1))
+    assert empty["type"] == "Results"
+
+
+def test_a_repeated_speech_started_is_not_passed_on() -> None:
+    """A resumed gRPC call sends the replayed audio's SPEECH_STARTED again: the client
+    was told already (the speech is open, or began no later than the one it was told)."""
+    messages = DeepgramMessages(query(vad_events="true"))
+    started = asr_pb2.SpeechEvent.SPEECH_STARTED
+    (first,) = messages.response(speech(started, offset=0.48))
+    assert first["timestamp"] == 0.48
+    assert messages.response(speech(started, offset=0.48)) == []  # the resume's repeat
+    assert messages.response(speech(started, offset=0.6)) == []  # still open
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, offset=1.5))
+    for replayed in (0.48, 0.5):  # after its end (the voice detector may place it anew)
+        assert messages.response(speech(started, offset=replayed)) == []
+    (second,) = messages.response(speech(started, utterance=1, offset=3.0))
+    assert second["timestamp"] == 3.0
+    (other,) = messages.response(speech(started, channel=1, offset=0.48))  # per channel
+    assert other["channel"] == [1, 1]
+
+
+def test_an_utterance_without_words_ends_with_an_empty_final() -> None:
+    """The server's NO_WORDS (its final heard no words, where an interim read some):
+    Deepgram supersedes every interim with a final, and a detected end of speech is
+    ``speech_final``, so an empty final says both."""
+    messages = DeepgramMessages(query(interim_results="true", utterance_end_ms="1000"))
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_STARTED, offset=0.5))
+    (interim,) = messages.response(result(False, " Hm"))
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, offset=1.6))
+    (empty,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, offset=1.8))
+    assert empty["is_final"] and empty["speech_final"] and not empty["from_finalize"]
+    assert empty["channel"]["alternatives"][0] == {"transcript": "", "confidence": 0.0, "words": []}
+    assert empty["start"] == interim["start"] == 1.0 and empty["duration"] == 0.8
+    # nothing was said: no UtteranceEnd; the next utterance is no longer speech_final
+    (later,) = messages.response(result(True, " Two.", WORDS, utterance=1))
+    assert not later["speech_final"]
+
+
+def test_a_split_speech_whose_last_part_has_no_words_ends_with_utterance_end() -> None:
+    """A long utterance split at a pause (a final that is not speech_final), whose rest
+    held no words: the end of that speech is an empty ``speech_final`` final, then the
+    UtteranceEnd the first part's words are owed."""
+    messages = DeepgramMessages(query(utterance_end_ms="1000"))
+    (part,) = messages.response(result(True, " Hello, world.", WORDS))  # a split: no ended
+    assert not part["speech_final"]
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, utterance=1, offset=3.0))
+    empty, end = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, utterance=1, offset=3.2))
+    assert empty["is_final"] and empty["speech_final"]
+    assert empty["start"] == 3.2 and empty["duration"] == 0.0  # (no interim said where)
+    assert end == {"type": "UtteranceEnd", "channel": [0, 1], "last_word_end": 2.0}
+    # owed once: a later noise on its own ends without one
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, utterance=2, offset=5.0))
+    (noise,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, utterance=2, offset=5.2))
+    assert noise["speech_final"]
+
+
+def test_a_finalize_that_ended_a_noise_is_answered_once() -> None:
+    """A Finalize ended an utterance without words: its empty final is the answer
+    (``from_finalize``, ``speech_final``), and the acknowledgement adds none."""
+    messages = DeepgramMessages(query())
+    ended = asr_pb2.SpeechEvent(
+        type=asr_pb2.SpeechEvent.SPEECH_ENDED, offset_s=1.5, from_finalize=True
+    )
+    messages.response(asr_pb2.StreamingRecognizeResponse(speech_event=ended))
+    (empty,) = messages.response(speech(asr_pb2.SpeechEvent.NO_WORDS, offset=1.5))
+    assert empty["is_final"] and empty["from_finalize"] and empty["speech_final"]
+    assert messages.response(speech(FINALIZED, offset=1.5)) == []
+    (again,) = messages.response(speech(FINALIZED, offset=2.0))  # a second Finalize
+    assert again["from_finalize"] and not again["speech_final"]
 
 
 FINALIZED = asr_pb2.SpeechEvent.FINALIZED
