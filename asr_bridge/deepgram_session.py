@@ -375,6 +375,13 @@ class DeepgramSession(DeepgramRelay):
     def _duration_s(self) -> float:
         return self.audio_bytes / self.options.bytes_per_second
 
+    def _missing(self, finalize: Finalize) -> str:
+        """Why a Finalize's channel is refused: the audio has no such channel."""
+        channels = self.options.reported_channels
+        if finalize.channel is None or finalize.channel < channels:
+            return ""
+        return f"Finalize's channel {finalize.channel} does not exist ({channels} here)"
+
     async def _command(self, stream: AudioSink, text: str) -> None:
         try:
             command = parse_text(text)
@@ -385,9 +392,8 @@ class DeepgramSession(DeepgramRelay):
             await self._send([error_message(str(exc), message=text)])
             return
         if isinstance(command, Finalize):
-            channels = self.options.reported_channels
-            if command.channel is not None and command.channel >= channels:
-                error = f"Finalize's channel {command.channel} does not exist ({channels} here)"
+            # (a container's channels are known once decoded: checked as it leaves the decoder)
+            if not self.options.containerized and (error := self._missing(command)):
                 await self._send([error_message(error, message=text)])
                 return
             await within_write_deadline(stream.finalize(command.channel))
@@ -438,7 +444,7 @@ class ContainerRelay(DeepgramRelay):
                     self._use_format(first)
                     stream = await self._open_stream()
                     for marker in early:  # (a Finalize is answered, as on a raw stream)
-                        await self._apply(stream, marker)
+                        await self._command_out(stream, marker)
                     pump = tg.create_task(
                         self._pump(decoder, stream), name=f"pcm-{self.session_id}"
                     )
@@ -457,14 +463,37 @@ class ContainerRelay(DeepgramRelay):
 
     async def _pump(self, decoder: ContainerDecoder, stream: RecognitionStream) -> None:
         """The decoded audio and the client's commands among it, to the gRPC stream."""
-        while (item := await self._decoded(decoder)) is not None:
+        while (item := await self._decoded_to_end(decoder)) is not None:
             if isinstance(item, bytes):
                 self.decoded_bytes += len(item)
                 await self._send_pcm(stream, item)
             elif isinstance(item, Marker):
-                await within_write_deadline(self._apply(stream, item))
+                await self._command_out(stream, item)
         # the client's CloseStream: everything it sent is decoded
         await within_write_deadline(stream.end())
+
+    async def _decoded_to_end(self, decoder: ContainerDecoder) -> object:
+        """What comes out of the decoder; None at the end. After the client's CloseStream
+        an error is the end too: a client that stopped inside a piece (a fragmented MP4's
+        last fragment cut short, which FFmpeg refuses) gets what was decoded transcribed."""
+        try:
+            return await decoder.get()
+        except ContainerError as exc:
+            if not self.closing:
+                raise BadData(str(exc)) from None
+            logger.info("session %s: the audio ends in data not decoded: %s", self.session_id, exc)
+            return None
+
+    def _refusal(self, marker: Marker) -> Event | None:
+        """An Error for a command the decoded audio cannot take, or None."""
+        return None
+
+    async def _command_out(self, stream: RecognitionStream, marker: Marker) -> None:
+        """A command that came out of the decoder: refused, or applied."""
+        if (refusal := self._refusal(marker)) is not None:
+            await self._send([refusal])
+        else:
+            await within_write_deadline(self._apply(stream, marker))
 
     @staticmethod
     async def _apply(stream: RecognitionStream, marker: Marker) -> None:
@@ -493,6 +522,11 @@ class ContainerSession(ContainerRelay, DeepgramSession):
         self.options = self.options.decoded(decoded.sample_rate, decoded.channels)
         self.messages.options = self.options
         self.framer = AudioFramer(self.options)
+
+    def _refusal(self, marker: Marker) -> Event | None:
+        if isinstance(marker.value, Finalize) and (error := self._missing(marker.value)):
+            return error_message(error)
+        return None
 
     def _duration_s(self) -> float:
         if self.options.containerized:  # nothing was decoded

@@ -298,6 +298,52 @@ async def test_a_container_stream_takes_commands_before_its_audio(make_server, m
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_container_finalize_channel_checked_once_decoded(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """Stereo WebM with ``multichannel``: a Finalize of channel 1 sent with the audio,
+    before FFmpeg has said how many channels there are, is taken (and answered); one of a
+    channel the audio lacks is refused when the decoder reaches it, and the stream goes on."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    mono = speech_pcm(1.0)[:16_000]  # speech with no silence after: only a Finalize ends it
+    webm = encode_container(
+        np.concatenate([np.zeros_like(mono), mono], axis=1), 16_000, "webm", "libopus"
+    )
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen?multichannel=true"
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(webm)
+        await ws.send(json.dumps({"type": "Finalize", "channel": 2}))
+        await ws.send(json.dumps({"type": "Finalize", "channel": 1}))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000
+    (error,) = [m for m in messages if m["type"] == "Error"]
+    assert "channel 2 does not exist (2 here)" in error["description"]
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert [(f["channel_index"], f["from_finalize"]) for f in finals] == [([1, 2], True)]
+    assert finals[0]["channel"]["alternatives"][0]["transcript"] == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_container_cut_short_at_its_end_is_transcribed(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """A fragmented MP4 (Safari's MediaRecorder) whose client stopped inside a fragment,
+    then CloseStream: what was decoded is transcribed and the stream ends as usual (an
+    error in data the client went on sending past is still refused)."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    fragmented = {"movflags": "frag_keyframe+empty_moov", "frag_duration": "250000"}
+    mp4 = encode_container(speech_pcm(1.0), 16_000, "mp4", "aac", options=fragmented)
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(mp4[: int(len(mp4) * 0.8)])
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1000, messages
+    finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+    assert finals and finals[-1]["channel"]["alternatives"][0]["transcript"].startswith("w0")
+    assert messages[-1]["type"] == "Metadata"
+    await eventually(lambda: server.servicer.active == 0)
+
+
 class _FinalsHearNoWords(FakeEngine):
     """Its finals reject what its interims read as a word: a cough Whisper's no-speech
     filter drops (the server's NO_WORDS)."""
