@@ -502,12 +502,19 @@ class ServerEvents:
             )
         return [*out, *self._commit(item)]
 
-    def _drop(self, utterance_id: int) -> None:
-        """A clear ended this utterance: nothing more of its item reaches the client."""
-        self._cleared.add(utterance_id)
-        self._sent.pop(utterance_id, None)
-        if self._items.pop(utterance_id, None) is self._open:
+    def _drop(self, utterance_id: int | None = None) -> None:
+        """A clear: nothing of the uncommitted buffer reaches the client, neither the
+        utterance its FINALIZE ended (None: it found none open) nor any earlier part of
+        the item under way (a split's: the part after a split has no speech start)."""
+        ended = [] if utterance_id is None else [utterance_id]
+        item = self._open
+        if item is not None and not item.committed:
             self._open = None
+            ended += [u for u, i in self._items.items() if i is item]
+        for u in ended:
+            self._cleared.add(u)
+            self._sent.pop(u, None)
+            self._items.pop(u, None)
 
     def _finalized(self) -> list[Event]:
         """The server acknowledged the oldest commit or clear: everything of the audio
@@ -520,7 +527,10 @@ class ServerEvents:
             return []
         action, answered = self._pending.popleft(), self._pending_answered
         self._pending_answered = False
-        if action != "commit" or answered:
+        if action == "clear":
+            self._drop()  # what was under way before the clear (its FINALIZE ended none)
+            return []
+        if answered:
             return []
         item, self._open = self._open, None
         if item is None or not item.parts:

@@ -352,3 +352,38 @@ def test_each_committed_item_is_added_to_the_conversation_in_the_clients_shape(g
             assert event.item.content[0].transcript == transcript
     assert added[0].previous_item_id is None and done[0].previous_item_id is None
     assert added[1].previous_item_id == done[1].previous_item_id == ev.item(0)
+
+
+@pytest.mark.parametrize("server_vad", [True, False])
+@pytest.mark.parametrize("clear_ends_speech", [True, False])
+def test_a_clear_drops_every_part_of_speech_the_server_split(
+    server_vad: bool, clear_ends_speech: bool
+) -> None:
+    """The server split a long stretch (a final, no speech end) and the part after the
+    split has no speech start of its own; a clear drops the whole uncommitted buffer, the
+    first part's text included, whether its FINALIZE ended that second part or found the
+    server in the pause after the split. The next speech is another item."""
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    respond = lambda r: ev.response(r, server_vad=server_vad)  # noqa: E731
+    respond(_speech(SpeechEvent.SPEECH_STARTED, 0.0, 0))
+    assert respond(_final("cleared", 0.0, 7.0, 0)) == []  # the split
+    ev.clear()
+    cleared = [_speech(SpeechEvent.FINALIZED, 7.3, 1)]
+    if clear_ends_speech:
+        cleared[:0] = [
+            _speech(SpeechEvent.SPEECH_ENDED, 8.4, 1, from_finalize=True),
+            _final("also cleared", 7.4, 8.4, 1),
+        ]
+    for response in cleared:
+        assert respond(response) == []
+    out = respond(_speech(SpeechEvent.SPEECH_STARTED, 9.0, 2))
+    if not server_vad:
+        ev.commit()
+    out += respond(_speech(SpeechEvent.SPEECH_ENDED, 9.5, 2, from_finalize=not server_vad))
+    out += respond(_final("kept", 9.0, 9.5, 2))
+    out += respond(_speech(SpeechEvent.FINALIZED, 9.5, 2))
+    assert {e["item_id"] for e in out if "item_id" in e} == {ev.item(2)}
+    assert [e["delta"] for e in out if "delta" in e] == ["kept"]
+    completed = [e for e in out if e["type"].endswith("transcription.completed")]
+    assert [e["transcript"] for e in completed] == ["kept"]
