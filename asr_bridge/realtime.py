@@ -373,6 +373,8 @@ class _Item:
     id: str
     parts: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: the client had its speech start (``speech_started`` with server VAD)
+    started: bool = False
     #: its speech ended (it is committed); its last utterance's final is still to come
     ended: bool = False
     previous_id: str | None = None
@@ -409,6 +411,9 @@ class ServerEvents:
     #: utterances a clear ended: nothing of them reaches the client
     _cleared: set[int] = field(default_factory=set)
     _empty_items: itertools.count[int] = field(default_factory=itertools.count)
+    #: after a resume, the items whose speech the new call hears again, oldest first,
+    #: each with the text its deltas carried: the next utterances take them over
+    _replayed: deque[tuple[_Item, str]] = field(default_factory=deque)
 
     def commit(self) -> None:
         """The client committed the buffer (call before sending its FINALIZE)."""
@@ -418,6 +423,22 @@ class ServerEvents:
         """``input_audio_buffer.clear`` (call before sending its FINALIZE): the utterance
         that FINALIZE ends produces nothing; what the VAD committed before stays."""
         self._pending.append("clear")
+
+    def resumed(self) -> None:
+        """The stream went on on a new call (asr_client's resume). The server hears again,
+        under new utterance ids, each utterance that had no final: each is still part of
+        the item it was, which the client has had a speech start, perhaps a commit of,
+        and is completed by the new call's final; a cleared one stays dropped."""
+        cut: dict[int, tuple[_Item, str]] = {}
+        for u in sorted({*self._items, *self._cleared}):
+            item = self._items.get(u) or _Item(self.item(u), started=True)
+            cut[id(item)] = (item, self._sent.pop(u, ""))  # its last utterance is the cut one
+        if self._open is not None and id(self._open) not in cut:
+            cut[id(self._open)] = (self._open, "")  # the part after a split, not yet heard
+        for item, _ in cut.values():
+            item.ended = False  # the replay's own speech end ends it (a split comes first)
+        self._replayed.extendleft(reversed(cut.values()))
+        self._items, self._cleared, self._open = {}, set(), None
 
     def event(self, kind: str, **fields: Any) -> Event:
         return {"event_id": f"event_{self.session_id}_{next(self._ids)}", "type": kind, **fields}
@@ -457,17 +478,35 @@ class ServerEvents:
     def finish(self) -> list[Event]:
         """The stream ended: an item whose speech had not ended (the audio stopped inside
         it) is committed and completed with what it has."""
+        out = self._unheard()
         item, self._open = self._open, None
         if item is None or not item.parts:
-            return []
-        return [*self._commit(item), *self._complete(item)]
+            return out
+        return [*out, *self._commit(item), *self._complete(item)]
 
     def _item_of(self, utterance_id: int) -> _Item:
         item = self._items.get(utterance_id)
         if item is None:
+            if self._open is None and self._replayed:
+                self._open, sent = self._replayed.popleft()
+                if sent:  # the deltas go on from what they carried before the resume
+                    self._sent[utterance_id] = sent
             item = self._open or _Item(self.item(utterance_id))
             self._items[utterance_id] = self._open = item
         return item
+
+    def _unheard(self) -> list[Event]:
+        """The items a resume left that the new call did not hear again before an
+        acknowledgement (or the stream's end): a committed one is completed with what it
+        has; the uncommitted one (the part after a split) is the one under way again."""
+        out = []
+        while self._replayed:
+            item, _ = self._replayed.popleft()
+            if item.committed:
+                out += self._complete(item)
+            elif self._open is None:
+                self._open = item
+        return out
 
     def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
         if e.type == asr_pb2.SpeechEvent.FINALIZED:
@@ -475,7 +514,8 @@ class ServerEvents:
         ms = round(e.offset_s * 1000)
         if e.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
             item = self._item_of(e.utterance_id)
-            if not server_vad:
+            started, item.started = item.started, True
+            if not server_vad or started:  # (started: heard again after a resume)
                 return []
             return [
                 self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item.id)
@@ -495,6 +535,8 @@ class ServerEvents:
             self._pending_answered = True
         item = self._item_of(e.utterance_id)
         self._open, item.ended = None, True  # speech after this is another item
+        if item.committed:  # its speech heard again after a resume: the client has its end
+            return []
         out = []
         if server_vad:
             out.append(
@@ -525,19 +567,20 @@ class ServerEvents:
         speech: clients wait for both."""
         if not self._pending:
             return []
+        out = self._unheard()
         action, answered = self._pending.popleft(), self._pending_answered
         self._pending_answered = False
         if action == "clear":
             self._drop()  # what was under way before the clear (its FINALIZE ended none)
-            return []
+            return out
         if answered:
-            return []
+            return out
         item, self._open = self._open, None
         if item is None or not item.parts:
             item = _Item(f"item_{self.session_id}_empty_{next(self._empty_items)}")
         else:  # any later result of its utterances starts another item
             self._items = {u: i for u, i in self._items.items() if i is not item}
-        return [*self._commit(item), *self._complete(item)]
+        return [*out, *self._commit(item), *self._complete(item)]
 
     def _commit(self, item: _Item) -> list[Event]:
         """``committed``, the user message item it adds to the conversation, and the

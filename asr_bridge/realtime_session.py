@@ -7,6 +7,8 @@ another stream). From then on, as in session.py, this task awaits each gRPC writ
 reading the next WebSocket message (the server's backpressure reaches the client's socket),
 and a second task turns the stream's responses into server events. Client mistakes are
 ``error`` events and the session goes on, as OpenAI's do; a failure of the stream ends it.
+A broken stream resumes on a new call (asr_client), unseen by the client: the speech the
+new call hears again continues the items the client has (``ServerEvents.resumed``).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from asr_bridge.realtime import (
 from asr_bridge.session import ServerFellBehind, within_write_deadline
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client.resume import ResumeInfo, resume_notice
 
 if TYPE_CHECKING:
     from asr_bridge.app import BridgeConfig
@@ -185,7 +188,7 @@ class RealtimeSession:
 
     async def _open(self) -> None:
         config = self.settings.streaming_config()
-        stream = self.client.stream(config)
+        stream = self.client.stream(config, on_resume=self._resumed)
         await stream.open()
         self._stream = stream
         self._downstream = asyncio.create_task(
@@ -203,6 +206,13 @@ class RealtimeSession:
             self.settings.format,
             "server_vad" if self.settings.server_vad else "manual turns",
         )
+
+    def _resumed(self, info: ResumeInfo) -> None:
+        # called inside the relay's iteration, between the old call's responses and the
+        # new one's: the speech the new call hears again continues the client's items
+        self.events.resumed()
+        self.metrics.resumes.inc()
+        logger.info("session %s: %s", self.session_id, resume_notice(info))
 
     async def _commit(self, event: ClientEvent) -> None:
         if self._stream is None or not self._uncommitted:

@@ -513,3 +513,56 @@ async def test_a_server_that_falls_behind_ends_the_session_with_1013(
     error = events[-1]
     assert error["type"] == "error" and error["error"]["code"] == "resource_exhausted"
     assert "the server fell behind" in error["error"]["message"]
+
+
+@pytest.mark.parametrize("cut", ["mid_speech", "after_speech_end"])
+async def test_a_broken_grpc_stream_resumes_without_the_client_noticing(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, cut
+) -> None:
+    """The bridge's gRPC stream breaks in the middle of speech, or after its end (the item
+    committed) and before its final: the bridge goes on on a new call, and the client sees
+    one speech_started and one commit, and its item completed."""
+    import threading
+
+    from asr_server.engine.fake import FakeEngine
+    from tests.faultproxy import FaultProxy
+
+    gate = threading.Event()
+    gate.set()
+    server = await serve_fake(make_server, FakeEngine(gate=gate))
+    proxy = await FaultProxy(server.port).start()
+    bridge = await make_bridge(proxy.port)
+    events: list[dict[str, Any]] = []
+
+    async def until(kind: str) -> None:
+        while not events or events[-1]["type"] != kind:
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+
+    try:
+        async with await open_session(bridge.port) as ws:
+            await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+            await until("input_audio_buffer.speech_started")
+            if cut == "after_speech_end":
+                gate.clear()  # the engine stalls: the speech ends, its final waits
+                await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(1.0))))
+                await until("conversation.item.added")
+            proxy.cut()
+            gate.set()
+            if cut == "mid_speech":
+                await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(1.0))))
+            await until("conversation.item.done")
+    finally:
+        gate.set()
+        await proxy.close()
+    assert [e["type"] for e in events] == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.input_audio_transcription.delta",
+        "conversation.item.input_audio_transcription.completed",
+        "conversation.item.done",
+    ]
+    assert len({e.get("item_id", e.get("item", {}).get("id")) for e in events}) == 1
+    assert events[-2]["transcript"] == "w0 w1 w2 w3"
+    assert bridge.metrics.registry.get_sample_value("asr_bridge_resumes_total") == 1

@@ -387,3 +387,90 @@ def test_a_clear_drops_every_part_of_speech_the_server_split(
     assert [e["delta"] for e in out if "delta" in e] == ["kept"]
     completed = [e for e in out if e["type"].endswith("transcription.completed")]
     assert [e["transcript"] for e in completed] == ["kept"]
+
+
+def test_a_resumed_stream_continues_the_items_the_client_has() -> None:
+    """The bridge's gRPC stream broke and went on on a new call: the server hears again
+    what had no final, under new utterance ids. The client sees no seam: an item whose
+    speech ended before the break is completed by the replayed final (not started and
+    committed again as another item), and speech cut in its middle has one speech_started
+    and deltas that still add up to its transcript."""
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    respond = lambda r: ev.response(r, server_vad=True)  # noqa: E731
+    out = respond(_speech(SpeechEvent.SPEECH_STARTED, 0.0, 0))
+    out += respond(_speech(SpeechEvent.SPEECH_ENDED, 1.0, 0))  # committed; its final is cut
+    ev.resumed()
+    for response in (
+        _speech(SpeechEvent.SPEECH_STARTED, 0.0, 1),
+        _speech(SpeechEvent.SPEECH_ENDED, 1.0, 1),
+        _final("first", 0.0, 1.0, 1),
+    ):
+        out += respond(response)
+    assert _kinds(out) == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert {e.get("item_id", e.get("item", {}).get("id")) for e in out} == {ev.item(0)}
+    assert out[-2]["transcript"] == "first"
+    # cut in the middle of speech, with a delta held for the commit
+    out = respond(_speech(SpeechEvent.SPEECH_STARTED, 2.0, 2))
+    out += respond(_partial("w0", 2))
+    ev.resumed()
+    for response in (
+        _speech(SpeechEvent.SPEECH_STARTED, 2.0, 3),
+        _partial("w0 w1", 3),
+        _speech(SpeechEvent.SPEECH_ENDED, 3.0, 3),
+        _final("w0 w1 w2", 2.0, 3.0, 3),
+    ):
+        out += respond(response)
+    assert _kinds(out) == [
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "delta",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert {e.get("item_id", e.get("item", {}).get("id")) for e in out} == {ev.item(2)}
+    assert out[2]["previous_item_id"] == ev.item(0)
+    assert "".join(e["delta"] for e in out if "delta" in e) == out[-2]["transcript"] == "w0 w1 w2"
+    assert not ev._items  # nothing waits for a final of a call that is gone
+    (started,) = respond(_speech(SpeechEvent.SPEECH_STARTED, 4.0, 4))
+    assert started["item_id"] == ev.item(4)
+
+
+def test_a_resume_under_a_push_to_talk_commit_completes_the_committed_item() -> None:
+    """Turn detection off: the commit's FINALIZE ended the speech, then the call broke
+    before its final; the new call hears the FINALIZE again (the client replays it) and
+    answers it with the same speech: the committed item is completed, once."""
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    respond = lambda r: ev.response(r, server_vad=False)  # noqa: E731
+    respond(_speech(SpeechEvent.SPEECH_STARTED, 0.0, 0))
+    ev.commit()
+    out = respond(_speech(SpeechEvent.SPEECH_ENDED, 1.0, 0, from_finalize=True))
+    ev.resumed()
+    for response in (
+        _speech(SpeechEvent.SPEECH_STARTED, 0.0, 1),
+        _speech(SpeechEvent.SPEECH_ENDED, 1.0, 1, from_finalize=True),
+        _final("pressed", 0.0, 1.0, 1),
+        _speech(SpeechEvent.FINALIZED, 1.0, 1),
+    ):
+        out += respond(response)
+    assert _kinds(out) == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "delta",
+        "completed",
+        "conversation.item.done",
+    ]
+    assert out[3]["item_id"] == ev.item(0) and out[3]["transcript"] == "pressed"
