@@ -82,6 +82,12 @@ class ResumePolicy:
     #: the longest wait between two tries; an AsrClient's policy also caps its channel's
     #: reconnect backoff (grpc's own grows to 120 s) at this
     max_backoff_s: float = 2.0
+    #: a channel's last final up to this long is kept too while its next utterance may
+    #: still come within ``carry_gap_s`` of its end, and replayed: the new server decodes
+    #: that utterance after it, as the old one did (the server's carry, whose defaults
+    #: these are: ASR_STREAMING__CARRY_MAX_S, CARRY_GAP_S). 0 = replay only what is needed
+    carry_max_s: float = 10.0
+    carry_gap_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -257,6 +263,7 @@ class ResumableStream:
         self._rate = fmt.sample_rate_hz
         self._kept = KeptAudio(frame_bytes, self._rate, int(policy.max_kept_s * self._rate))
         self._final_until = [0.0] * channels
+        self._final_start = [0.0] * channels  # of the last final: where its audio begins
         self._next_utterance = [0] * channels
         self._last_final = [""] * channels
         self._language = [""] * channels  # of the last final: the language the channel keeps
@@ -447,6 +454,7 @@ class ResumableStream:
                 self._utterance_open(ch, r.utterance_id)
             else:
                 self._final_until[ch] = max(self._final_until[ch], r.end_s)
+                self._final_start[ch] = r.start_s
                 self._last_final[ch] = r.text
                 self._language[ch] = r.language
                 if r.utterance_id >= self._open_utterance[ch]:
@@ -455,7 +463,7 @@ class ResumableStream:
             deadline = response.going_away.deadline_s
             self._going_away_at = time.monotonic() + deadline
             logger.info("server is going away in %.1f s; moving at the next boundary", deadline)
-        self._kept.trim(self._replay_frame())
+        self._kept.trim(min([self._replay_frame(), *self._carried_frames().values()]))
         return True
 
     def _utterance_open(self, channel: int, utterance_id: int) -> None:
@@ -477,8 +485,26 @@ class ResumableStream:
         )
 
     def _replay_frame(self) -> int:
+        return self._aligned(self._settled_s())
+
+    def _aligned(self, t: float) -> int:
         align = round(ALIGN_S * self._rate)
-        return int(self._settled_s() * self._rate) // align * align
+        return int(t * self._rate) // align * align
+
+    def _carried_frames(self) -> dict[int, int]:
+        """Per channel whose last final the server would carry into its next, the frame
+        a replay starts at to include that final: it may still be carried (short enough,
+        and the settled point not yet past ``carry_gap_s`` after it)."""
+        settled, policy = self._settled_s(), self.policy
+        return {
+            ch: self._aligned(start)
+            for ch, (start, end) in enumerate(
+                zip(self._final_start, self._final_until, strict=True)
+            )
+            if self._last_final[ch]
+            and 0 < end - start <= policy.carry_max_s
+            and settled - end <= policy.carry_gap_s
+        }
 
     def _no_seat(self, error: StreamClosedError) -> bool:
         """The stream's first call was turned away for capacity (seat_wait_s applies)."""
@@ -548,9 +574,19 @@ class ResumableStream:
             # an utterance detected after its channel counted as settled starts within the
             # idle margin, so the kept audio (trimmed to that earlier point) still holds it
             frame = max(frame, self._kept.start)
-            self._kept.trim(frame)
-            offset_s = frame / self._rate
-            config = self._config if first else self._resume_config(offset_s)
+            # and from the start of each last final still kept that the server would
+            # carry into the channel's next: it hears it as silence, and carries it
+            carried = {
+                ch: at for ch, at in self._carried_frames().items() if at >= self._kept.start
+            }
+            start = min([frame, *carried.values()])
+            self._kept.trim(start)
+            offset_s = start / self._rate
+            config = (
+                self._config
+                if first
+                else self._resume_config(offset_s, frame / self._rate, frozenset(carried))
+            )
             call = self._client._raw_stream(config, self._timeout_s)
             # a refusal shows up on the first read, and a call that failed at once on its
             # first write: either way the receiver reads its status and comes back here
@@ -617,7 +653,12 @@ class ResumableStream:
         except StreamClosedError:
             pass  # the receiver sees the break and resumes again
 
-    def _resume_config(self, offset_s: float) -> asr_pb2.StreamingConfig:
+    def _resume_config(
+        self, offset_s: float, settled_s: float = 0.0, carried: frozenset[int] = frozenset()
+    ) -> asr_pb2.StreamingConfig:
+        """``settled_s``: nothing before it is recognized again (a replay from an earlier
+        last final hears the rest as silence); ``carried``: the channels whose last final
+        is in the replay."""
         config = asr_pb2.StreamingConfig()
         config.CopyFrom(self._config)
         config.resume.CopyFrom(
@@ -627,9 +668,11 @@ class ResumableStream:
                 channels=[
                     asr_pb2.ChannelResume(
                         next_utterance_id=self._next_utterance[c],
-                        final_until_s=self._final_until[c],
+                        final_until_s=max(self._final_until[c], settled_s),
                         previous_text=self._last_final[c][-1000:],
                         language=self._language[c],
+                        previous_start_s=self._final_start[c] if c in carried else 0.0,
+                        previous_end_s=self._final_until[c] if c in carried else 0.0,
                     )
                     for c in range(len(self._final_until))
                 ],

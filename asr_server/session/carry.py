@@ -280,3 +280,25 @@ class Carry:
             for w in hyp.words[n:]
         ]
         return dataclasses.replace(hyp, text=text, words=words)
+
+
+class ReplayedFinal:
+    """A resumed channel's last final, in the audio its client replays
+    (``ChannelStart.previous_samples``): collected as it arrives, then carried into the
+    channel's next final as on the uncut stream (docs/scale-out.md)."""
+
+    def __init__(self, start_sample: int, end_sample: int) -> None:
+        self.start_sample = start_sample
+        self.end_sample = end_sample
+        self._parts: list[np.ndarray] = []
+
+    def collect(self, first_sample: int, samples: np.ndarray) -> np.ndarray | None:
+        """Keeps what of ``samples`` (its first at ``first_sample``) falls in the final;
+        the final's whole audio once its end has arrived, else None."""
+        lo = max(self.start_sample, first_sample)
+        hi = min(self.end_sample, first_sample + samples.size)
+        if lo < hi:
+            self._parts.append(samples[lo - first_sample : hi - first_sample].copy())
+        if first_sample + samples.size < self.end_sample:
+            return None
+        return np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)

@@ -25,6 +25,8 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 
+import numpy as np
+
 from asr_server.engine.base import Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.metrics import Metrics
@@ -156,6 +158,7 @@ class ChannelRecognizer:
         start = start or ChannelStart()
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
+        self._resumed_from = start
         endpointer.claim_until(start.mute_until_sample)
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
@@ -272,6 +275,15 @@ class ChannelRecognizer:
             if self._utt is not None:
                 self._utt.drop_speculation()
                 self.metrics.speaking_channels.dec()
+
+    def carry_replayed_final(self, audio: np.ndarray, end_sample: int) -> None:
+        """A resumed channel's last final, replayed by its client (``ChannelStart``): the
+        next final is decoded after it, and the turn model's questions hear its end, as
+        on the uncut stream."""
+        start = self._resumed_from
+        language = start.language or self.language.decode_language()
+        self._finals.carry_replayed(audio, end_sample, start.previous_text, language)
+        self._turns.final_emitted(audio, end_sample)
 
     def take_inline(self, inbox: AudioInbox, chunk: AudioChunk) -> bool:
         """Run voice detection on ``chunk`` now, on the reader's turn, if this channel is

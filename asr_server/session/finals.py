@@ -84,6 +84,14 @@ class FinalDecoder:
         else:  # (a longer one would need word timing to carry only its end)
             self._carry = None
 
+    def carry_replayed(
+        self, audio: np.ndarray, end_sample: int, text: str, language: str | None
+    ) -> None:
+        """A resumed stream's previous final (its text already remembered), replayed by
+        the client: carried into the next final as ``final_emitted`` would have."""
+        if text and 0 < audio.size <= self._carry_max:
+            self._carry = Carry(audio, end_sample, text, language or "")
+
     def request(
         self, utt: UtteranceState, end_sample: int | None = None, language: str | None = None
     ) -> tuple[DecodeRequest, Carry | None]:

@@ -20,6 +20,7 @@ from asr_server.audio.decode import SAMPLE_RATE, AudioDecoder, AudioFormatError
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
+from asr_server.session.carry import ReplayedFinal
 from asr_server.session.channel import ChannelRecognizer
 from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
 from asr_server.session.types import (
@@ -89,6 +90,13 @@ class StreamSession:
         resume = config.resume
         self._mute_until = [
             resume.channel(c).mute_until_sample if resume else 0
+            for c in range(config.format.channels)
+        ]
+        # per channel, its last final as the client replays it, to carry into the next
+        self._replayed_finals = [
+            ReplayedFinal(*previous)
+            if resume and (previous := resume.channel(c).previous_samples)
+            else None
             for c in range(config.format.channels)
         ]
         self._delivered = 0  # samples per channel handed to the channels so far
@@ -253,6 +261,12 @@ class StreamSession:
         arrived = now()
         start = self._delivered
         self._delivered += per_channel[0].size if per_channel else 0
+        for c, replayed in enumerate(self._replayed_finals):
+            if replayed is not None and per_channel:
+                audio = replayed.collect(start, per_channel[c])
+                if audio is not None:  # (before its first sample after, in the inbox)
+                    self._channels[c].carry_replayed_final(audio, replayed.end_sample)
+                    self._replayed_finals[c] = None
         for c, mute_until in enumerate(self._mute_until):
             if start < mute_until:  # already final on the client (a resume): silence
                 per_channel[c][: mute_until - start] = 0

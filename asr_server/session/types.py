@@ -21,6 +21,10 @@ class ChannelStart:
     previous_text: str = ""
     #: the language the stream had kept ("" = detect again)
     language: str = ""
+    #: where the final of ``previous_text`` begins and ends (samples, this connection's
+    #: clock): the client replays it, and it is carried into the channel's next final
+    #: as on the uncut stream. None: not replayed
+    previous_samples: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

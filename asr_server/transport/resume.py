@@ -54,6 +54,19 @@ def resume_from_proto(
         # context, not a request: its end is what matters, and a client that sends more
         # than this server takes (its limit set lower) must not lose its stream over it
         previous_text = c.previous_text[-settings.streaming.max_prompt_chars :]
+        prev_start, prev_end = c.previous_start_s, c.previous_end_s
+        if not (
+            math.isfinite(prev_start)
+            and math.isfinite(prev_end)
+            and 0 <= prev_start <= prev_end <= max(c.final_until_s, r.stream_offset_s)
+        ):
+            raise AsrError.invalid(
+                f"config.resume.channels[{i}].previous_start_s and previous_end_s must "
+                "bound the channel's last final: 0 <= start <= end <= final_until_s"
+            )
+        # carried only when this stream hears it whole, and forced whole (the text cut
+        # to the limit above is no longer that audio's)
+        carried = prev_end > prev_start >= r.stream_offset_s and previous_text == c.previous_text
         language = c.language.strip().lower()
         if language and (
             len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()
@@ -65,7 +78,21 @@ def resume_from_proto(
                 "model knows (leave it empty to detect)"
             )
         mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
+        previous = (
+            (
+                round((prev_start - r.stream_offset_s) * SAMPLE_RATE),
+                round((prev_end - r.stream_offset_s) * SAMPLE_RATE),
+            )
+            if carried
+            else None
+        )
         channels.append(
-            ChannelStart(c.next_utterance_id, round(mute_s * SAMPLE_RATE), previous_text, language)
+            ChannelStart(
+                c.next_utterance_id,
+                round(mute_s * SAMPLE_RATE),
+                previous_text,
+                language,
+                previous_samples=previous,
+            )
         )
     return ResumeState(r.stream_offset_s, tuple(channels), r.session_id)

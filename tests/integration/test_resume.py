@@ -696,6 +696,32 @@ async def test_an_acknowledgement_sent_again_says_where_its_finalize_first_came(
     assert [f.result()[0].offset_s for f in futures] == [1.25, 2.5]
 
 
+async def test_a_stream_keeps_its_last_final_while_a_server_would_carry_it() -> None:
+    """The client keeps its last final's audio too, while the server could still carry it
+    into the next final (short enough, and nothing settled past carry_gap_s after it),
+    and a resume replays it and says where it lies."""
+    async with AsrClient("127.0.0.1:1") as client:
+        stream = client.stream(audio_config(), resume=ResumePolicy())
+        kept = stream._kept  # type: ignore[attr-defined]
+        kept.append(bytes(2 * RATE * 8))  # 8 s sent
+
+        def observe(**fields: object) -> None:
+            response = asr_pb2.StreamingRecognizeResponse(**fields)  # type: ignore[arg-type]
+            stream._observe(response)  # type: ignore[attr-defined]
+
+        final = asr_pb2.Result(is_final=True, text="one two", start_s=1.0, end_s=3.0)
+        observe(result=final, progress=asr_pb2.Progress(settled_s=3.0))
+        assert kept.start == round(0.96 * RATE)  # the final's start, on the replay grid
+        config = stream._resume_config(0.96, 3.0, frozenset({0}))  # type: ignore[attr-defined]
+        (channel,) = config.resume.channels
+        assert (channel.previous_start_s, channel.previous_end_s) == (1.0, 3.0)
+        assert (channel.final_until_s, channel.previous_text) == (3.0, "one two")
+        # settled 2.5 s past its end: no next final would be carried after it
+        observe(progress=asr_pb2.Progress(settled_s=5.5))
+        assert kept.start == round(5.28 * RATE)
+        stream.cancel()
+
+
 async def test_a_resumed_stream_keeps_each_channels_language() -> None:
     """The client sends each channel's language (its last final's) in the resume; the
     server's channel starts with it kept, so detection does not start over."""

@@ -156,3 +156,36 @@ async def test_real_speech_cut_ten_times_keeps_every_final(
     assert proxy.cuts == 10
     assert len(infos) >= 9, infos
     same_finals(got, reference)
+
+
+async def test_the_first_final_after_a_resume_is_carried_as_on_the_uncut_stream() -> None:
+    """A server decodes each final after the previous one's audio and text (the carry).
+    The client keeps that final's audio and replays it, so the new server carries it too:
+    cut in the pause after the first sentence, the second comes out as it does uncut
+    (decoded alone, tiny.en heard "Mr. Carker used to" as "Mr. Carkeur is to")."""
+    pcm, sr = read_pcm16(corpus()["libri_1272-128104-0004_8k_up16k"].path)
+    assert sr == SR
+    pcm = pcm[: int(19.5 * SR), 0]  # two sentences, and the pause after the second
+    replica = await asyncio.to_thread(lambda: wait_started(start_replica(model="tiny.en")))
+    proxy = await FaultProxy(replica.port).start()
+    infos: list[ResumeInfo] = []
+
+    def cut_after_the_first_final(response: Any) -> None:
+        if response.HasField("result") and response.result.is_final and not proxy.cuts:
+            proxy.cut()
+
+    try:
+        uncut = await within(play(replica.port, pcm, speed=None, resume=None), 60, None)
+        got = await within(
+            play(proxy.port, pcm, speed=2.0, infos=infos, on_event=cut_after_the_first_final),
+            60,
+            None,
+        )
+    finally:
+        await proxy.close()
+        replica.stop()
+    assert proxy.cuts == 1 and len(infos) == 1, infos
+    assert len(uncut) == 2, uncut
+    # the replay began at the first final (on the replay grid), and did not repeat it
+    assert infos[0].stream_offset_s <= uncut[0][1], infos
+    assert got == uncut

@@ -92,3 +92,24 @@ def test_a_resumes_previous_text_longer_than_the_prompt_limit_keeps_its_end() ->
     )
     assert config.resume is not None
     assert config.resume.channels[0].previous_text == text[-100:]
+
+
+def test_a_resumes_previous_final_is_carried_only_when_replayed_whole() -> None:
+    def previous(**channel: object) -> tuple[int, int] | None:
+        config = parse(resuming(previous_text="the words", final_until_s=34.0, **channel))
+        assert config.resume is not None
+        return config.resume.channels[0].previous_samples
+
+    assert previous(previous_start_s=31.0, previous_end_s=33.5) == (16_000, 56_000)
+    assert previous(previous_start_s=29.0, previous_end_s=33.5) is None  # not replayed
+    assert previous() is None
+    for start, end in [(33.0, 34.5), (33.0, 32.0), (-1.0, 2.0), (float("nan"), 33.0)]:
+        with pytest.raises(AsrError, match=r"previous_start_s and previous_end_s must"):
+            previous(previous_start_s=start, previous_end_s=end)
+    # its text cut to the server's prompt limit is no longer that audio's: not carried
+    settings = Settings(streaming={"max_prompt_chars": 5})  # type: ignore[arg-type]
+    msg = resuming(
+        previous_text="the words", previous_start_s=31.0, previous_end_s=33.5, final_until_s=34.0
+    )
+    config = stream_config_from_proto(msg, settings, model_name="tiny.en", languages=None)
+    assert config.resume is not None and config.resume.channels[0].previous_samples is None

@@ -333,6 +333,29 @@ async def test_a_final_is_decoded_after_the_previous_one_across_a_short_pause() 
     assert len(finals) == 3
 
 
+async def test_a_resumed_channel_carries_the_final_its_client_replays() -> None:
+    """The client replays its last final's audio (ChannelStart.previous_samples): heard
+    as silence, and carried into the next final with its text, as on the uncut stream."""
+    audio = np.concatenate([silence(0.48), tone(1.0), silence(1.0), tone(2.0), silence(1.0)])
+    h = Harness(carrying_engine(), carry_max_s=10.0, carry_gap_s=2.0)
+    previous = (int(0.48 * SR), int(1.48 * SR))
+    start = ChannelStart(
+        next_utterance_id=3,
+        mute_until_sample=previous[1],
+        previous_text="w0 w1 w2 w3",
+        language="en",
+        previous_samples=previous,
+    )
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), resume=ResumeState(10.0, (start,)))
+    (final,) = results(events, final=True)
+    (asked,) = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
+    assert asked.prefix == "w0 w1 w2 w3"
+    assert asked.audio.size > SR + 2 * SR  # the replayed second, then the new speech
+    assert np.abs(asked.audio[: SR // 2]).max() > 0.1  # the replayed tone, not silence
+    # as uncut: the fake hears w0..w11 over both; the final is what the new audio said
+    assert (final.utterance_id, final.text) == (3, " ".join(f"w{i}" for i in range(4, 12)))
+
+
 @pytest.mark.parametrize("language", [None, "de"])
 async def test_a_detecting_stream_hears_each_final_alone(language: str | None) -> None:
     """Language detection on a final must hear only that utterance (a change of language
