@@ -141,6 +141,10 @@ def load_audio(path: str | Path) -> PcmAudio:
     """Decode ``path`` (WAV, FLAC, OGG, MP3 … ) into int16 frames at its native rate."""
     path = Path(path)
     if not path.is_file():
+        if path.is_dir():
+            raise AudioFileError(f"{path}: is a directory, not an audio file")
+        if path.exists():  # a FIFO or a device: reading it could block or never end
+            raise AudioFileError(f"{path}: not a regular file")
         raise AudioFileError(f"{path}: no such file")
     try:
         return _load_soundfile(path)

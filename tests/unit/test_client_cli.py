@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
 import socket
 import sys
@@ -401,6 +402,21 @@ def test_pyav_reads_what_soundfile_cannot(stereo_wav: Path, monkeypatch):
 def test_load_audio_rejects_missing_file(tmp_path: Path):
     with pytest.raises(AudioFileError, match="no such file"):
         load_audio(tmp_path / "nope.flac")
+
+
+def test_load_audio_tells_a_directory_or_fifo_from_a_missing_file(tmp_path: Path):
+    with pytest.raises(AudioFileError, match="is a directory, not an audio file"):
+        load_audio(tmp_path)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    # not opened: opening a FIFO nobody writes to would block
+    with pytest.raises(AudioFileError, match="not a regular file"):
+        load_audio(fifo)
+
+
+async def test_a_directory_is_a_readable_error(tmp_path: Path, capsys):
+    assert await run(["recognize", str(tmp_path), "--server", "127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path}: is a directory, not an audio file\n"
 
 
 class RecordingStream:
