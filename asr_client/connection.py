@@ -132,7 +132,11 @@ def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped
     unit = f" {unit}" if unit else ""
 
     def parse(text: str) -> int:
-        value = int(text)
+        # ArgumentTypeError, not int's ValueError: argparse would name this function
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"must be {low} to {high}{unit}, got {text}")
         return value
@@ -142,7 +146,10 @@ def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped
 
 def positive_float(text: str) -> float:
     """argparse type: a number greater than 0."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value

@@ -347,6 +347,27 @@ def test_load_usage_errors_exit_2(flags: list[str], capsys):
     assert "error:" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["file", "x.wav", "--chunk-ms", "abc"],
+            "argument --chunk-ms: 'abc' is not a whole number",
+        ),
+        (["file", "x.wav", "--silence-ms", "1.5"], "argument --silence-ms: '1.5' is not a whole"),
+        (["mic", "--rate", "16k"], "argument --rate: '16k' is not a whole number"),
+        (["file", "x.wav", "--speed", "fast"], "argument --speed: 'fast' is not a number"),
+    ],
+)
+def test_a_bad_number_is_named_as_such(argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    # argparse names a type function it gets a ValueError from: "invalid parse value"
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "invalid" not in err
+
+
 def test_turn_threshold_reaches_the_config() -> None:
     from asr_client.cli import streaming_config
 
