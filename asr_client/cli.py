@@ -3,8 +3,9 @@ a file in one call (``asr-client mic`` lives in ``mic_session``, imported only w
 
 Exit status: 0 done, 1 a local problem (unreadable file, no server at the address),
 2 the server ended the call with an error (or a usage error, as argparse does),
-130 interrupted. ``run(argv)`` is the whole command as a coroutine so tests can drive it
-in-process; ``main()`` is the console-script entry point.
+130 interrupted, 141 the reader of the output went away (``| head -1``). ``run(argv)``
+is the whole command as a coroutine so tests can drive it in-process; ``main()`` is the
+console-script entry point.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -504,4 +506,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
+    except BrokenPipeError:
+        # the reader of stdout went away (``| head -1``); the call was cancelled on the
+        # way out. End quietly with 128 + SIGPIPE, as cat or grep killed by SIGPIPE do, so
+        # that ``set -o pipefail`` does not take a cut-short transcript for a whole one.
+        # stdout at /dev/null: the flush at exit would fail again (Python's "Note on SIGPIPE")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 141
     sys.exit(code)

@@ -20,6 +20,8 @@ from asr_api.v1 import asr_pb2
 from asr_client.audio_files import AudioFileError, PcmAudio, load_audio
 from asr_client.cli import StreamStats, build_parser, run, send_paced
 from asr_client.render import PlainRenderer, clock, final_line
+from asr_server.engine.fake import FakeEngine
+from tests.helpers import eventually
 
 RATE = 16_000
 FINAL_LINE = re.compile(r"^\[\d\d:\d\d\.\d-\d\d:\d\d\.\d\] ch(\d)  (.*)$")
@@ -317,6 +319,50 @@ async def test_unreadable_file_is_a_readable_error(tmp_path: Path, capsys):
     bogus.write_text("not audio")
     assert await run(["recognize", str(bogus)]) == 1
     assert capsys.readouterr().err.startswith(f"error: {bogus}: ")
+
+
+async def run_into_a_closed_pipe(argv: list[str]) -> tuple[int | None, str, float]:
+    """``python -m asr_client ARGV | true``: stdout a pipe whose reader has gone, as with
+    ``| head -1`` once it has its line; the exit status, stderr and seconds taken."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    t0 = time.monotonic()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "asr_client", *argv,
+            stdout=write_end, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    return proc.returncode, err.decode(), time.monotonic() - t0
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["file", "--speed", "1", "--verbose"],  # the reader goes away mid-stream
+        ["file", "--fast", "--json-out", "-"],
+        ["recognize"],
+    ],
+)
+async def test_a_reader_that_goes_away_ends_the_command_quietly(
+    make_server, tmp_path: Path, flags: list[str]
+) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server(engine_factory=lambda s: FakeEngine())
+    path = tmp_path / "long.wav"  # 20 s: the tone at once, then silence
+    soundfile.write(path, np.concatenate([speech_like()[RATE:], np.zeros(17 * RATE)]), RATE)
+    command, *rest = flags
+    argv = [command, str(path), "--server", f"127.0.0.1:{server.port}", *rest]
+    code, err, took = await run_into_a_closed_pipe(argv)
+    assert (code, err) == (141, "")  # no traceback: 128 + SIGPIPE, as `cat` killed by it
+    assert took < 10  # not the 20 s the paced file takes to send
+    await eventually(lambda: server.servicer.active == 0)  # the call ended with the client
 
 
 @pytest.mark.parametrize(
