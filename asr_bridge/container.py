@@ -63,7 +63,15 @@ RESYNC_PACKETS = 3
 
 class ContainerError(Exception):
     """Audio that cannot be decoded: not a container FFmpeg knows, no audio in it, or
-    damaged data. The message says which, for the client."""
+    damaged data. The message says which, for the client.
+
+    ``cut_short``: the input had ended (``end``) inside the packet FFmpeg refused, which
+    ran to its last byte: a client that stopped inside a piece (a fragmented MP4's last
+    fragment), rather than damage in data that goes on after it."""
+
+    def __init__(self, message: str, *, cut_short: bool = False) -> None:
+        super().__init__(message)
+        self.cut_short = cut_short
 
 
 @dataclass(frozen=True)
@@ -140,8 +148,9 @@ class ContainerDecoder:
 
     ``get`` returns, in order: the ``DecodedFormat`` (once, before the first audio), PCM
     blocks and markers, then None once ``end`` was called and everything is decoded. It
-    raises ``ContainerError`` for audio FFmpeg cannot read. ``close`` stops the thread;
-    call it when the session ends, however it ends."""
+    raises ``ContainerError`` for audio FFmpeg cannot read, once the audio decoded before
+    it has come out. ``close`` stops the thread; call it when the session ends, however
+    it ends."""
 
     def __init__(self, name: str = "") -> None:
         self._loop = asyncio.get_running_loop()
@@ -152,6 +161,7 @@ class ContainerDecoder:
         self._ended = False
         self._buffer = memoryview(b"")
         self._at_end = False  # the thread has read the end
+        self._read_bytes = 0  # handed to FFmpeg
         self._held: list[bytes] = []  # decoded, not yet out (the thread's)
         self._held_bytes = 0
         self._flush_bytes = 0
@@ -215,6 +225,7 @@ class ContainerDecoder:
 
     def _report(self, error: ContainerError) -> None:
         try:
+            self._flush()  # what was decoded before the error goes out before it
             self._call(self._outbox.put(error))
         except _Closed:
             pass
@@ -251,7 +262,7 @@ class ContainerDecoder:
                 self._decode_parsed(container, audio, converter)
             else:
                 self._release_recording()
-                for frame in _frames(container, audio):
+                for frame in self._frames(container, audio):
                     self._decoded(converter, frame)
             for pcm in converter.flush():
                 self._hold(pcm)
@@ -338,6 +349,7 @@ class ContainerDecoder:
         if not self._fill():
             return b""
         chunk, self._buffer = self._buffer[:size], self._buffer[size:]
+        self._read_bytes += len(chunk)
         return bytes(chunk)
 
     def _fill(self) -> bool:
@@ -362,6 +374,25 @@ class ContainerDecoder:
                 self._recording.append(item)
             self._buffer = memoryview(item)
         return True
+
+    def _frames(self, container: Any, stream: Any) -> Iterator[Any]:
+        """The stream's decoded frames; data FFmpeg refuses is a ContainerError, which says
+        whether the end cut the packet refused short."""
+        import av
+
+        packet, decoding = None, False
+        try:
+            for packet in container.demux(stream):
+                decoding = True
+                yield from packet.decode()
+                decoding = False
+        except av.FFmpegError as exc:
+            # FFmpeg may have read the end ahead of a damaged packet (while probing a short
+            # stream): the packet must reach it. Where a reading error lies is not known.
+            cut_short = decoding and self._at_end and _end_of(packet) >= self._read_bytes
+            raise ContainerError(
+                f"the audio could not be decoded ({exc.strerror})", cut_short=cut_short
+            ) from None
 
     def _call(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
         """Run a queue operation on the event loop and wait for it, giving up when closed."""
@@ -478,11 +509,6 @@ def _packets(container: Any, stream: Any) -> Iterator[Any]:
         raise ContainerError(f"the audio could not be read ({exc.strerror})") from None
 
 
-def _frames(container: Any, stream: Any) -> Iterator[Any]:
-    """The stream's decoded frames; damaged data in the middle is a ContainerError."""
-    import av
-
-    try:
-        yield from container.decode(stream)
-    except av.FFmpegError as exc:
-        raise ContainerError(f"the audio could not be decoded ({exc.strerror})") from None
+def _end_of(packet: Any) -> int:
+    """Where a packet's bytes end in the stream; -1 where FFmpeg cannot say."""
+    return -1 if packet is None or packet.pos is None else packet.pos + packet.size

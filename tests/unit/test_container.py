@@ -4,6 +4,7 @@ with FFmpeg at test time (what a browser's MediaRecorder or a file upload sends)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import numpy as np
 import pytest
@@ -191,6 +192,103 @@ async def test_a_marker_inside_a_frame_costs_that_frame_only(fmt: str, codec: st
     # (MP3's decoder makes what it can of the frame's first part)
     assert len(alone) / 48_000 <= marked_at <= len(alone) / 48_000 + frame_s + 0.001
     assert len(decoded) / 48_000 > len(pcm) / rate - 3 * frame_s  # that frame, and a resync
+
+
+def fragmented_mp4() -> tuple[bytes, list[tuple[int, int]]]:
+    """6 s of speech as Safari's MediaRecorder writes it (a fragment a second), and where
+    each of its AAC packets lies (offset, size)."""
+    import io
+
+    import av
+
+    pcm, rate = speech()
+    options = {**FRAGMENTED_MP4, "frag_duration": "1000000"}
+    data = encode_container(pcm[: rate * 6], rate, "mp4", "aac", options=options)
+    with av.open(io.BytesIO(data), "r") as container:
+        audio = container.streams.audio[0]
+        packets = [(p.pos, p.size) for p in container.demux(audio) if p.size and p.pos is not None]
+    return data, packets
+
+
+def damaged(data: bytes, packet: tuple[int, int]) -> bytes:
+    """``data`` with that packet's bytes garbled: AAC's decoder refuses them."""
+    pos, size = packet
+    return data[:pos] + bytes(i % 256 for i in range(size)) + data[pos + size :]
+
+
+def samples_before_the_error(data: bytes) -> int:
+    """What FFmpeg itself decodes (at 48 kHz) of ``data`` read as a stream, up to its error."""
+    import io
+
+    import av
+
+    class Stream:  # (read only: not seekable, as the bridge reads it)
+        def __init__(self) -> None:
+            self._data = io.BytesIO(data)
+
+        def read(self, size: int) -> bytes:
+            return self._data.read(size)
+
+    samples = 0
+    with av.open(Stream(), "r") as container, contextlib.suppress(av.FFmpegError):
+        for frame in container.decode(container.streams.audio[0]):
+            samples += frame.samples
+    return samples
+
+
+async def decode_to_error(data: bytes, piece: int) -> tuple[int, ContainerError | None]:
+    """Feed ``data`` then end: the samples that came out, and the error after them."""
+    decoder = ContainerDecoder("test")
+
+    async def feed() -> None:
+        for chunk in split(data, piece):
+            await decoder.feed(chunk)
+        await decoder.end()
+
+    feeder = asyncio.create_task(feed())
+    samples = 0
+    try:
+        while (item := await decoder.get()) is not None:
+            if isinstance(item, bytes):
+                samples += len(item) // 2
+        return samples, None
+    except ContainerError as exc:
+        return samples, exc
+    finally:
+        await feeder
+        decoder.close()
+
+
+AAC_FRAME = 1024  # samples
+
+
+async def test_the_audio_decoded_before_an_error_comes_out_before_it() -> None:
+    """A packet FFmpeg refuses in the middle, the whole file sent at once: the audio
+    decoded before it and held back to go out in a block (up to 250 ms) was dropped."""
+    data, packets = fragmented_mp4()
+    bad = damaged(data, packets[len(packets) // 3])
+    expected = samples_before_the_error(bad)
+    samples, error = await decode_to_error(bad, piece=len(bad))
+    assert error is not None and not error.cut_short  # (damage, not the end)
+    assert 1.5 * 48_000 < expected < len(packets) * AAC_FRAME / 2
+    assert expected - AAC_FRAME <= samples <= expected
+
+
+async def test_a_container_cut_short_at_its_end_says_so() -> None:
+    """A client that stopped inside the last fragment (then CloseStream): the error says
+    the input ended inside the packet refused, and everything before it came out. Damage
+    in the last fragment of a whole file is not taken for that."""
+    data, packets = fragmented_mp4()
+    pos, size = packets[-20]
+    cut = data[: pos + size // 2]
+    samples, error = await decode_to_error(cut, piece=4_000)
+    assert error is not None and error.cut_short
+    expected = samples_before_the_error(cut)
+    assert expected > 5 * 48_000
+    assert expected - AAC_FRAME <= samples <= expected
+    # the same packet garbled in the whole file, sent at once, then the end
+    _, error = await decode_to_error(damaged(data, (pos, size)), piece=len(data))
+    assert error is not None and not error.cut_short
 
 
 async def test_raw_audio_without_an_encoding_is_refused_with_the_reason() -> None:
