@@ -16,7 +16,12 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 
-from asr_server.audio.decode import SAMPLE_RATE, AudioDecoder, AudioFormatError
+from asr_server.audio.decode import (
+    SAMPLE_RATE,
+    AudioDecoder,
+    AudioFormatError,
+    partial_frame_error,
+)
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
@@ -81,6 +86,10 @@ class StreamSession:
             s.streaming.result_queue_size
         )
         max_samples = int(s.streaming.max_buffered_audio_s * SAMPLE_RATE)
+        fmt = config.format
+        self._piece_bytes = max(1, fmt.sample_rate_hz * max_samples // SAMPLE_RATE // 2) * (
+            fmt.frame_bytes
+        )
         self._inboxes = [
             AudioInbox(max_samples, on_change=self._buffered_changed)
             for _ in range(config.format.channels)
@@ -212,7 +221,6 @@ class StreamSession:
 
     async def _read(self, requests: AsyncIterator[bytes | Finalize | ConfigUpdate]) -> None:
         limits = self.services.settings.streaming
-        rate = self.config.format.sample_rate_hz
         async for request in requests:
             if isinstance(request, Finalize | ConfigUpdate):
                 if isinstance(request, Finalize):  # it covers audio a resampler holds back
@@ -225,24 +233,36 @@ class StreamSession:
                     f"audio message of {len(request)} bytes exceeds the limit of "
                     f"{limits.max_audio_message_bytes}; send smaller chunks (20-250 ms is typical)"
                 )
-            try:
-                per_channel = self._decoder.decode(request)
-            except AudioFormatError as exc:
-                raise AsrError.invalid(str(exc)) from None
-            received_s = self.config.time_offset_s + self._decoder.input_samples / rate
-            self.services.metrics.audio_received.inc(
-                len(request) / self.config.format.frame_bytes / rate * self.config.format.channels
-            )
-            if received_s > limits.max_stream_duration_s:
-                raise AsrError(
-                    Status.OUT_OF_RANGE,
-                    f"stream exceeded the maximum duration of {limits.max_stream_duration_s:.0f} s",
-                )
-            await self._deliver(per_channel)
+            partial = partial_frame_error(len(request), self.config.format, "audio message")
+            if partial:
+                raise AsrError.invalid(partial)
+            # in pieces of at most half the buffered-audio cap: a message may hold far more
+            # audio than the cap (1 MiB of 8 kHz μ-law is 131 s), and decoded whole it would
+            # sit in the inbox beside the cap, not within it
+            for at in range(0, len(request), self._piece_bytes):
+                await self._take(request[at : at + self._piece_bytes])
             self._report_progress()
         await self._deliver(self._decoder.flush())
         for inbox in self._inboxes:
             await inbox.put(EndOfAudio())
+
+    async def _take(self, data: bytes) -> None:
+        """Decode whole frames of one message and hand them to the channels."""
+        limits, fmt = self.services.settings.streaming, self.config.format
+        try:
+            per_channel = self._decoder.decode(data)
+        except AudioFormatError as exc:
+            raise AsrError.invalid(str(exc)) from None
+        received_s = self.config.time_offset_s + self._decoder.input_samples / fmt.sample_rate_hz
+        self.services.metrics.audio_received.inc(
+            len(data) / fmt.frame_bytes / fmt.sample_rate_hz * fmt.channels
+        )
+        if received_s > limits.max_stream_duration_s:
+            raise AsrError(
+                Status.OUT_OF_RANGE,
+                f"stream exceeded the maximum duration of {limits.max_stream_duration_s:.0f} s",
+            )
+        await self._deliver(per_channel)
 
     def _report_progress(self) -> None:
         """A progress-only response once the settled point has moved
