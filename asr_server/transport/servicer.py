@@ -202,7 +202,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
             await session.run(chunks(), collect)
             results.sort(key=lambda r: (r.start_s, r.channel))
-            response.results.extend(result_to_proto(r) for r in results)
+            # on the stream clock of a ResumeFrom, as a stream's results are
+            response.results.extend(result_to_proto(r, config.time_offset_s) for r in results)
             response.duration_s = len(audio) / fmt.frame_bytes / fmt.sample_rate_hz
 
         await self._serve_call(call_id, context, recognize)

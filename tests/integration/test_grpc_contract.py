@@ -223,6 +223,19 @@ async def test_recognize_unary_transcribes_everything(make_server) -> None:  # t
     assert reply.results[-1].end_s == pytest.approx(599.2, abs=0.3)
 
 
+async def test_recognize_reports_times_on_a_resumes_stream_clock(make_server) -> None:  # type: ignore[no-untyped-def]
+    # ResumeFrom: "every time the server reports has it added", in Recognize too
+    server = await serve_fake(make_server)
+    pcm = (np.concatenate([silence(0.5), tone(1.0), silence(1.0)]) * 32767).astype("<i2")
+    config = audio_config()
+    config.resume.stream_offset_s = 100.0
+    config.resume.channels.add(next_utterance_id=7)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        (result,) = (await client.recognize(pcm.tobytes(), config)).results
+    assert result.utterance_id == 7
+    assert result.start_s == pytest.approx(100.5, abs=0.35)
+
+
 async def test_recognize_of_a_partial_frame_says_the_files_size(make_server) -> None:  # type: ignore[no-untyped-def]
     # 4 s of LINEAR16 and one byte more: the error names what was sent, not the size of
     # the server's last 1 s chunk of it
@@ -315,6 +328,38 @@ async def test_backpressure_blocks_the_client_and_loses_nothing(make_server) -> 
     assert words == pytest.approx(4 + 240, abs=len(results))
     assert results[-1].result.end_s == pytest.approx(62.2, abs=0.05)  # the speech end + pad
     print(f"client blocked after {blocked_at_s:.1f} s of audio (cap {cap_s} s)")
+
+
+async def test_one_large_message_is_held_within_the_cap_too(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A message may hold far more audio than the cap (1 MiB of 8 kHz μ-law is 131 s): it
+    is taken in pieces, so the server holds the cap's worth of it, not the whole."""
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate)
+    stalled = entered(engine)
+    cap_s = 2.0
+    server = await serve_fake(make_server, engine, streaming={"max_buffered_audio_s": cap_s})
+    audio = np.concatenate([tone(1.0), silence(1.0), tone(20.0), silence(1.0)])
+    data = (audio * 32767).astype("<i2").tobytes()  # 736 KB a message
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(interim_results=False)) as stream:
+
+            async def send_twice() -> None:
+                await stream.send_audio(data)
+                await stream.send_audio(data)
+
+            sender = asyncio.create_task(send_twice())
+            try:
+                await stalled.wait()
+                await asyncio.sleep(0.5)  # the reader goes on as far as the cap lets it
+                buffered = server.metrics.buffered_audio._value.get()
+            finally:
+                gate.set()
+            assert buffered <= cap_s + 0.1
+            await sender
+            await stream.end()
+            results = [e async for e in stream if e.HasField("result")]
+    words = sum(len(r.result.text.split()) for r in results)
+    assert words == pytest.approx(2 * (4 + 80), abs=len(results))
 
 
 async def test_what_the_engine_cannot_do_is_refused_clearly(make_server) -> None:  # type: ignore[no-untyped-def]
