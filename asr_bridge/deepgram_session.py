@@ -474,12 +474,14 @@ class ContainerRelay(DeepgramRelay):
 
     async def _decoded_to_end(self, decoder: ContainerDecoder) -> object:
         """What comes out of the decoder; None at the end. After the client's CloseStream
-        an error is the end too: a client that stopped inside a piece (a fragmented MP4's
-        last fragment cut short, which FFmpeg refuses) gets what was decoded transcribed."""
+        an error in the data's last packet is the end too: a client that stopped inside a
+        piece (a fragmented MP4's last fragment cut short, which FFmpeg refuses) gets what
+        was decoded transcribed. Damaged data before that is refused, however soon the
+        CloseStream came after it."""
         try:
             return await decoder.get()
         except ContainerError as exc:
-            if not self.closing:
+            if not (self.closing and exc.cut_short):
                 raise BadData(str(exc)) from None
             logger.info("session %s: the audio ends in data not decoded: %s", self.session_id, exc)
             return None

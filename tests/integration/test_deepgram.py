@@ -344,6 +344,27 @@ async def test_a_container_cut_short_at_its_end_is_transcribed(make_server, make
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_damaged_container_data_is_refused_even_when_the_close_follows(  # type: ignore[no-untyped-def]
+    make_server, make_bridge
+) -> None:
+    """Only a cut-short last packet is taken for the end: data damaged inside the file,
+    sent whole and at once followed by CloseStream, is refused (1008), not silently
+    transcribed up to the damage."""
+    from tests.unit.test_container import damaged, fragmented_mp4
+
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    data, packets = fragmented_mp4()
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, additional_headers=auth()) as ws:
+        await ws.send(damaged(data, packets[len(packets) // 3]))
+        await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await events_until_close(ws)
+    assert ws.close_code == 1008, messages
+    assert messages[-1]["type"] == "Error" and "could not be decoded" in messages[-1]["description"]
+    await eventually(lambda: server.servicer.active == 0)
+
+
 class _FinalsHearNoWords(FakeEngine):
     """Its finals reject what its interims read as a word: a cough Whisper's no-speech
     filter drops (the server's NO_WORDS)."""
@@ -365,10 +386,13 @@ async def test_a_noise_after_an_interim_gets_an_empty_final(make_server, make_br
     async with connect(listen_url(bridge, query), additional_headers=auth()) as ws:
         for i in range(0, len(noise), 3_200):
             await ws.send(noise[i : i + 3_200])
+        # a tenth of a second of the pause: until a partial has words, the next is asked
+        # only once more audio has come (under load the first may hear too little)
+        await ws.send(pause[:3_200])
         messages: list[dict[str, Any]] = []
         while not any(m["type"] == "Results" for m in messages):  # the interim
             messages.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
-        await ws.send(pause)
+        await ws.send(pause[3_200:])
         await ws.send(json.dumps({"type": "CloseStream"}))
         messages += await events_until_close(ws)
     results = [m for m in messages if m["type"] == "Results"]
