@@ -14,6 +14,10 @@ from dataclasses import dataclass, field
 from asr_server.engine.base import WordTiming
 from asr_server.engine.text import normalize_word
 
+#: committed words' start times may step back this much and still count as in order
+#: (the aligner's 20 ms steps, punctuation merged into a word)
+ORDER_SLACK_S = 0.02
+
 
 @dataclass
 class LocalAgreement:
@@ -70,6 +74,22 @@ class LocalAgreement:
     @property
     def committed_text(self) -> str:
         return " ".join(self.committed)
+
+    @property
+    def committed_end_s(self) -> float | None:
+        """Where the committed words end (utterance-relative), when their timings can say
+        so: every word timed, in order, the last one of some length. None otherwise: the
+        aligner now and then puts words at 0.0 s (tiny.en, speech after a long stretch of
+        music the voice detector took for speech), and a cut there would leave the words'
+        audio to the next utterance, where they were said again."""
+        timings = self.committed_timing
+        if not timings or any(t is None for t in timings):
+            return None
+        starts = [t.start_s for t in timings if t is not None]
+        last = timings[-1]
+        assert last is not None
+        in_order = all(b >= a - ORDER_SLACK_S for a, b in zip(starts, starts[1:], strict=False))
+        return last.end_s if in_order and last.end_s > last.start_s else None
 
     @property
     def tail_text(self) -> str:

@@ -556,17 +556,18 @@ class ChannelRecognizer:
         utt = self._utt
         assert utt is not None
         committed = utt.agreement.committed
-        timings = utt.agreement.committed_timing
-        if committed and timings and timings[-1] is not None:
-            cut = utt.audio.start_sample + int(timings[-1].end_s * SAMPLE_RATE)
+        committed_end_s = utt.agreement.committed_end_s
+        if committed and committed_end_s is not None:
+            cut = utt.audio.start_sample + int(committed_end_s * SAMPLE_RATE)
             cut = max(cut, utt.audio.start_sample + SAMPLE_RATE)  # never an empty first part
             rest = utt.audio.split_off(cut)
             await self._emit_final(
                 utt, Hypothesis(utt.agreement.committed_text, utt.partial_language)
             )
         elif committed:
-            # Committed words without timing (no partial near the limit came back in time):
-            # any earlier cut could leave committed words' audio to the next utterance too.
+            # Committed words without timing (no partial near the limit came back in time)
+            # or with timing that cannot be right: any earlier cut could leave committed
+            # words' audio to the next utterance too.
             rest = utt.audio.split_off(utt.audio.end_sample)
             await self._decode_final(utt)
         else:

@@ -91,6 +91,25 @@ def test_timings_follow_committed_words() -> None:
     assert [t.end_s for t in la.committed_timing if t] == [0.4, 0.9]
 
 
+def test_committed_words_end_only_where_their_timing_can_say() -> None:
+    def committed(timing: list[tuple[float, float]] | None) -> LocalAgreement:
+        la = LocalAgreement()
+        words = "one two three".split()
+        for _ in range(2):  # two hypotheses agree: all three are committed
+            timed = timing and [
+                WordTiming(w, a, b, 0.9) for w, (a, b) in zip(words, timing, strict=False)
+            ]
+            la.update(words, timed or None)
+        assert la.committed == words
+        return la
+
+    assert committed([(0.0, 0.4), (0.5, 0.9), (1.0, 1.4)]).committed_end_s == 1.4
+    assert committed([(0.0, 0.0), (0.0, 0.0), (0.0, 0.0)]).committed_end_s is None
+    # the last word back at the start
+    assert committed([(5.2, 5.24), (5.24, 5.26), (0.0, 0.0)]).committed_end_s is None
+    assert committed(None).committed_end_s is None  # untimed
+
+
 def test_trailing_sentence_loop_is_trimmed_but_prefix_protected() -> None:
     text = "the narrative would be tedious. the narrative would be tedious."
     assert trim_trailing_repeats(text.split(), protected=2) == text.split()[:5]

@@ -1935,6 +1935,30 @@ async def test_settled_time_never_passes_an_unfinished_utterance(channels: int) 
     assert during and 5.1 < min(during) and max(during) < 15.3, during
 
 
+class _TimesEveryPartialWordAtZero(FakeEngine):
+    """Its partials time every word at 0.0 s, as tiny.en's aligner did for speech after a
+    long stretch of music the voice detector took for speech."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        if req.kind is DecodeKind.PARTIAL and hyp.words:
+            zero = [WordTiming(w.word, 0.0, 0.0, w.probability) for w in hyp.words]
+            return dataclasses.replace(hyp, words=zero)
+        return hyp
+
+
+async def test_a_length_limit_split_does_not_trust_committed_words_timed_at_zero() -> None:
+    """Committed words whose timing cannot be right (all at 0.0 s) are not cut after: that
+    sent them as a final of the utterance's first second, and again in the next one."""
+    audio = np.concatenate([silence(0.5), tone(12.0), silence(1.5)])
+    h = Harness(_TimesEveryPartialWordAtZero(), commit_partials=True)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), max_utterance_ms=10_000)
+    finals = results(events, final=True)
+    assert len(finals) >= 2 and finals[0].end_s > 5.0, finals
+    # each of the tone's 48 words once (the fake names a part's words from w0)
+    assert sum(len(f.text.split()) for f in finals) == pytest.approx(48, abs=len(finals))
+
+
 @pytest.mark.parametrize("prefix_forcing", [True, False])
 async def test_an_engine_without_prefix_forcing_gets_nothing_committed(
     prefix_forcing: bool,
