@@ -4,7 +4,8 @@ The file holds one client a line, ``NAME:SHA256_HEX_OF_TOKEN`` (``#`` starts a c
 it never contains a usable secret. A presented token is hashed and compared with every
 entry by ``hmac.compare_digest``, so neither the match nor its position leaks through
 timing. The file is re-read when it changes (checked at most once a second) or on
-``reload()`` (SIGHUP); a file that fails to parse keeps the previous tokens and is logged.
+``reload()`` (SIGHUP); a file that is missing or fails to parse keeps the previous tokens
+and is logged.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from asr_server.transport.file_stamp import FileStamp, file_stamp
+from asr_server.transport.file_stamp import FileStamp, stamp_or_missing
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class TokenRegistry:
             if stamp != self._stamp and stamp != self._failed_stamp:
                 self._load(stamp)
 
-    def _load(self, stamp: FileStamp | None) -> bool:
+    def _load(self, stamp: FileStamp) -> bool:
         try:
             entries = parse_token_file(self.path)
         except TokenFileError as exc:
@@ -149,8 +150,5 @@ class TokenRegistry:
         if self._on_reload is not None:
             self._on_reload(ok)
 
-    def _file_stamp(self) -> FileStamp | None:
-        try:
-            return file_stamp(self.path)
-        except OSError:
-            return None
+    def _file_stamp(self) -> FileStamp:
+        return stamp_or_missing(self.path)

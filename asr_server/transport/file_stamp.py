@@ -17,3 +17,15 @@ def file_stamp(path: Path) -> FileStamp:
     file renamed over it has another inode."""
     stat = os.stat(path)
     return stat.st_mtime_ns, stat.st_size, stat.st_ino
+
+
+#: the stamp of a file that cannot be looked at (missing, mostly): no file's size is -1, and a
+#: file that goes missing is a change like any other, to be reported once
+MISSING: FileStamp = (-1, -1, -1)
+
+
+def stamp_or_missing(path: Path) -> FileStamp:
+    try:
+        return file_stamp(path)
+    except OSError:
+        return MISSING

@@ -3,9 +3,9 @@
 grpc's dynamic server credentials ask a fetcher for the certificate configuration at every
 new TLS handshake. The fetcher here answers from memory: it hands over a configuration only
 after ``reload()`` (on SIGHUP) or a change of the files (time, size or inode) has produced one
-that parsed and whose key matches its certificate. A bad file on reload therefore keeps the
-old credentials (and is logged once per change), and open connections are never touched:
-only new handshakes see a new certificate.
+that parsed and whose key matches its certificate. A missing or bad file on reload therefore
+keeps the old credentials (and is logged once per change), and open connections are never
+touched: only new handshakes see a new certificate.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grpc
 
-from asr_server.transport.file_stamp import FileStamp, file_stamp
+from asr_server.transport.file_stamp import FileStamp, file_stamp, stamp_or_missing
 
 logger = logging.getLogger(__name__)
 
@@ -99,10 +99,7 @@ class ReloadingServerCredentials:
         return _configuration(pending) if pending is not None else None
 
     def _try_load(self, *, force: bool) -> bool:
-        try:
-            stamp = _stamp(self.files)
-        except CertificateError:
-            stamp = None
+        stamp = tuple(stamp_or_missing(path) for _, path in self.files.named())
         if not force and (stamp == self._current.stamp or stamp == self._failed_stamp):
             return False
         try:

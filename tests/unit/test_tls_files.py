@@ -169,3 +169,28 @@ def test_new_files_are_taken_though_their_time_stays(pki: Pki, tmp_path: Path, h
     os.utime(cert, ns=(mtime, mtime))
     assert credentials._fetch() is not None
     assert credentials.reloads == 1 and credentials._current.cert == cert.read_bytes()
+
+
+@pytest.mark.parametrize("deleted", ["cert", "key"])
+def test_a_deleted_file_is_a_failed_reload_once_and_read_when_back(
+    pki: Pki, caplog: pytest.LogCaptureFixture, deleted: str
+) -> None:
+    cert, key = pki.server()
+    outcomes: list[bool] = []
+    credentials = ReloadingServerCredentials(CertificateFiles(cert, key), on_reload=outcomes.append)
+    before = credentials._current
+    path, what = (cert, "certificate") if deleted == "cert" else (key, "private key")
+    path.unlink()
+    with caplog.at_level(logging.ERROR, logger="asr_server.transport.tls"):
+        for _ in range(3):  # one error and one failed reload, not one per handshake
+            assert credentials._fetch() is None  # the current certificate stays
+    assert outcomes == [False] and credentials._current is before
+    assert caplog.text.count(f"cannot read the TLS {what} {path}") == 1
+    new_cert, new_key = pki.server("new")
+    cert.write_bytes(new_cert.read_bytes())
+    key.write_bytes(new_key.read_bytes())
+    assert credentials._fetch() is not None
+    assert credentials._current.cert == new_cert.read_bytes()
+    path.unlink()  # after a reload that was taken, too
+    assert credentials._fetch() is None
+    assert outcomes == [False, True, False]

@@ -78,3 +78,26 @@ def test_a_change_while_the_file_is_first_read_is_read_later(
     monkeypatch.setattr(auth, "parse_token_file", parse)
     assert registry.identify(bob_token) == "bob"
     assert registry.identify(alice_token) == "alice"
+
+
+def test_a_deleted_file_is_a_failed_reload_once_and_read_when_back(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    alice_token, alice = new_token("alice")
+    bob_token, bob = new_token("bob")
+    path = tmp_path / "tokens"
+    path.write_text(alice + "\n")
+    outcomes: list[bool] = []
+    registry = TokenRegistry(path, on_reload=outcomes.append)
+    path.unlink()
+    with caplog.at_level(logging.ERROR, logger="asr_server.transport.auth"):
+        for _ in range(3):  # one error and one failed reload, not one per check
+            assert registry.identify(alice_token) == "alice"  # the current tokens stay
+    assert outcomes == [False]
+    assert caplog.text.count(f"cannot read the token file {path}") == 1
+    path.write_text(bob + "\n")
+    assert registry.identify(bob_token) == "bob"
+    assert registry.identify(alice_token) is None
+    path.unlink()  # after a reload that was taken, too
+    assert registry.identify(bob_token) == "bob"
+    assert outcomes == [False, True, False]
