@@ -20,11 +20,14 @@ _GONE = (WebSocketDisconnect, OSError, RuntimeError)
 def json_message(text: str) -> Any:
     """A client's text message parsed as JSON, which must hold text only: JSON's escapes
     can spell a lone UTF-16 surrogate ("\\ud800"), which Python decodes into a string that
-    no UTF-8 (and no protobuf string field) can hold. ``json.JSONDecodeError`` either way,
-    so each protocol answers it as it answers any message that is not JSON."""
-    value = json.loads(text)
+    no UTF-8 (and no protobuf string field) can hold; and JSON nested deeper than the
+    parser recurses ("[" * 1500 in 3 kB) raises ``RecursionError``. ``json.JSONDecodeError``
+    for each, so each protocol answers it as it answers any message that is not JSON."""
     try:
+        value = json.loads(text)
         json.dumps(value, ensure_ascii=False).encode()
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text, 0) from None
     except UnicodeEncodeError as exc:
         raise json.JSONDecodeError(
             "a string holds a lone surrogate escape (\\ud800-\\udfff), not text", text, 0

@@ -79,6 +79,8 @@ def test_a_semantic_start_may_set_its_turn_threshold() -> None:
         # JSON can spell a lone UTF-16 surrogate, which no protobuf string can hold
         ('{"type": "start", "sample_rate": 16000, "language": "\\ud800"}', "surrogate"),
         ('{"type": "start", "sample_rate": 16000, "hotwords": ["a\\udfff"]}', "surrogate"),
+        # past the parser's recursion limit in 3 kB: a bad message, not a crashed session
+        ("[" * 1500 + "]" * 1500, "not JSON: nested too deeply"),
     ],
 )
 def test_bad_text_messages_say_what_is_wrong(text: str, phrase: str) -> None:
