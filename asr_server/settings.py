@@ -183,7 +183,11 @@ class StreamingSettings(BaseModel):
         1 << 20, ge=1024, description="Largest audio message on a stream."
     )
     max_stream_duration_s: float = Field(
-        4 * 3600, gt=0, description="Longest stream; past it the stream ends with OUT_OF_RANGE."
+        4 * 3600,
+        gt=0,
+        description="Longest stream, in audio received and in wall time (with "
+        "config_timeout_s + max_buffered_audio_s of slack); past it the stream ends with "
+        "OUT_OF_RANGE.",
     )
     commit_partials: bool = Field(
         False,

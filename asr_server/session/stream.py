@@ -126,11 +126,24 @@ class StreamSession:
         return Progress(received, min(processed, received), min(settled, processed, received))
 
     async def run(
-        self, requests: AsyncIterator[bytes | Finalize | ConfigUpdate], send: Send
+        self,
+        requests: AsyncIterator[bytes | Finalize | ConfigUpdate],
+        send: Send,
+        *,
+        admitted_at: float | None = None,
     ) -> None:
-        """Process the whole stream; raises ``AsrError`` for anything the client must be told."""
+        """Process the whole stream; raises ``AsrError`` for anything the client must be told.
+
+        ``admitted_at``: the loop time the stream was admitted, from which its wall time
+        counts toward ``max_stream_duration_s`` as its audio does (None: audio only, for
+        Recognize, whose one message bounds its work)."""
         try:
             async with asyncio.TaskGroup() as tg:
+                timer: asyncio.Task[None] | None = None
+                if admitted_at is not None:
+                    timer = tg.create_task(
+                        self._limit_wall_time(admitted_at), name=f"{self.stream_id}-timer"
+                    )
                 self._channels = [
                     self._make_channel(c, tg) for c in range(self.config.format.channels)
                 ]
@@ -147,12 +160,33 @@ class StreamSession:
                 await self._emit(StreamDone())
                 await self._out.put(_Closed())
                 await writer
+                if timer is not None:
+                    timer.cancel()
         except BaseExceptionGroup as group:
             raise _most_telling(group) from None
         finally:
             # whatever is still buffered leaves the gauge with the stream
             self.services.metrics.buffered_audio.dec(self._buffered_samples / SAMPLE_RATE)
             self._buffered_samples = 0
+
+    async def _limit_wall_time(self, admitted_at: float) -> None:
+        """End the stream once its wall time passes ``max_stream_duration_s``: the audio
+        limit alone lets a stream that sends KEEPALIVEs, or nothing, hold its seat forever.
+
+        With slack, so that the audio limit, not this one, ends a real-time stream: its
+        audio trails its wall time by the time its client takes to start sending (allowed
+        config_timeout_s, as for its config) and, after its last audio, by what is still
+        buffered for the channels to decode (at most max_buffered_audio_s)."""
+        s = self.services.settings
+        limit_s = s.streaming.max_stream_duration_s
+        slack_s = s.config_timeout_s + s.streaming.max_buffered_audio_s
+        # a resumed stream's earlier part counts, as it does for the audio limit
+        deadline = admitted_at + limit_s - self.config.time_offset_s + slack_s
+        await asyncio.sleep(deadline - asyncio.get_running_loop().time())
+        raise AsrError(
+            Status.OUT_OF_RANGE,
+            f"stream exceeded the maximum duration of {limit_s:g} s in wall time",
+        )
 
     async def _emit(self, event: OutEvent) -> None:
         await self._out.put((event, self.progress))

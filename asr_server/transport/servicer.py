@@ -119,6 +119,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
             config = self._config_of(first, services)
             ticket.seat()
+            admitted_at = asyncio.get_running_loop().time()
             await context.send_initial_metadata(((ADMITTED_HEADER, stream_id),))
             session = StreamSession(config, services, stream_id)
             if config.resume is None:
@@ -142,7 +143,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 self._tell_going_away(session)
             try:
                 requests = self._requests(context, services, config)
-                await session.run(requests, send)
+                await session.run(requests, send, admitted_at=admitted_at)
             finally:
                 self._sessions.discard(session)
 
@@ -346,9 +347,10 @@ async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrEr
     """``context.read()``, or ``on_timeout()`` raised when the client sends nothing in time.
 
     Shielded: cancelling a read that grpc has in flight can break the call, and the client
-    would see "Internal error from Core" instead of our status. The abandoned read ends
-    when the call does, with an abort nobody awaits: its outcome is retrieved here, or
-    asyncio would log it as "Task exception was never retrieved".
+    would see "Internal error from Core" instead of our status. A read abandoned (a
+    timeout, or the session ended by another of its tasks) ends when the call does, with
+    an abort nobody awaits: its outcome is retrieved here, or asyncio would log it as
+    "Task exception was never retrieved".
 
     ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` returns the read's
     result when the call's task is cancelled just as the read completes (a client reset
@@ -360,8 +362,10 @@ async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrEr
         async with asyncio.timeout(timeout_s):
             return await asyncio.shield(read)
     except TimeoutError:
-        read.add_done_callback(_outcome_ignored)
         raise on_timeout() from None
+    finally:
+        if not read.done():
+            read.add_done_callback(_outcome_ignored)
 
 
 def _outcome_ignored(task: asyncio.Future[Any]) -> None:

@@ -1,0 +1,122 @@
+"""A stream's lifetime: ``max_stream_duration_s`` holds in wall time too, so a stream that
+sends KEEPALIVEs (or nothing) instead of audio cannot hold its seat past it, while a stream
+sending audio at real time is still ended by the audio limit, or not at all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import grpc
+import pytest
+
+from asr_client import AsrClient, StreamClosedError, audio_config
+from tests.helpers import eventually, serve_fake, speech_pcm
+
+pytestmark = pytest.mark.timeout(60)
+
+LIMIT_S = 1.0
+#: the wall-time limit's slack: config_timeout_s + streaming.max_buffered_audio_s
+SLACK_S = 0.3 + 0.5
+
+
+async def lifetime_server(make_server, **settings):  # type: ignore[no-untyped-def]
+    return await serve_fake(
+        make_server,
+        config_timeout_s=0.3,
+        streaming={"max_stream_duration_s": LIMIT_S, "max_buffered_audio_s": 0.5},
+        **settings,
+    )
+
+
+async def _status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
+    """Read a stream until it ends: its status code and details."""
+    try:
+        async for _ in stream:
+            pass
+    except StreamClosedError as exc:
+        return exc.code, exc.details
+    return grpc.StatusCode.OK, ""
+
+
+async def _keep_alive(stream) -> None:  # type: ignore[no-untyped-def]
+    """KEEPALIVEs every 0.1 s, until the stream is closed."""
+    with contextlib.suppress(StreamClosedError):
+        while True:
+            await stream.keep_alive()
+            await asyncio.sleep(0.1)
+
+
+async def test_keepalives_hold_a_stream_no_longer_than_the_limit(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await lifetime_server(make_server, idle_timeout_s=0.5)
+    async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
+        stream = await client.stream(audio_config()).open()
+        await stream.send_audio(speech_pcm(0.2).tobytes())
+        await eventually(lambda: server.servicer.admission.seated == 1)
+        began = time.monotonic()
+        pinger = asyncio.create_task(_keep_alive(stream))
+        try:
+            code, details = await asyncio.wait_for(_status_of(stream), 10)
+        finally:
+            pinger.cancel()
+            await asyncio.gather(pinger, return_exceptions=True)
+        took = time.monotonic() - began
+    assert code == grpc.StatusCode.OUT_OF_RANGE, details
+    assert details == "stream exceeded the maximum duration of 1 s in wall time"
+    assert LIMIT_S + SLACK_S - 0.3 < took < LIMIT_S + SLACK_S + 1.0
+    await eventually(lambda: server.servicer.active == 0 and server.servicer.admission.seated == 0)
+
+
+async def test_a_silent_stream_is_ended_by_a_timer(make_server) -> None:  # type: ignore[no-untyped-def]
+    # nothing arrives after the config, and the idle timeout is far off
+    server = await lifetime_server(make_server, idle_timeout_s=60)
+    async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
+        stream = await client.stream(audio_config()).open()
+        began = time.monotonic()
+        code, details = await asyncio.wait_for(_status_of(stream), 10)
+        took = time.monotonic() - began
+    assert code == grpc.StatusCode.OUT_OF_RANGE, details
+    assert "in wall time" in details
+    assert took < LIMIT_S + SLACK_S + 1.0
+    await eventually(lambda: server.servicer.active == 0 and server.servicer.admission.seated == 0)
+
+
+async def test_a_resumed_streams_earlier_part_counts(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await lifetime_server(make_server, idle_timeout_s=60)
+    config = audio_config()
+    config.resume.stream_offset_s = 0.8
+    config.resume.channels.add(next_utterance_id=3)
+    async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
+        stream = await client.stream(config).open()
+        began = time.monotonic()
+        code, details = await asyncio.wait_for(_status_of(stream), 10)
+        took = time.monotonic() - began
+    assert code == grpc.StatusCode.OUT_OF_RANGE, details
+    assert "in wall time" in details
+    assert LIMIT_S - 0.8 + SLACK_S - 0.3 < took < LIMIT_S - 0.8 + SLACK_S + 0.5
+    await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_real_time_stream_is_ended_by_its_audio_or_not_at_all(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await lifetime_server(make_server)
+    chunk = bytes(3200)  # 0.1 s
+    async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
+        # just under the limit, then half-closed: it ends as a stream does
+        async with client.stream(audio_config()) as short:
+            for _ in range(9):
+                await short.send_audio(chunk)
+                await asyncio.sleep(0.1)
+            await short.end()
+            assert await _status_of(short) == (grpc.StatusCode.OK, "")
+
+        # past it: the audio limit ends it, not the wall time
+        long = await client.stream(audio_config()).open()
+        with contextlib.suppress(StreamClosedError):
+            for _ in range(30):
+                await long.send_audio(chunk)
+                await asyncio.sleep(0.1)
+        code, details = await asyncio.wait_for(_status_of(long), 10)
+    assert code == grpc.StatusCode.OUT_OF_RANGE, details
+    assert details == "stream exceeded the maximum duration of 1 s"
+    await eventually(lambda: server.servicer.active == 0)
