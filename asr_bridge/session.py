@@ -5,12 +5,14 @@ gRPC write of its audio has completed does it read the next: when the server pus
 back, this task stops reading, the WebSocket's TCP window fills, and the browser's
 ``bufferedAmount`` grows — nothing is queued here. *Downstream* turns gRPC responses
 into JSON events; its sends wait for the socket too, so a browser that stops reading
-pushes back on the server in turn. The browser leaving cancels the gRPC call.
+pushes back on the server in turn. The browser leaving cancels the gRPC call, also while
+a write waits on the server (``PeerWatch`` sees the socket close without reading it).
 
-A server that pushes back for ``UPSTREAM_WRITE_DEADLINE_S`` on one write has fallen behind:
-the session ends with a ``RESOURCE_EXHAUSTED`` error and close 1013 (try again later).
-Without that deadline the socket's keepalive would end it, with 1011 and no reason: a
-client's pong waits unread behind the audio the bridge is not reading.
+A server whose writes have fallen ``UPSTREAM_WRITE_DEADLINE_S`` behind the audio's own
+time (one write that long, or many slower than the audio they carry: ``UpstreamPace``)
+has fallen behind: the session ends with a ``RESOURCE_EXHAUSTED`` error and close 1013
+(try again later). Without that bound the socket's keepalive would end it, with 1011 and
+no reason: a client's pong waits unread behind the audio the bridge is not reading.
 
 Errors from the server reach the browser as an ``error`` event and a close code; those that
 are the operator's to fix (the server refusing the bridge's credentials, the server
@@ -20,13 +22,16 @@ unreachable) are also logged as warnings.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 
 import grpc
 from starlette.websockets import WebSocket
 
+from asr_api.v1 import asr_pb2
 from asr_bridge.keepalive import StreamKeeper
 from asr_bridge.metrics import BridgeMetrics, RefusalReason
 from asr_bridge.protocol import (
@@ -48,7 +53,7 @@ from asr_bridge.protocol import (
     parse_text,
     streaming_config,
 )
-from asr_bridge.wire import ClientGone, close_quietly, send_events
+from asr_bridge.wire import ClientGone, PeerWatch, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
@@ -63,17 +68,45 @@ _SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
 }
 
 #: the longest one write to the server may wait on its backpressure before the session
-#: ends; well under the socket's ping timeout (app.WS_PING_TIMEOUT_S), which would end it
-#: first, without a reason, as the client's pong is not read while the write waits
+#: ends, and on /ws how far all writes together may fall behind the audio's own time;
+#: well under the socket's ping timeout (app.WS_PING_TIMEOUT_S), which would end it
+#: first, without a reason, as the client's pong is not read while the writes wait
 UPSTREAM_WRITE_DEADLINE_S = 20.0
 FELL_BEHIND = "the server fell behind: it took no audio for {:g} s; try again later"
+FELL_BEHIND_PACE = (
+    "the server fell behind: it took audio slower than it came, until {:g} s behind; "
+    "try again later"
+)
+#: how often a write waiting on the server looks whether the browser has left, and how
+#: many looks apart it probes the socket (a probe is a ping, see wire.PeerWatch)
+GONE_POLL_S = 0.1
+PROBE_EVERY = 10
 
 
 class ServerFellBehind(Exception):
-    """A write to the server waited past ``UPSTREAM_WRITE_DEADLINE_S``."""
+    """A write to the server waited past ``UPSTREAM_WRITE_DEADLINE_S``, or (``/ws``) the
+    writes fell that far behind the audio."""
 
-    def __init__(self, deadline_s: float) -> None:
-        super().__init__(FELL_BEHIND.format(deadline_s))
+    def __init__(self, deadline_s: float, message: str = FELL_BEHIND) -> None:
+        super().__init__(message.format(deadline_s))
+
+
+async def unless_gone(peer: PeerWatch, write: Awaitable[None]) -> None:
+    """Await ``write``, or raise ``ClientGone`` (the write cancelled) once the browser has
+    left: while a write waits on the server nothing reads the socket, so its closing went
+    unseen until the write ended, 20 s on if the server was stuck."""
+    writing = asyncio.ensure_future(write)
+    try:
+        for tick in itertools.count():
+            done, _ = await asyncio.wait((writing,), timeout=GONE_POLL_S)
+            if done:
+                return writing.result()
+            if peer.gone():
+                raise ClientGone
+            if tick % PROBE_EVERY == 0:
+                peer.probe()
+    finally:
+        writing.cancel()  # (a no-op once it is done)
 
 
 async def within_write_deadline(write: Awaitable[object]) -> None:
@@ -87,6 +120,31 @@ async def within_write_deadline(write: Awaitable[object]) -> None:
         raise ServerFellBehind(deadline_s) from None
 
 
+class UpstreamPace:
+    """How far a session's writes to the server have fallen behind the audio's own time.
+
+    A page sends in real time, so while a write waits, the page's next audio, and its
+    pongs behind it, wait unread in TCP. Each write adds its wait less the audio it
+    carried (never below 0: the server keeps up); past ``UPSTREAM_WRITE_DEADLINE_S``,
+    whether in one write or over many slow ones, the server has fallen behind. (A page
+    sending faster than real time is ahead by as much, which the sum does not count:
+    it is never more behind than it says.)"""
+
+    def __init__(self) -> None:
+        self.bound_s = UPSTREAM_WRITE_DEADLINE_S  # read now, so that a test can shorten it
+        self.behind_s = 0.0
+
+    async def write(self, write: Awaitable[object], audio_s: float = 0.0) -> None:
+        began = time.monotonic()
+        try:
+            async with asyncio.timeout(self.bound_s - self.behind_s):
+                await write
+        except TimeoutError:
+            message = FELL_BEHIND_PACE if self.behind_s > 0 else FELL_BEHIND
+            raise ServerFellBehind(self.bound_s, message) from None
+        self.behind_s = max(0.0, self.behind_s + time.monotonic() - began - audio_s)
+
+
 @dataclass
 class BridgeSession:
     websocket: WebSocket
@@ -97,6 +155,7 @@ class BridgeSession:
     start_timeout_s: float = 10.0
     _heard_from_server: bool = field(default=False, init=False)
     _resumes: list[ResumeInfo] = field(default_factory=list, init=False)
+    _resume_noticed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def run(self) -> None:
         """Serve the session to its end; never raises for anything the peers do."""
@@ -137,7 +196,9 @@ class BridgeSession:
             # the socket does (keepalive.py)
             keeper = StreamKeeper(stream)
             async with asyncio.TaskGroup() as tg:
-                upstream = tg.create_task(self._upstream(keeper), name=f"up-{self.session_id}")
+                upstream = tg.create_task(
+                    self._upstream(keeper, start.sample_rate), name=f"up-{self.session_id}"
+                )
                 keeping = tg.create_task(keeper.run(), name=f"alive-{self.session_id}")
                 await self._downstream(stream, events)
                 upstream.cancel()  # the server has ended the stream: nothing more to read
@@ -168,8 +229,10 @@ class BridgeSession:
             raise ProtocolError('the first message must be {"type": "start", "sample_rate": …}')
         return message
 
-    async def _upstream(self, keeper: StreamKeeper) -> None:
+    async def _upstream(self, keeper: StreamKeeper, sample_rate: int) -> None:
         stream = keeper.stream
+        pace = UpstreamPace()
+        peer = PeerWatch(self.websocket)
         stopped = False
         while True:
             message = await self._receive()
@@ -177,31 +240,60 @@ class BridgeSession:
                 raise ProtocolError(f"{type(message).__name__.lower()} after stop")
             if isinstance(message, Audio):
                 # waits while the server pushes back (for a while)
-                await within_write_deadline(keeper.write(stream.send_audio(message.pcm)))
+                audio_s = len(message.pcm) / 2 / sample_rate
+                write = keeper.write(stream.send_audio(message.pcm))
+                await unless_gone(peer, pace.write(write, audio_s))
                 self.metrics.audio_received.inc(len(message.pcm))
             elif isinstance(message, Finalize):
-                await within_write_deadline(keeper.write(stream.finalize()))
+                await unless_gone(peer, pace.write(keeper.write(stream.finalize())))
             elif isinstance(message, Stop):
-                await within_write_deadline(keeper.end())
+                await unless_gone(peer, pace.write(keeper.end()))
                 stopped = True  # keep reading: only to notice the browser leaving
             else:
                 raise ProtocolError("start was already sent")
 
     def _resumed(self, info: ResumeInfo) -> None:
-        # called inside the downstream loop's iteration: the notice goes out before the
-        # next event, from the one task that writes events
+        # called inside the stream's iteration, which the downstream awaits: woken, it
+        # sends the notice before the next event (it is the one task that writes events)
         self._resumes.append(info)
+        self._resume_noticed.set()
         self.metrics.resumes.inc()
         logger.info("session %s: %s", self.session_id, resume_notice(info))
 
     async def _downstream(self, stream: RecognitionStream, events: EventWriter) -> None:
-        async for response in stream:
-            while self._resumes:
-                await self._send(events.resumed(self._resumes.pop(0)))
+        responses = aiter(stream)
+        while (response := await self._next_or_resumes(responses, events)) is not None:
+            await self._send_resumes(events)
             self._heard_from_server = True
             if response.HasField("progress"):
                 self.metrics.server_lag.observe(response.progress.lag_s)
             await self._send(events.response(response))
+
+    async def _next_or_resumes(
+        self, responses: AsyncIterator[asr_pb2.StreamingRecognizeResponse], events: EventWriter
+    ) -> asr_pb2.StreamingRecognizeResponse | None:
+        """The next response (None at the end); resume notices go out while it is awaited:
+        a resume in a pause of the audio may come long before the server's next response."""
+        receiving = asyncio.ensure_future(anext(responses, None))
+        try:
+            while not receiving.done():
+                self._resume_noticed.clear()
+                await self._send_resumes(events)
+                noticed = asyncio.ensure_future(self._resume_noticed.wait())
+                try:
+                    await asyncio.wait((receiving, noticed), return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    noticed.cancel()
+        except BaseException:
+            receiving.cancel()
+            if receiving.done() and not receiving.cancelled():
+                receiving.exception()  # (retrieved: the error being raised is the session's)
+            raise
+        return receiving.result()
+
+    async def _send_resumes(self, events: EventWriter) -> None:
+        while self._resumes:
+            await self._send(events.resumed(self._resumes.pop(0)))
 
     async def _receive(self) -> Start | Audio | Finalize | Stop:
         message = await self.websocket.receive()

@@ -7,8 +7,11 @@ word for "the socket is already closed"); sessions see only ``ClientGone``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import secrets
+import select
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,6 +49,41 @@ async def send_events(ws: WebSocket, events: Iterable[dict[str, Any]]) -> None:
             await ws.send_text(json.dumps(event, separators=(",", ":")))
     except _GONE:
         raise ClientGone from None
+
+
+class PeerWatch:
+    """Whether the client's end of a socket has gone, seen without reading it: a session
+    whose write waits on the server reads nothing, and the client's close lies unread
+    behind its audio (its FIN cannot even arrive: the bridge's receive window is shut).
+    ``probe`` sends a ping, which a host whose socket has closed answers with a reset,
+    and Linux's poll reports a reset (and a FIN, POLLRDHUP) past unread data. Only with
+    uvicorn's websockets-sansio protocol; with another, or without poll, nothing is seen."""
+
+    def __init__(self, ws: WebSocket) -> None:
+        # the ASGI receive is the uvicorn protocol's bound method, which holds the transport
+        self._protocol = getattr(getattr(ws, "_receive", None), "__self__", None)
+        transport = getattr(self._protocol, "transport", None)
+        self._transport = transport if isinstance(transport, asyncio.Transport) else None
+        self._poll: select.poll | None = None
+        sock = self._transport.get_extra_info("socket") if self._transport else None
+        if sock is not None and sock.fileno() >= 0 and hasattr(select, "poll"):
+            self._poll = select.poll()
+            self._poll.register(
+                sock.fileno(), getattr(select, "POLLRDHUP", 0) | select.POLLERR | select.POLLHUP
+            )
+
+    def probe(self) -> None:
+        conn = getattr(self._protocol, "conn", None)
+        if conn is None or self._transport is None or self.gone():
+            return
+        with contextlib.suppress(Exception):  # closing meanwhile: gone() says so next
+            conn.send_ping(secrets.token_bytes(4))  # (its pong is ignored: not uvicorn's)
+            self._transport.write(b"".join(conn.data_to_send()))
+
+    def gone(self) -> bool:
+        if self._transport is not None and self._transport.is_closing():
+            return True
+        return self._poll is not None and bool(self._poll.poll(0))
 
 
 async def close_quietly(ws: WebSocket, code: int, reason: str) -> None:
