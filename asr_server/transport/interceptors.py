@@ -8,14 +8,23 @@ that fails is aborted with UNAUTHENTICATED (or PERMISSION_DENIED) before the ser
 so no session state exists and nothing is read from the stream. The identity then sits in
 a contextvar for the servicer's quotas, every log line of the call, and a bounded metrics
 label.
+
+No call outside admission's counts can be held open at will: a method with one request
+message (health's) is served as a streaming one, so that credentials are checked before the
+request is waited for and the request must come within REQUEST_TIMEOUT_S; ``Check`` calls
+in flight are capped per address, and calls that last (``Watch``, reflection) per client.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import inspect
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +44,23 @@ logger = logging.getLogger(__name__)
 #: without a token would hold the server's memory (no probe uses it)
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 OPEN_METHODS = frozenset({HEALTH_CHECK})
+#: calls that stay open as long as the client likes, outside admission's stream counts
+LASTING_METHODS = frozenset(
+    {
+        "/grpc.health.v1.Health/Watch",
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    }
+)
+#: how long a call of a one-request method may take to send it (clients send it with the
+#: headers); until then the call is held open, and Check is open to anyone
+REQUEST_TIMEOUT_S = 1.0
+#: Check calls in flight from one address, and in all, on each port: a probe's is
+#: answered in a millisecond, so only calls held without their request come near these
+OPEN_CALLS_PER_PEER = 100
+OPEN_CALLS = 1000
+#: Watch and reflection calls one client identity may hold open at once
+LASTING_CALLS_PER_CLIENT = 8
 #: distinct client labels on metrics before the rest are counted as "other"
 MAX_CLIENT_LABELS = 100
 ANONYMOUS = "anonymous"
@@ -111,6 +137,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authenticator: Authenticator, metrics: Metrics) -> None:
         self.authenticator = authenticator
         self.metrics = metrics
+        self._open = InFlight()
+        self._lasting: collections.Counter[str] = collections.Counter()
 
     async def intercept_service(
         self,
@@ -119,12 +147,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method in OPEN_METHODS:
+        if handler is None:
             return handler
-        return _wrap(handler, self._admit)
+        if method in OPEN_METHODS:
+            return _wrap(handler, lambda context: self._open.hold(context, self.metrics))
+        return _wrap(handler, lambda context: self._admit(context, method in LASTING_METHODS))
 
-    async def _admit(self, context: grpc.aio.ServicerContext) -> bool:
-        """Set the call's identity; False (after aborting the call) if it is refused."""
+    @asynccontextmanager
+    async def _admit(self, context: grpc.aio.ServicerContext, lasting: bool) -> AsyncIterator[None]:
+        """Set the call's identity, and hold its place among the client's lasting calls;
+        aborts the call if it is refused."""
         try:
             identity = self.authenticator.identify(context)
         except AsrError as exc:
@@ -136,15 +168,33 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 "refused a call from %s: %s (%s)", _peer_host(context.peer()), exc, reason
             )
             await context.abort(GRPC_CODES[exc.status], exc.message)
-            return False
         identity_var.set(identity)
         client_var.set(identity.name)
-        return True
+        if not lasting:
+            yield
+            return
+        name = identity.name
+        if self._lasting[name] >= LASTING_CALLS_PER_CLIENT:
+            self.metrics.refused_streams.labels("lasting_call_limit").inc()
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"client {name} has {LASTING_CALLS_PER_CLIENT} health Watch or reflection "
+                "calls open, the limit: close one first",
+            )
+        self._lasting[name] += 1
+        try:
+            yield
+        finally:
+            _release(self._lasting, name)
 
 
 class HealthCheckOnly(grpc.aio.ServerInterceptor):
     """For the plaintext health port: ``Check`` and nothing else (UNIMPLEMENTED), so the
-    port that needs no credentials holds no call open (see OPEN_METHODS)."""
+    port that needs no credentials holds no call open: a Check's request must come within
+    REQUEST_TIMEOUT_S, and those in flight are capped (see InFlight)."""
+
+    def __init__(self) -> None:
+        self._open = InFlight()
 
     async def intercept_service(
         self,
@@ -153,36 +203,128 @@ class HealthCheckOnly(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler | None:
         if handler_call_details.method != HEALTH_CHECK:
             return None
-        return await continuation(handler_call_details)
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        return _wrap(handler, lambda context: self._open.hold(context, None))
 
 
-def _wrap(
-    handler: grpc.RpcMethodHandler, admit: Callable[[Any], Awaitable[bool]]
-) -> grpc.RpcMethodHandler:
-    """The same handler, with ``admit(context)`` run before its behaviour."""
+class InFlight:
+    """Calls that anyone may make, in flight by peer address: at most OPEN_CALLS_PER_PEER
+    from one address and OPEN_CALLS in all, so that no caller can hold them by the
+    thousand, and one address cannot take them all."""
+
+    def __init__(self) -> None:
+        self.per_peer = OPEN_CALLS_PER_PEER
+        self.total = OPEN_CALLS
+        self.calls = 0
+        self._by_peer: collections.Counter[str] = collections.Counter()
+
+    @asynccontextmanager
+    async def hold(
+        self, context: grpc.aio.ServicerContext, metrics: Metrics | None
+    ) -> AsyncIterator[None]:
+        peer = _peer_host(context.peer())
+        refusal = ""
+        if self._by_peer[peer] >= self.per_peer:
+            refusal = f"{peer} has {self.per_peer} health checks open"
+        elif self.calls >= self.total:
+            refusal = f"the server has {self.total} health checks open"
+        if refusal:
+            if metrics is not None:
+                metrics.refused_streams.labels("open_call_limit").inc()
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{refusal}, the limit: send each one's request, or retry later",
+            )
+        self._by_peer[peer] += 1
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
+            _release(self._by_peer, peer)
+
+
+Gate = Callable[[grpc.aio.ServicerContext], AbstractAsyncContextManager[None]]
+
+
+def _wrap(handler: grpc.RpcMethodHandler, gate: Gate) -> grpc.RpcMethodHandler:
+    """The same handler, run inside ``gate(context)`` (which aborts a refused call).
+
+    A method with one request message becomes a streaming-request one: gRPC reads a unary
+    request before the handler runs, with no time limit, so a call that never sends it
+    would stay open, unchecked, for good. Read here, it comes after the gate, within
+    REQUEST_TIMEOUT_S.
+    """
     kind = next(
         k
         for k in ("unary_unary", "unary_stream", "stream_unary", "stream_stream")
         if getattr(handler, k) is not None
     )
     inner = getattr(handler, kind)
+    unary_request = not handler.request_streaming  # type: ignore[attr-defined]
+    name = getattr(handler.request_deserializer, "__qualname__", "").partition(".")[0]  # type: ignore[attr-defined]
+
+    async def request_of(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await _one_request(context, name or "request") if unary_request else arg
+
     if inspect.isasyncgenfunction(inner):
 
-        async def streamed(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if await admit(context):
+        async def streamed(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+            async with gate(context):
+                request = await request_of(arg, context)
                 async for response in inner(request, context):
                     yield response
 
         behaviour: Any = streamed
     else:
 
-        async def called(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            if await admit(context):
+        async def called(arg: Any, context: grpc.aio.ServicerContext) -> Any:
+            async with gate(context):
+                request = await request_of(arg, context)
                 return await inner(request, context)
-            return None
 
         behaviour = called
-    return handler._replace(**{kind: behaviour})  # type: ignore[attr-defined]
+    if not unary_request:
+        return handler._replace(**{kind: behaviour})  # type: ignore[attr-defined]
+    streaming = "stream_" + kind.partition("_")[2]
+    return handler._replace(  # type: ignore[attr-defined]
+        request_streaming=True, **{kind: None, streaming: behaviour}
+    )
+
+
+async def _one_request(context: grpc.aio.ServicerContext, name: str) -> Any:
+    """The call's one request message, or the call aborted: none within REQUEST_TIMEOUT_S
+    (DEADLINE_EXCEEDED), or none at all (INVALID_ARGUMENT).
+
+    Shielded, as servicer._read_within explains: cancelling a read grpc has in flight can
+    break the call; the abandoned read ends with the call.
+    """
+    read = asyncio.ensure_future(context.read())
+    try:
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            request = await asyncio.shield(read)
+    except TimeoutError:
+        read.add_done_callback(_outcome_ignored)
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED, f"no {name} within {REQUEST_TIMEOUT_S:g} s"
+        )
+    if request is grpc.aio.EOF:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {name} was sent")
+    return request
+
+
+def _outcome_ignored(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+def _release(counts: collections.Counter[str], name: str) -> None:
+    """One fewer call for ``name``; a name with none left is forgotten (bounded memory)."""
+    counts[name] -= 1
+    if not counts[name]:
+        del counts[name]
 
 
 def _bearer_token(metadata: Any) -> str:
@@ -209,9 +351,10 @@ def _certificate_subject(auth_context: dict[str, list[bytes]]) -> str | None:
 
 
 def _peer_host(peer: str | None) -> str:
-    """``ipv4:1.2.3.4:5678`` → ``1.2.3.4``; ``ipv6:[::1]:5678`` → ``::1``."""
+    """``ipv4:1.2.3.4:5678`` → ``1.2.3.4``; ``ipv6:%5B::1%5D:5678`` (grpc percent-encodes
+    IPv6 peers) → ``::1``."""
     if not peer:
         return "unknown"
-    _, _, address = peer.partition(":")
+    _, _, address = urllib.parse.unquote(peer).partition(":")
     host, _, _port = address.rpartition(":")
     return host.strip("[]") or address

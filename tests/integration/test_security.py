@@ -320,6 +320,23 @@ async def test_per_client_limit_names_the_client_and_spares_others(make_server, 
     assert sample(server, "asr_client_active_streams", client="alice") == 0
 
 
+async def test_an_ipv6_caller_is_named_by_its_address(make_server) -> None:  # type: ignore[no-untyped-def]
+    """grpc reports IPv6 peers percent-encoded (``ipv6:%5B::1%5D:PORT``)."""
+    try:
+        server = await serve_fake(make_server, host="::1", max_streams_per_client=1)
+    except Exception as exc:  # no IPv6 loopback here
+        pytest.skip(f"cannot serve on ::1: {exc}")
+    async with AsrClient(f"[::1]:{server.port}", retry=False, resume=None) as client:
+        first = await client.stream(audio_config()).open()
+        await eventually(lambda: server.servicer.active == 1)
+        with pytest.raises(StreamClosedError) as err:
+            async with client.stream(audio_config()) as second:
+                async for _ in second:
+                    pass
+        first.cancel()
+    assert "client ip:::1 is at its limit of 1" in err.value.details
+
+
 async def test_streams_without_a_config_cannot_lock_out_a_real_caller(make_server) -> None:  # type: ignore[no-untyped-def]
     """8 connections that open a stream and never send a config, under --max-streams 8."""
     server = await serve_fake(make_server, max_streams=8, config_timeout_s=1.0)
