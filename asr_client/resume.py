@@ -281,6 +281,11 @@ class ResumableStream:
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
         self._outage_since: float | None = None  # the first break not yet overcome
+        # set while a call carries the stream (or it has ended): senders ahead of the
+        # audio a real-time source makes during an outage wait on it (_hold_back)
+        self._carried = asyncio.Event()
+        self._carried.set()
+        self._outage_from_frame = 0  # the audio sent when the outage began
         self._resuming: ResumeInfo | None = None  # the resume whose new call is not yet admitted
         self._backoff_s = policy.initial_backoff_s
         self._going_away_at: float | None = None
@@ -299,6 +304,7 @@ class ResumableStream:
 
     async def send_audio(self, data: bytes) -> None:
         """Send audio; waits while the server pushes back, and through a resume."""
+        await self._hold_back()
         async with self._write_lock:
             self._kept.append(data)
             await self._write(lambda call: call.send_audio(data))
@@ -336,10 +342,22 @@ class ResumableStream:
         to open a new call included) carries it on."""
         if self._failed is None:
             self._failed = StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED)
+        self._carried.set()
         if self._replay_task is not None:
             self._replay_task.cancel()
         self._call.cancel()
         self._finalizes.fail(self._failed)
+
+    async def _hold_back(self) -> None:
+        """In an outage a real-time source's audio is kept (it cannot wait, and a new call
+        takes it); a source that sends faster waits once it has sent, since the break, as
+        much audio as a real-time one could before the stream gives up
+        (``give_up_after_s``), as it would wait for a server pushing back. Without it, the
+        kept audio filled at that source's speed and the stream failed at its bound
+        however short the outage."""
+        allowed = int(self.policy.give_up_after_s * self._rate)
+        while not self._carried.is_set() and self._kept.end - self._outage_from_frame >= allowed:
+            await self._carried.wait()
 
     def _check_cancelled(self) -> None:
         """In a resume, after each wait: a stream cancelled meanwhile stays cancelled."""
@@ -353,8 +371,9 @@ class ResumableStream:
                 async for response in responses:
                     yield response
             ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
-        finally:  # nothing more will be acknowledged
+        finally:  # nothing more will be acknowledged, and no resume comes
             self._finalizes.fail(self._failed or ended)
+            self._carried.set()
 
     async def _responses(self) -> AsyncGenerator[asr_pb2.StreamingRecognizeResponse, None]:
         while True:
@@ -540,6 +559,8 @@ class ResumableStream:
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s
+            self._carried.clear()
+            self._outage_from_frame = self._kept.end
         else:
             # the last new call broke or was refused before it carried anything
             no_seat = error is not None and self._no_seat(error)
@@ -625,6 +646,7 @@ class ResumableStream:
         assert self._outage_since is not None
         outage_s = time.monotonic() - self._outage_since
         self._outage_since = None
+        self._carried.set()
         self._admitted = True
         if self._resuming is None:
             return  # the stream's first seat, after refusals

@@ -36,6 +36,7 @@ from tests.helpers import (
     stream_audio,
     tone,
 )
+from tests.processes import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -530,6 +531,41 @@ async def test_giving_up_is_a_clear_error(make_server) -> None:  # type: ignore[
                     pass
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
     assert "could not resume the stream within 0.5 s" in err.value.details
+
+
+async def test_a_sender_faster_than_real_time_waits_out_an_outage(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A real-time source's audio is kept through an outage; one that sends faster waits,
+    once it has sent what a real-time one could before the stream gives up, as it would
+    for a server pushing back (before, the kept audio filled at its speed: 120 s and the
+    stream failed, however short the outage)."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(give_up_after_s=5.0, max_backoff_s=0.1)
+    half_second = bytes(RATE)
+    async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+        async with client.stream(audio_config(), resume=policy) as stream:
+
+            async def read_all() -> None:
+                async for _ in stream:
+                    pass
+
+            reader = asyncio.create_task(read_all())
+            await stream.send_audio(speech_pcm(0.5).tobytes())
+            await eventually(lambda: stream._admitted)  # type: ignore[attr-defined]
+            proxy.upstream_port = free_port()  # nobody there: the outage lasts
+            proxy.cut()
+            await eventually(lambda: stream._outage_since is not None)  # type: ignore[attr-defined]
+            for _ in range(10):  # up to give_up_after_s of audio is taken at once
+                await asyncio.wait_for(stream.send_audio(half_second), 1.0)
+            held = asyncio.create_task(stream.send_audio(half_second))
+            await asyncio.sleep(0.3)
+            assert not held.done()
+            proxy.upstream_port = server.port  # back: the new call takes the stream
+            await asyncio.wait_for(held, 5.0)
+            await stream.end()
+            await asyncio.wait_for(reader, 10.0)
+    await proxy.close()
+    assert stream.resumes == 1
 
 
 def test_kept_audio_is_trimmed_and_bounded() -> None:
