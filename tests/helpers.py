@@ -11,10 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import numpy as np
 
 from asr_api.v1 import asr_pb2
-from asr_client import AsrClient, ConnectionOptions, audio_config
+from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
 from asr_client.resume import ResumeInfo, ResumePolicy
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.base import Engine
@@ -261,3 +262,13 @@ def encode_container(
         for packet in stream.encode(None):
             container.mux(packet)
     return buffer.getvalue()
+
+
+async def status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
+    """Read a stream until it ends: its status code and details."""
+    try:
+        async for _ in stream:
+            pass
+    except StreamClosedError as exc:
+        return exc.code, exc.details
+    return grpc.StatusCode.OK, ""

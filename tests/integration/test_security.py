@@ -20,7 +20,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
 from asr_server.log import StreamIdFilter
 from asr_server.transport.auth import hash_token, new_token
-from tests.helpers import eventually, final_text, sample, serve_fake, speech_pcm, stream_audio
+from tests.helpers import (
+    eventually,
+    final_text,
+    sample,
+    serve_fake,
+    speech_pcm,
+    status_of,
+    stream_audio,
+)
 from tests.pki import SERVER_NAME, Pki
 
 EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
@@ -345,7 +353,7 @@ async def test_streams_without_a_config_cannot_lock_out_a_real_caller(make_serve
     calls = [client.stream(audio_config()) for client in squatters]
     try:
         # each squatter's call reaches the server (a read starts the RPC) and sends nothing
-        readers = [asyncio.create_task(_status_of(call)) for call in calls]
+        readers = [asyncio.create_task(status_of(call)) for call in calls]
         await eventually(lambda: server.servicer.admission.pending == 8)
         # a legitimate stream is served at once: seats go to configured streams only
         received = await stream_audio(server.port, speech_pcm(), 16_000, speed=None)
@@ -385,7 +393,7 @@ async def test_a_recognize_call_that_never_sends_its_request_is_pending_and_time
         # the pending limit holds for them as for streams without a config
         refused = AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None)
         try:
-            code, details = await _status_of(refused.stream(audio_config()))
+            code, details = await status_of(refused.stream(audio_config()))
         finally:
             await refused.close()
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
@@ -406,9 +414,9 @@ async def test_pending_streams_are_bounded(make_server) -> None:  # type: ignore
     )
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         calls = [client.stream(audio_config()) for _ in range(3)]
-        readers = [asyncio.create_task(_status_of(call)) for call in calls]
+        readers = [asyncio.create_task(status_of(call)) for call in calls]
         await eventually(lambda: server.servicer.admission.pending == 3)
-        code, details = await _status_of(client.stream(audio_config()))
+        code, details = await status_of(client.stream(audio_config()))
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "waiting to send their config" in details
         for call in calls:
@@ -421,7 +429,7 @@ async def test_an_idle_stream_is_ended_but_silence_keeps_one_alive(make_server) 
     server = await serve_fake(make_server, idle_timeout_s=0.5)
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         idle = await client.stream(audio_config()).open()
-        code, details = await asyncio.wait_for(_status_of(idle), 5)
+        code, details = await asyncio.wait_for(status_of(idle), 5)
         assert code == grpc.StatusCode.DEADLINE_EXCEEDED
         assert "no message for 0.5 s" in details
 
@@ -452,13 +460,3 @@ async def test_keepalives_hold_a_stream_through_a_pause_and_add_no_audio(make_se
     seconds = len(speech_pcm()) / 16_000
     # right after the first (the detector starts a little before the onset): no pause added
     assert finals[1].start_s == pytest.approx(seconds, abs=0.25)
-
-
-async def _status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
-    """Read a stream until it ends: its status code and details."""
-    try:
-        async for _ in stream:
-            pass
-    except StreamClosedError as exc:
-        return exc.code, exc.details
-    return grpc.StatusCode.OK, ""

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from asr_client import AsrClient, StreamClosedError, audio_config
-from tests.helpers import eventually, serve_fake, speech_pcm
+from tests.helpers import eventually, serve_fake, speech_pcm, status_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,16 +28,6 @@ async def lifetime_server(make_server, **settings):  # type: ignore[no-untyped-d
         streaming={"max_stream_duration_s": LIMIT_S, "max_buffered_audio_s": 0.5},
         **settings,
     )
-
-
-async def _status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-untyped-def]
-    """Read a stream until it ends: its status code and details."""
-    try:
-        async for _ in stream:
-            pass
-    except StreamClosedError as exc:
-        return exc.code, exc.details
-    return grpc.StatusCode.OK, ""
 
 
 async def _keep_alive(stream) -> None:  # type: ignore[no-untyped-def]
@@ -57,7 +47,7 @@ async def test_keepalives_hold_a_stream_no_longer_than_the_limit(make_server) ->
         began = time.monotonic()
         pinger = asyncio.create_task(_keep_alive(stream))
         try:
-            code, details = await asyncio.wait_for(_status_of(stream), 10)
+            code, details = await asyncio.wait_for(status_of(stream), 10)
         finally:
             pinger.cancel()
             await asyncio.gather(pinger, return_exceptions=True)
@@ -74,7 +64,7 @@ async def test_a_silent_stream_is_ended_by_a_timer(make_server) -> None:  # type
     async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
         stream = await client.stream(audio_config()).open()
         began = time.monotonic()
-        code, details = await asyncio.wait_for(_status_of(stream), 10)
+        code, details = await asyncio.wait_for(status_of(stream), 10)
         took = time.monotonic() - began
     assert code == grpc.StatusCode.OUT_OF_RANGE, details
     assert "in wall time" in details
@@ -90,7 +80,7 @@ async def test_a_resumed_streams_earlier_part_counts(make_server) -> None:  # ty
     async with AsrClient(f"127.0.0.1:{server.port}", retry=False, resume=None) as client:
         stream = await client.stream(config).open()
         began = time.monotonic()
-        code, details = await asyncio.wait_for(_status_of(stream), 10)
+        code, details = await asyncio.wait_for(status_of(stream), 10)
         took = time.monotonic() - began
     assert code == grpc.StatusCode.OUT_OF_RANGE, details
     assert "in wall time" in details
@@ -108,7 +98,7 @@ async def test_a_real_time_stream_is_ended_by_its_audio_or_not_at_all(make_serve
                 await short.send_audio(chunk)
                 await asyncio.sleep(0.1)
             await short.end()
-            assert await _status_of(short) == (grpc.StatusCode.OK, "")
+            assert await status_of(short) == (grpc.StatusCode.OK, "")
 
         # past it: the audio limit ends it, not the wall time
         long = await client.stream(audio_config()).open()
@@ -116,7 +106,7 @@ async def test_a_real_time_stream_is_ended_by_its_audio_or_not_at_all(make_serve
             for _ in range(30):
                 await long.send_audio(chunk)
                 await asyncio.sleep(0.1)
-        code, details = await asyncio.wait_for(_status_of(long), 10)
+        code, details = await asyncio.wait_for(status_of(long), 10)
     assert code == grpc.StatusCode.OUT_OF_RANGE, details
     assert details == "stream exceeded the maximum duration of 1 s"
     await eventually(lambda: server.servicer.active == 0)
