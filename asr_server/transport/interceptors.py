@@ -17,7 +17,6 @@ in flight are capped per address, and calls that last (``Watch``, reflection) pe
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import inspect
 import logging
@@ -35,6 +34,7 @@ from asr_server.errors import AsrError, Status
 from asr_server.log import client_var
 from asr_server.metrics import Metrics
 from asr_server.transport.auth import TokenRegistry
+from asr_server.transport.reads import read_within
 from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
@@ -296,28 +296,18 @@ def _wrap(handler: grpc.RpcMethodHandler, gate: Gate) -> grpc.RpcMethodHandler:
 
 async def _one_request(context: grpc.aio.ServicerContext, name: str) -> Any:
     """The call's one request message, or the call aborted: none within REQUEST_TIMEOUT_S
-    (DEADLINE_EXCEEDED), or none at all (INVALID_ARGUMENT).
-
-    Shielded, as servicer._read_within explains: cancelling a read grpc has in flight can
-    break the call; the abandoned read ends with the call.
-    """
-    read = asyncio.ensure_future(context.read())
+    (DEADLINE_EXCEEDED), or none at all (INVALID_ARGUMENT)."""
     try:
-        async with asyncio.timeout(REQUEST_TIMEOUT_S):
-            request = await asyncio.shield(read)
-    except TimeoutError:
-        read.add_done_callback(_outcome_ignored)
-        await context.abort(
-            grpc.StatusCode.DEADLINE_EXCEEDED, f"no {name} within {REQUEST_TIMEOUT_S:g} s"
+        request = await read_within(
+            context,
+            REQUEST_TIMEOUT_S,
+            lambda: AsrError(Status.DEADLINE_EXCEEDED, f"no {name} within {REQUEST_TIMEOUT_S:g} s"),
         )
+    except AsrError as exc:
+        await context.abort(GRPC_CODES[exc.status], exc.message)
     if request is grpc.aio.EOF:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no {name} was sent")
     return request
-
-
-def _outcome_ignored(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
 
 
 def _release(counts: collections.Counter[str], name: str) -> None:

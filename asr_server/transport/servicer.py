@@ -13,7 +13,6 @@ import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import grpc
 
@@ -46,6 +45,7 @@ from asr_server.transport.convert import (
 )
 from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
+from asr_server.transport.reads import read_within
 from asr_server.transport.status import GRPC_CODES
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
         async def stream(services: SessionServices, ticket: Ticket) -> None:
             timeout_s = services.settings.config_timeout_s
-            first = await _read_within(
+            first = await read_within(
                 context,
                 timeout_s,
                 lambda: self._timed_out(
@@ -157,7 +157,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
 
         async def recognize(services: SessionServices, ticket: Ticket) -> None:
             timeout_s = services.settings.idle_timeout_s
-            request = await _read_within(
+            request = await read_within(
                 context,
                 timeout_s,
                 lambda: self._timed_out("request", f"no RecognizeRequest within {timeout_s:g} s"),
@@ -307,7 +307,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             )
 
         while True:
-            request = await _read_within(context, idle_s, idle)
+            request = await read_within(context, idle_s, idle)
             if request is grpc.aio.EOF:
                 return
             if isinstance(request, Undecodable):
@@ -341,33 +341,3 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self.admission.metrics.stream_errors.labels(error.status.value).inc()
         logger.info("call %s ended with %s: %s", stream_id_var.get(), error.status.value, error)
         await context.abort(GRPC_CODES[error.status], error.message, trailing)
-
-
-async def _read_within(context, timeout_s: float, on_timeout: Callable[[], AsrError]):  # type: ignore[no-untyped-def]
-    """``context.read()``, or ``on_timeout()`` raised when the client sends nothing in time.
-
-    Shielded: cancelling a read that grpc has in flight can break the call, and the client
-    would see "Internal error from Core" instead of our status. A read abandoned (a
-    timeout, or the session ended by another of its tasks) ends when the call does, with
-    an abort nobody awaits: its outcome is retrieved here, or asyncio would log it as
-    "Task exception was never retrieved".
-
-    ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` returns the read's
-    result when the call's task is cancelled just as the read completes (a client reset
-    arriving with its last message), and the handler then went on serving a call that
-    no longer exists, down to an "unexpected server error" on its first write.
-    """
-    read = asyncio.ensure_future(context.read())
-    try:
-        async with asyncio.timeout(timeout_s):
-            return await asyncio.shield(read)
-    except TimeoutError:
-        raise on_timeout() from None
-    finally:
-        if not read.done():
-            read.add_done_callback(_outcome_ignored)
-
-
-def _outcome_ignored(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
