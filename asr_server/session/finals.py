@@ -79,18 +79,20 @@ class FinalDecoder:
         """A final went out: the next one may be decoded after it (``audio``: its audio,
         ending at ``end_sample`` on the channel's clock)."""
         self._remember(hyp.text)
-        if 0 < audio.size <= self._carry_max:
-            self._carry = Carry(audio, end_sample, hyp.text, hyp.language)
-        else:  # (a longer one would need word timing to carry only its end)
-            self._carry = None
+        self._carry_after(audio, end_sample, hyp.text, hyp.language)
 
     def carry_replayed(
         self, audio: np.ndarray, end_sample: int, text: str, language: str | None
     ) -> None:
         """A resumed stream's previous final (its text already remembered), replayed by
         the client: carried into the next final as ``final_emitted`` would have."""
+        self._carry_after(audio, end_sample, text, language or "")
+
+    def _carry_after(self, audio: np.ndarray, end_sample: int, text: str, language: str) -> None:
         if text and 0 < audio.size <= self._carry_max:
-            self._carry = Carry(audio, end_sample, text, language or "")
+            self._carry = Carry(audio, end_sample, text, language)
+        else:  # (a longer one would need word timing to carry only its end)
+            self._carry = None
 
     def request(
         self, utt: UtteranceState, end_sample: int | None = None, language: str | None = None
