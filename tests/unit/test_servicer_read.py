@@ -1,4 +1,4 @@
-"""The servicer's timed read of a call's next message (``_read_within``)."""
+"""The timed read of a call's next message (``transport.reads.read_within``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gc
 import pytest
 
 from asr_server.errors import AsrError, Status
-from asr_server.transport.servicer import _read_within
+from asr_server.transport.reads import read_within
 
 
 class OneRead:
@@ -27,7 +27,7 @@ def idle() -> AsrError:
 
 async def test_a_message_in_time_is_returned() -> None:
     context = OneRead()
-    read = asyncio.create_task(_read_within(context, 5, idle))
+    read = asyncio.create_task(read_within(context, 5, idle))
     await asyncio.sleep(0)
     context.message.set_result("config")
     assert await read == "config"
@@ -36,7 +36,7 @@ async def test_a_message_in_time_is_returned() -> None:
 async def test_no_message_in_time_raises_the_timeout_error() -> None:
     context = OneRead()
     with pytest.raises(AsrError) as raised:
-        await _read_within(context, 0.01, idle)
+        await read_within(context, 0.01, idle)
     assert raised.value.status is Status.DEADLINE_EXCEEDED
 
 
@@ -44,7 +44,7 @@ async def test_an_abandoned_read_failing_later_is_not_reported(caplog) -> None: 
     # the call ends after the timeout: its read fails, and nobody awaits it any more
     context = OneRead()
     with pytest.raises(AsrError):
-        await _read_within(context, 0.01, idle)
+        await read_within(context, 0.01, idle)
     context.message.set_exception(RuntimeError("call ended"))
     await asyncio.sleep(0)
     del context
@@ -58,7 +58,7 @@ async def test_a_cancel_that_arrives_with_the_message_still_cancels() -> None:
     # 3.11, asyncio.wait_for returned the message instead and the handler went on
     # serving a call that no longer existed).
     context = OneRead()
-    read = asyncio.create_task(_read_within(context, 5, idle))
+    read = asyncio.create_task(read_within(context, 5, idle))
     await asyncio.sleep(0)
     context.message.set_result("audio")
     read.cancel()
