@@ -397,7 +397,8 @@ async def test_a_noise_after_an_interim_gets_an_empty_final(make_server, make_br
         messages += await events_until_close(ws)
     results = [m for m in messages if m["type"] == "Results"]
     assert not results[0]["is_final"], messages
-    assert results[0]["channel"]["alternatives"][0]["transcript"] == "w0"
+    # how many words the interim has depends on how much audio it heard (load)
+    assert results[0]["channel"]["alternatives"][0]["transcript"].startswith("w0"), messages
     last = results[-1]
     assert last["is_final"] and last["speech_final"], messages
     assert last["channel"]["alternatives"][0]["transcript"] == ""
