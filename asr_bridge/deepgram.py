@@ -318,6 +318,12 @@ class AudioFramer:
         data, self._held = data[:whole], data[whole:]
         return self._mix(data) if self.options.downmix and data else data
 
+    def seconds(self, framed: bytes) -> float:
+        """How long the audio of ``feed``'s output lasts."""
+        if self.options.downmix:  # mixed down to 16-bit mono
+            return len(framed) / 2 / self.options.sample_rate
+        return len(framed) / self.options.bytes_per_second
+
     def _mix(self, data: bytes) -> bytes:
         """The channels' mean, as 16-bit PCM (what ``streaming_config`` says is sent)."""
         encoding = self.options.encoding

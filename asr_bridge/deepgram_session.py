@@ -3,8 +3,10 @@ the other.
 
 The same two-task shape as ``session.py``: *upstream* reads one WebSocket message and
 awaits its gRPC write before reading the next (the server's backpressure reaches the
-client's TCP window) — for ``session.UPSTREAM_WRITE_DEADLINE_S`` at most, after which the
-session ends with close 1013 — and *downstream* turns responses into Deepgram's messages. The stream
+client's TCP window) — while the server keeps pace with the audio (``session.ClientWrites``:
+past ``session.UPSTREAM_WRITE_DEADLINE_S`` behind, the session ends with close 1013) and
+the client is there (one that leaves meanwhile frees the stream at once) — and
+*downstream* turns responses into Deepgram's messages. The stream
 resumes on a new gRPC call when its call breaks (``client.stream``); Deepgram has no message
 for that, so the client simply sees the transcript go on.
 
@@ -21,7 +23,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
@@ -52,7 +54,7 @@ from asr_bridge.deepgram import (
 )
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import CLOSE_TRY_AGAIN_LATER, close_reason
-from asr_bridge.session import ServerFellBehind, within_write_deadline
+from asr_bridge.session import ClientWrites, ServerFellBehind, UpstreamPace
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
@@ -178,6 +180,8 @@ class DeepgramRelay:
         self.stream: RecognitionStream | None = None  # once opened
         self.sha256 = hashlib.sha256()
         self.closing = False  # CloseStream received: the results then Metadata follow
+        # the upstream's writes: bounded by the server's pace, and ended by the client leaving
+        self.writes = ClientWrites(websocket)
         self._opened_told = False  # the opening message (Flux's Connected) has gone out
         # both tasks write (upstream answers Configure and bad messages): one message at a time
         self._send_lock = asyncio.Lock()
@@ -304,13 +308,16 @@ class DeepgramRelay:
             raise BadData(str(exc)) from None
         if pcm:
             # waits while the server pushes back (for a while)
-            await within_write_deadline(stream.send_audio(pcm))
+            await self._write_pcm(stream.send_audio(pcm), self.framer.seconds(pcm))
             self.metrics.audio_received.inc(len(pcm))
+
+    async def _write_pcm(self, write: Awaitable[object], audio_s: float) -> None:
+        await self.writes.write(write, audio_s)
 
     async def _close_stream(self, stream: AudioSink) -> None:
         self.closing = True
         # the server finalizes what is pending, then ends the stream
-        await within_write_deadline(stream.end())
+        await self.writes.write(stream.end())
 
     def _resumed(self, info: ResumeInfo) -> None:
         self.metrics.resumes.inc()
@@ -396,7 +403,7 @@ class DeepgramSession(DeepgramRelay):
             if not self.options.containerized and (error := self._missing(command)):
                 await self._send([error_message(error, message=text)])
                 return
-            await within_write_deadline(stream.finalize(command.channel))
+            await self.writes.write(stream.finalize(command.channel))
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):
@@ -405,7 +412,7 @@ class DeepgramSession(DeepgramRelay):
             assert isinstance(command, KeepAlive)
             # the socket is alive, and so must the gRPC stream stay through the pause (the
             # server ends a stream that sends nothing for its idle timeout)
-            await within_write_deadline(stream.keep_alive())
+            await self.writes.write(stream.keep_alive())
 
 
 class ContainerRelay(DeepgramRelay):
@@ -417,6 +424,12 @@ class ContainerRelay(DeepgramRelay):
     ``Configure``'s update) it sent after that audio. Mixed in before a protocol's session."""
 
     decoded_bytes = 0  # PCM out of the decoder
+    #: the pace of the decoded audio's writes to the server (the pump's, not the socket
+    #: reader's: that one feeds the decoder, whose audio's length is not known)
+    _decoded_pace: UpstreamPace
+
+    async def _write_pcm(self, write: Awaitable[object], audio_s: float) -> None:
+        await self._decoded_pace.write(write, audio_s)
 
     def _use_format(self, decoded: DecodedFormat) -> None:
         """The protocol's options for the decoded audio; sets ``framer`` for it."""
@@ -424,6 +437,7 @@ class ContainerRelay(DeepgramRelay):
 
     async def _transcribe(self) -> None:
         decoder = ContainerDecoder(self.session_id)
+        self._decoded_pace = UpstreamPace()
         # the opening message (Flux's Connected) now, not once FFmpeg has heard audio: a
         # client that waits for it before sending audio would wait forever
         await self._send(self._opening())
@@ -470,7 +484,7 @@ class ContainerRelay(DeepgramRelay):
             elif isinstance(item, Marker):
                 await self._command_out(stream, item)
         # the client's CloseStream: everything it sent is decoded
-        await within_write_deadline(stream.end())
+        await self._decoded_pace.write(stream.end())
 
     async def _decoded_to_end(self, decoder: ContainerDecoder) -> object:
         """What comes out of the decoder; None at the end. After the client's CloseStream
@@ -495,7 +509,7 @@ class ContainerRelay(DeepgramRelay):
         if (refusal := self._refusal(marker)) is not None:
             await self._send([refusal])
         else:
-            await within_write_deadline(self._apply(stream, marker))
+            await self._decoded_pace.write(self._apply(stream, marker))
 
     @staticmethod
     async def _apply(stream: RecognitionStream, marker: Marker) -> None:
@@ -511,7 +525,7 @@ class ContainerRelay(DeepgramRelay):
         self.audio_bytes += len(data)
         self.sha256.update(data)
         # to the decoder; waits while it is behind (the server, for a while)
-        await within_write_deadline(stream.send_audio(data))
+        await self.writes.write_unpaced(stream.send_audio(data))
 
 
 class ContainerSession(ContainerRelay, DeepgramSession):

@@ -102,6 +102,10 @@ class TranscriptionSession:
     def frame_bytes(self) -> int:
         return FORMATS[self.format][2]
 
+    def seconds(self, audio: bytes) -> float:
+        """How long ``audio`` in this session's format lasts."""
+        return len(audio) / self.frame_bytes / self.sample_rate
+
     @property
     def server_vad(self) -> bool:
         return self.turn_detection is not None

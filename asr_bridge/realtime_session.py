@@ -42,7 +42,7 @@ from asr_bridge.realtime import (
     decode_audio,
     parse_client_event,
 )
-from asr_bridge.session import ServerFellBehind, within_write_deadline
+from asr_bridge.session import ClientWrites, ServerFellBehind
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
@@ -90,6 +90,8 @@ class RealtimeSession:
 
     def __post_init__(self) -> None:
         self.events = ServerEvents(self.session_id)
+        # bounded by the server's pace, and ended by the client leaving
+        self._writes = ClientWrites(self.websocket)
 
     async def run(self) -> None:
         logger.info("session %s: OpenAI Realtime transcription", self.session_id)
@@ -182,7 +184,8 @@ class RealtimeSession:
         if self._stream is None:
             await self._open()
         assert self._stream is not None
-        await self._write(self._stream.send_audio(audio))  # waits while the server pushes back
+        # waits while the server pushes back
+        await self._write(self._stream.send_audio(audio), self.settings.seconds(audio))
         self._uncommitted = True
         self.metrics.audio_received.inc(len(audio))
 
@@ -231,11 +234,11 @@ class RealtimeSession:
         self._uncommitted = False
         await self._send([self.events.event("input_audio_buffer.cleared")])
 
-    async def _write(self, write: Awaitable[object]) -> None:
-        """A write to the server, waiting on its backpressure up to the bridge's deadline
-        (asr_bridge.session.UPSTREAM_WRITE_DEADLINE_S)."""
+    async def _write(self, write: Awaitable[object], audio_s: float = 0.0) -> None:
+        """A write to the server, waiting on its backpressure while it keeps pace with the
+        audio (asr_bridge.session.ClientWrites) and the client is there."""
         assert self._keeper is not None
-        await within_write_deadline(self._keeper.write(write))
+        await self._writes.write(self._keeper.write(write), audio_s)
 
     async def _relay(self, stream: RecognitionStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""

@@ -13,6 +13,8 @@ time (one write that long, or many slower than the audio they carry: ``UpstreamP
 has fallen behind: the session ends with a ``RESOURCE_EXHAUSTED`` error and close 1013
 (try again later). Without that bound the socket's keepalive would end it, with 1011 and
 no reason: a client's pong waits unread behind the audio the bridge is not reading.
+Every route's upstream (Deepgram's, Flux's and OpenAI Realtime's too) writes through
+``ClientWrites``, which holds both rules.
 
 Errors from the server reach the browser as an ``error`` event and a close code; those that
 are the operator's to fix (the server refusing the bridge's credentials, the server
@@ -68,7 +70,7 @@ _SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
 }
 
 #: the longest one write to the server may wait on its backpressure before the session
-#: ends, and on /ws how far all writes together may fall behind the audio's own time;
+#: ends, and how far all writes together may fall behind the audio's own time;
 #: well under the socket's ping timeout (app.WS_PING_TIMEOUT_S), which would end it
 #: first, without a reason, as the client's pong is not read while the writes wait
 UPSTREAM_WRITE_DEADLINE_S = 20.0
@@ -84,8 +86,8 @@ PROBE_EVERY = 10
 
 
 class ServerFellBehind(Exception):
-    """A write to the server waited past ``UPSTREAM_WRITE_DEADLINE_S``, or (``/ws``) the
-    writes fell that far behind the audio."""
+    """A write to the server waited past ``UPSTREAM_WRITE_DEADLINE_S``, or the writes fell
+    that far behind the audio."""
 
     def __init__(self, deadline_s: float, message: str = FELL_BEHIND) -> None:
         super().__init__(message.format(deadline_s))
@@ -111,13 +113,9 @@ async def unless_gone(peer: PeerWatch, write: Awaitable[None]) -> None:
 
 async def within_write_deadline(write: Awaitable[object]) -> None:
     """Await ``write`` (to the server, or to what feeds it), for at most
-    ``UPSTREAM_WRITE_DEADLINE_S`` (read now, so that a test can shorten it)."""
-    deadline_s = UPSTREAM_WRITE_DEADLINE_S
-    try:
-        async with asyncio.timeout(deadline_s):
-            await write
-    except TimeoutError:
-        raise ServerFellBehind(deadline_s) from None
+    ``UPSTREAM_WRITE_DEADLINE_S``: one write's pace, for a write whose audio's length is
+    not known (a container's bytes, before they are decoded)."""
+    await UpstreamPace().write(write)
 
 
 class UpstreamPace:
@@ -143,6 +141,25 @@ class UpstreamPace:
             message = FELL_BEHIND_PACE if self.behind_s > 0 else FELL_BEHIND
             raise ServerFellBehind(self.bound_s, message) from None
         self.behind_s = max(0.0, self.behind_s + time.monotonic() - began - audio_s)
+
+
+class ClientWrites:
+    """The writes to the server of the task that reads a client's socket: bounded by the
+    server's pace (``UpstreamPace``), and cancelled once the client has left (``ClientGone``:
+    while a write waits, nothing reads the socket, so its closing is seen only by
+    ``PeerWatch``). Every route's upstream writes through one of these."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.pace = UpstreamPace()
+        self.peer = PeerWatch(websocket)
+
+    async def write(self, write: Awaitable[object], audio_s: float = 0.0) -> None:
+        """``write``, which carries ``audio_s`` of audio (0 for a command)."""
+        await unless_gone(self.peer, self.pace.write(write, audio_s))
+
+    async def write_unpaced(self, write: Awaitable[object]) -> None:
+        """``write`` of data whose audio's length is not known: bounded on its own."""
+        await unless_gone(self.peer, within_write_deadline(write))
 
 
 @dataclass
@@ -231,8 +248,7 @@ class BridgeSession:
 
     async def _upstream(self, keeper: StreamKeeper, sample_rate: int) -> None:
         stream = keeper.stream
-        pace = UpstreamPace()
-        peer = PeerWatch(self.websocket)
+        writes = ClientWrites(self.websocket)
         stopped = False
         while True:
             message = await self._receive()
@@ -241,13 +257,12 @@ class BridgeSession:
             if isinstance(message, Audio):
                 # waits while the server pushes back (for a while)
                 audio_s = len(message.pcm) / 2 / sample_rate
-                write = keeper.write(stream.send_audio(message.pcm))
-                await unless_gone(peer, pace.write(write, audio_s))
+                await writes.write(keeper.write(stream.send_audio(message.pcm)), audio_s)
                 self.metrics.audio_received.inc(len(message.pcm))
             elif isinstance(message, Finalize):
-                await unless_gone(peer, pace.write(keeper.write(stream.finalize())))
+                await writes.write(keeper.write(stream.finalize()))
             elif isinstance(message, Stop):
-                await unless_gone(peer, pace.write(keeper.end()))
+                await writes.write(keeper.end())
                 stopped = True  # keep reading: only to notice the browser leaving
             else:
                 raise ProtocolError("start was already sent")

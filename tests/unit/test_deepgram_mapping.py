@@ -459,3 +459,23 @@ def test_pipecat_deepgram_service_default_query_is_accepted() -> None:
     )
     assert options.interim_results and options.punctuate and options.language == "en"
     assert options.sample_rate == 16_000 and options.channels == 1
+
+
+@pytest.mark.parametrize(
+    ("params", "second_in"),
+    [
+        ({"encoding": "linear16", "sample_rate": "16000"}, 32_000),
+        ({"encoding": "mulaw", "sample_rate": "8000", "channels": "2"}, 16_000),
+        (
+            {"encoding": "mulaw", "sample_rate": "8000", "channels": "2", "multichannel": "true"},
+            16_000,
+        ),
+        ({"encoding": "linear32", "sample_rate": "48000", "channels": "2"}, 384_000),
+    ],
+)
+def test_framer_knows_how_long_its_output_lasts(params: dict[str, str], second_in: int) -> None:
+    """What the upstream's pace is measured against (asr_bridge.session.UpstreamPace): one
+    second in, whatever the framer turns it into (mixed down or not), is one second out."""
+    options = parse_listen_query(list(params.items()))
+    framer = AudioFramer(options)
+    assert framer.seconds(framer.feed(bytes(second_in))) == pytest.approx(1.0)

@@ -474,3 +474,11 @@ def test_a_resume_under_a_push_to_talk_commit_completes_the_committed_item() -> 
         "conversation.item.done",
     ]
     assert out[3]["item_id"] == ev.item(0) and out[3]["transcript"] == "pressed"
+
+
+@pytest.mark.parametrize(("fmt", "second"), [("audio/pcm", 48_000), ("audio/pcmu", 8_000)])
+def test_a_sessions_audio_length_follows_its_format(fmt: str, second: int) -> None:
+    """What the upstream's pace is measured against (asr_bridge.session.UpstreamPace)."""
+    s = TranscriptionSession()
+    s.update_ga({"type": "transcription", "audio": {"input": {"format": {"type": fmt}}}})
+    assert s.seconds(bytes(second)) == pytest.approx(1.0)

@@ -1,0 +1,170 @@
+"""The server's backpressure on every bridge route (/ws, Deepgram's, Flux's, OpenAI
+Realtime's): a server slower than the audio ends the session with a reason and close
+1013, before the socket's keepalive would end it without one; and a client that leaves
+while a write waits on the server frees its gRPC stream at once, not when the write
+gives up."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+import soxr
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from asr_server.engine.fake import FakeEngine
+from tests.helpers import entered, eventually, serve_fake, tone
+from tests.integration.test_bridge import events_until_close, health
+
+pytestmark = pytest.mark.timeout(60)
+
+FRAME_S = 0.05
+
+
+def _pcm16(rate: int) -> bytes:
+    samples = (tone(FRAME_S) * 32767).astype(np.int16)
+    if rate != 16_000:
+        samples = soxr.resample(samples, 16_000, rate)
+    return samples.astype("<i2").tobytes()
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str
+    #: one frame of FRAME_S seconds of tone, as this route's client sends it
+    frame: Callable[[], str | bytes]
+    #: the message the route sends when the socket opens, before any audio (or None)
+    greeting: str | None = None
+    #: what the client sends first (or None), which the greeting answers
+    start: str | None = None
+
+
+ROUTES = {
+    "ws": Route(
+        "/ws",
+        lambda: _pcm16(16_000),
+        greeting="ready",
+        start=json.dumps({"type": "start", "sample_rate": 16_000}),
+    ),
+    "deepgram": Route("/v1/listen?encoding=linear16&sample_rate=16000", lambda: _pcm16(16_000)),
+    "flux": Route(
+        "/v2/listen?model=flux-general-en&encoding=linear16&sample_rate=16000",
+        lambda: _pcm16(16_000),
+    ),
+    "realtime": Route(
+        "/v1/realtime?intent=transcription",
+        lambda: json.dumps(
+            {
+                "type": "input_audio_buffer.append",
+                "audio": base64.b64encode(_pcm16(24_000)).decode(),
+            }
+        ),
+        greeting="session.created",
+    ),
+}
+
+
+async def open_route(bridge: Any, route: Route) -> ClientConnection:
+    # (the socket's own keepalive is off: the bridge must end the session first)
+    ws = await connect(f"ws://127.0.0.1:{bridge.port}{route.path}", ping_interval=None)
+    if route.start is not None:
+        await ws.send(route.start)
+    if route.greeting is not None:
+        assert json.loads(await ws.recv())["type"] == route.greeting
+    return ws
+
+
+@pytest.mark.parametrize("name", ROUTES)
+async def test_a_server_slower_than_the_audio_ends_the_session_with_a_reason(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch, name: str
+) -> None:
+    """Each write completes (the server takes audio at a third of its speed or slower), so
+    no one write waits past the deadline; but the client's pong waits behind the audio
+    the bridge has not read, and the socket's ping timeout ended the session with 1011
+    and no reason. The bridge ends it first: an error saying why, and 1013."""
+    from asr_bridge import app, session
+    from asr_client.resume import ResumableStream
+
+    monkeypatch.setattr(app, "WS_PING_INTERVAL_S", 0.5)
+    monkeypatch.setattr(app, "WS_PING_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(session, "UPSTREAM_WRITE_DEADLINE_S", 1.0)
+    send_audio = ResumableStream.send_audio
+
+    async def slowly(self: ResumableStream, data: bytes) -> None:
+        await asyncio.sleep(len(data) / 32_000 * 2)  # (16-bit at 16 kHz: 2x its length)
+        await send_audio(self, data)
+
+    monkeypatch.setattr(ResumableStream, "send_audio", slowly)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    route = ROUTES[name]
+    frame = route.frame()
+    began = time.monotonic()
+    ws = await open_route(bridge, route)
+
+    async def real_time() -> None:
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await ws.send(frame)
+                await asyncio.sleep(FRAME_S)
+
+    sender = asyncio.create_task(real_time())
+    try:
+        messages = await asyncio.wait_for(events_until_close(ws), 20)
+    finally:
+        sender.cancel()
+    assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
+    assert "the server fell behind" in json.dumps(messages[-1]), messages[-1]
+    assert time.monotonic() - began < 3.0 + 2.0  # (1 s behind takes about 2 s)
+    await eventually(lambda: server.servicer.active == 0)
+
+
+@pytest.mark.parametrize("name", ROUTES)
+async def test_a_client_leaving_during_push_back_frees_the_stream_at_once(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, name: str
+) -> None:
+    """The bridge reads nothing while a write waits on the server, so the socket closing
+    went unseen until the write deadline (20 s), and was counted as the server's fault."""
+    gate = threading.Event()
+    engine = FakeEngine(gate=gate)
+    stuck = entered(engine)
+    server = await serve_fake(make_server, engine, streaming={"max_buffered_audio_s": 0.5})
+    bridge = await make_bridge(server.port)
+    route = ROUTES[name]
+    frame = route.frame()
+    try:
+        ws = await open_route(bridge, route)
+        sent = 0
+
+        async def flood() -> None:
+            nonlocal sent
+            while True:
+                await ws.send(frame)
+                sent += 1
+
+        sender = asyncio.create_task(flood())
+        await asyncio.wait_for(stuck.wait(), 10)
+        last = -1
+        while sent != last:  # noqa: ASYNC110 - waiting for the push-back to reach the client
+            last = sent
+            await asyncio.sleep(0.3)
+        sender.cancel()
+        ws.transport.abort()
+        await eventually(lambda: server.servicer.active == 0, timeout_s=3.0)
+        assert (await asyncio.to_thread(health, bridge))["sessions"] == 0
+    finally:
+        gate.set()
+    errors = bridge.metrics.registry.get_sample_value(
+        "asr_bridge_session_errors_total", {"code": "RESOURCE_EXHAUSTED"}
+    )
+    assert not errors
