@@ -11,7 +11,6 @@ import base64
 import contextlib
 import json
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -109,7 +108,6 @@ async def test_a_server_slower_than_the_audio_ends_the_session_with_a_reason(  #
     bridge = await make_bridge(server.port)
     route = ROUTES[name]
     frame = route.frame()
-    began = time.monotonic()
     ws = await open_route(bridge, route)
 
     async def real_time() -> None:
@@ -123,9 +121,9 @@ async def test_a_server_slower_than_the_audio_ends_the_session_with_a_reason(  #
         messages = await asyncio.wait_for(events_until_close(ws), 20)
     finally:
         sender.cancel()
+    # (1013 is the bridge's: the ping timeout, 3 s here, would have closed with 1011)
     assert ws.close_code == 1013, (ws.close_code, ws.close_reason)
     assert "the server fell behind" in json.dumps(messages[-1]), messages[-1]
-    assert time.monotonic() - began < 3.0 + 2.0  # (1 s behind takes about 2 s)
     await eventually(lambda: server.servicer.active == 0)
 
 
