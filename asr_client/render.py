@@ -247,13 +247,11 @@ class LiveRenderer(Renderer):
         if kind in ("partial", "eager"):
             self._partials[r.channel] = r
         elif kind == "final":
-            self._partials.pop(r.channel, None)
+            self._drop_partial(r.channel, lambda u: u <= r.utterance_id)
         elif kind == "no_words":  # a noise's partial: no final will replace it
             e = response.speech_event
             self._turn_ends.pop((e.channel, e.utterance_id), None)
-            shown = self._partials.get(e.channel)
-            if shown is not None and shown.utterance_id == e.utterance_id:
-                del self._partials[e.channel]
+            self._drop_partial(e.channel, lambda u: u == e.utterance_id)
         elif kind == "end_of_turn":
             e = response.end_of_turn
             if e.utterance_id > self._last_final.get(e.channel, -1):
@@ -282,6 +280,14 @@ class LiveRenderer(Renderer):
         self._live.console.print(line)
         if r.words:
             self._live.console.print(Text(words_line(r), style="dim"))
+
+    def _drop_partial(self, channel: int, of: Callable[[int], bool]) -> None:
+        """The channel's live line goes if its utterance is ``of`` those that ended: a
+        final replaces its own utterance's partial (and an older one's), never the next
+        utterance's, which may already be under way (a split at a pause)."""
+        shown = self._partials.get(channel)
+        if shown is not None and of(shown.utterance_id):
+            del self._partials[channel]
 
     def _view(self) -> Group:
         lines = [

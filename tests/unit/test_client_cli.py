@@ -707,6 +707,25 @@ def test_the_live_view_drops_a_partial_that_no_final_will_replace() -> None:
         renderer.event(Response(speech_event=asr_pb2.SpeechEvent(type=no_words, utterance_id=4)))
 
 
+def test_the_live_view_keeps_the_next_utterances_partial_at_a_final() -> None:
+    """A final replaces its own utterance's live line, not the one of the utterance after
+    it, which a split at a pause may have under way before the final arrives."""
+    from rich.console import Console
+
+    from asr_client.render import LiveRenderer
+
+    Response = asr_pb2.StreamingRecognizeResponse
+    renderer = LiveRenderer(Console(file=io.StringIO(), force_terminal=True))
+    with renderer:
+        renderer.event(Response(result=asr_pb2.Result(text="and the", utterance_id=4)))
+        final = asr_pb2.Result(text="It was late.", utterance_id=3, is_final=True)
+        renderer.event(Response(result=final))
+        assert renderer._partials[0].text == "and the"
+        final = asr_pb2.Result(text="And then?", utterance_id=4, is_final=True)
+        renderer.event(Response(result=final))
+        assert renderer._partials == {}
+
+
 def test_load_report_path_that_cannot_be_written_is_a_usage_error(tmp_path: Path, capsys):
     """Found only after the whole run, it used to end in a traceback and lose the report."""
     with pytest.raises(SystemExit) as exc:
