@@ -65,8 +65,15 @@ def resume_from_proto(
                 "bound the channel's last final: 0 <= start <= end <= final_until_s"
             )
         # carried only when this stream hears it whole, and forced whole (the text cut
-        # to the limit above is no longer that audio's)
-        carried = prev_end > prev_start >= r.stream_offset_s and previous_text == c.previous_text
+        # to the limit above is no longer that audio's); and only a final this server
+        # would carry: its audio is kept until its end arrives, so a window of hours
+        # (muted, taken faster than real time) would hold the whole stream in memory
+        carried = (
+            prev_end > prev_start >= r.stream_offset_s
+            and previous_text == c.previous_text
+            and bool(previous_text.strip())
+            and prev_end - prev_start <= settings.streaming.carry_max_s
+        )
         language = c.language.strip().lower()
         if language and (
             len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()

@@ -96,12 +96,21 @@ def test_a_resumes_previous_text_longer_than_the_prompt_limit_keeps_its_end() ->
 
 def test_a_resumes_previous_final_is_carried_only_when_replayed_whole() -> None:
     def previous(**channel: object) -> tuple[int, int] | None:
-        config = parse(resuming(previous_text="the words", final_until_s=34.0, **channel))
+        config = parse(resuming(**{"previous_text": "the words", "final_until_s": 34.0, **channel}))
         assert config.resume is not None
         return config.resume.channels[0].previous_samples
 
     assert previous(previous_start_s=31.0, previous_end_s=33.5) == (16_000, 56_000)
     assert previous(previous_start_s=29.0, previous_end_s=33.5) is None  # not replayed
+    # longer than the server carries (10 s): its audio would be held for nothing, for as
+    # long as the client makes it (hours of muted audio arrive in seconds)
+    assert previous(previous_start_s=31.0, previous_end_s=34.0, final_until_s=10_000.0) == (
+        16_000,
+        64_000,
+    )
+    assert previous(previous_start_s=31.0, previous_end_s=9_000.0, final_until_s=10_000.0) is None
+    assert previous(previous_start_s=31.0, previous_end_s=41.5, final_until_s=42.0) is None
+    assert previous(previous_start_s=31.0, previous_end_s=41.0, final_until_s=42.0) is not None
     assert previous() is None
     for start, end in [(33.0, 34.5), (33.0, 32.0), (-1.0, 2.0), (float("nan"), 33.0)]:
         with pytest.raises(AsrError, match=r"previous_start_s and previous_end_s must"):
@@ -112,4 +121,8 @@ def test_a_resumes_previous_final_is_carried_only_when_replayed_whole() -> None:
         previous_text="the words", previous_start_s=31.0, previous_end_s=33.5, final_until_s=34.0
     )
     config = stream_config_from_proto(msg, settings, model_name="tiny.en", languages=None)
+    assert config.resume is not None and config.resume.channels[0].previous_samples is None
+    # with no text there is nothing to carry (the decoder carries audio with its text)
+    msg.resume.channels[0].previous_text = " "
+    config = stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=None)
     assert config.resume is not None and config.resume.channels[0].previous_samples is None
