@@ -314,10 +314,15 @@ class DeepgramRelay:
     async def _write_pcm(self, write: Awaitable[object], audio_s: float) -> None:
         await self.writes.write(write, audio_s)
 
+    async def _write_command(self, write: Awaitable[object]) -> None:
+        """A client's command (Finalize, KeepAlive, CloseStream…) to the stream: its wait
+        counts against the pace of the audio around it."""
+        await self.writes.write(write)
+
     async def _close_stream(self, stream: AudioSink) -> None:
         self.closing = True
         # the server finalizes what is pending, then ends the stream
-        await self.writes.write(stream.end())
+        await self._write_command(stream.end())
 
     def _resumed(self, info: ResumeInfo) -> None:
         self.metrics.resumes.inc()
@@ -403,7 +408,7 @@ class DeepgramSession(DeepgramRelay):
             if not self.options.containerized and (error := self._missing(command)):
                 await self._send([error_message(error, message=text)])
                 return
-            await self.writes.write(stream.finalize(command.channel))
+            await self._write_command(stream.finalize(command.channel))
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):
@@ -412,7 +417,7 @@ class DeepgramSession(DeepgramRelay):
             assert isinstance(command, KeepAlive)
             # the socket is alive, and so must the gRPC stream stay through the pause (the
             # server ends a stream that sends nothing for its idle timeout)
-            await self.writes.write(stream.keep_alive())
+            await self._write_command(stream.keep_alive())
 
 
 class ContainerRelay(DeepgramRelay):
@@ -430,6 +435,11 @@ class ContainerRelay(DeepgramRelay):
 
     async def _write_pcm(self, write: Awaitable[object], audio_s: float) -> None:
         await self._decoded_pace.write(write, audio_s)
+
+    async def _write_command(self, write: Awaitable[object]) -> None:
+        # to the decoder, as the container's bytes are: bounded on its own (no audio
+        # length here pays back the wait; the decoded audio's pace is the pump's)
+        await self.writes.write_unpaced(write)
 
     def _use_format(self, decoded: DecodedFormat) -> None:
         """The protocol's options for the decoded audio; sets ``framer`` for it."""

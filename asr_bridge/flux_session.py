@@ -114,7 +114,7 @@ class FluxSession(DeepgramRelay):
             await self._send([self.turns.warning("UNPARSABLE_CLIENT_MESSAGE", str(exc))])
             return
         if isinstance(command, ForceEndTurn):
-            await self.writes.write(stream.finalize())
+            await self._write_command(stream.finalize())
         elif isinstance(command, CloseStream):
             await self._close_stream(stream)
         elif isinstance(command, Configure):
@@ -124,13 +124,13 @@ class FluxSession(DeepgramRelay):
             except ConfigureError as exc:
                 await self._send([self.turns.configure_failure(exc)])
                 return
-            await self.writes.write(stream.update(update))  # in order with the audio around it
+            await self._write_command(stream.update(update))  # in order with the audio around it
             # warned once: when the Configure made the eager threshold useless
             await self._send([success, *([] if ignored else self.turns.eager_ignored())])
         else:
             assert isinstance(command, KeepAlive)
             # the gRPC stream stays open through the pause
-            await self.writes.write(stream.keep_alive())
+            await self._write_command(stream.keep_alive())
 
 
 class FluxContainerSession(ContainerRelay, FluxSession):

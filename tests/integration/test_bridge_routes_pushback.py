@@ -22,7 +22,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from asr_server.engine.fake import FakeEngine
-from tests.helpers import entered, eventually, serve_fake, tone
+from tests.helpers import encode_container, entered, eventually, serve_fake, tone
 from tests.integration.test_bridge import events_until_close, health
 
 pytestmark = pytest.mark.timeout(60)
@@ -166,3 +166,44 @@ async def test_a_client_leaving_during_push_back_frees_the_stream_at_once(  # ty
         "asr_bridge_session_errors_total", {"code": "RESOURCE_EXHAUSTED"}
     )
     assert not errors
+
+
+@pytest.mark.parametrize("command", ["KeepAlive", "Finalize"])
+async def test_a_container_sent_faster_than_real_time_with_commands_is_not_cut(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch, command: str
+) -> None:
+    """A WAV file sent as fast as the socket takes it, a command after each piece, to a
+    server that keeps up (four times real time). The commands' waits on the decoder were
+    counted against the audio's pace, which a container's bytes never paid back: the
+    session ended with 1013 "the server fell behind" while the server kept up."""
+    from asr_bridge import session
+    from asr_client.resume import ResumableStream
+
+    monkeypatch.setattr(session, "UPSTREAM_WRITE_DEADLINE_S", 1.0)
+    send_audio = ResumableStream.send_audio
+
+    async def four_times_real_time(self: ResumableStream, data: bytes) -> None:
+        await asyncio.sleep(len(data) / 32_000 / 4)
+        await send_audio(self, data)
+
+    monkeypatch.setattr(ResumableStream, "send_audio", four_times_real_time)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    pcm = (tone(12.0) * 32767).astype(np.int16).reshape(-1, 1)
+    data = encode_container(pcm, 16_000, "wav", "pcm_s16le", out_rate=16_000)
+    piece = 16_000  # half a second
+    async with connect(f"ws://127.0.0.1:{bridge.port}/v1/listen") as ws:
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                for i in range(0, len(data), piece):
+                    await ws.send(data[i : i + piece])
+                    await ws.send(json.dumps({"type": command}))
+                await ws.send(json.dumps({"type": "CloseStream"}))
+
+        sender = asyncio.create_task(send())
+        messages = await asyncio.wait_for(events_until_close(ws), 30)
+        await sender
+    assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
+    assert messages[-1]["type"] == "Metadata"
+    assert messages[-1]["duration"] == pytest.approx(12.0, abs=0.01)
