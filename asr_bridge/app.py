@@ -39,6 +39,7 @@ from asr_bridge.protocol import (
     event_writer,
 )
 from asr_bridge.session import UPSTREAM_WRITE_DEADLINE_S, BridgeSession
+from asr_bridge.socket_protocol import websocket_protocol
 from asr_client import AsrClient, ConnectionOptions
 from asr_client.resume import ResumePolicy
 
@@ -49,6 +50,7 @@ DEFAULT_MAX_SESSIONS = 100
 #: WebSocket pings end the sessions of clients that are gone. While a session waits on the
 #: server it reads nothing, so a live client's pong waits unread: the ping timeout must
 #: be well past the write deadline, which ends such a session first, with its reason.
+#: (A pong behind audio still being read is waited for: socket_protocol.py.)
 WS_PING_INTERVAL_S = 20.0
 WS_PING_TIMEOUT_S = UPSTREAM_WRITE_DEADLINE_S + 15.0
 
@@ -295,7 +297,9 @@ async def start_bridge(
         create_app(config, metrics),
         host=host,
         port=port,
-        ws="websockets-sansio",  # reads one message at a time: see session.py on backpressure
+        # websockets-sansio, which reads one message at a time (see session.py on
+        # backpressure), with a keepalive that waits for a pong behind unread audio
+        ws=websocket_protocol(),
         # the largest message a route takes, so a larger one gets that route's own error
         # (an audio frame over 256 KiB, a Realtime event over 1 MiB), not a 1009 close
         ws_max_size=max(MAX_FRAME_BYTES, realtime_session.MAX_EVENT_CHARS) + 1024,

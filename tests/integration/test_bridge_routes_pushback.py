@@ -207,3 +207,67 @@ async def test_a_container_sent_faster_than_real_time_with_commands_is_not_cut( 
     assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
     assert messages[-1]["type"] == "Metadata"
     assert messages[-1]["duration"] == pytest.approx(12.0, abs=0.01)
+
+
+async def test_a_file_sent_faster_than_the_server_takes_it_is_not_cut_by_the_ping_timeout(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch
+) -> None:
+    """Raw audio sent as fast as the socket takes it, to a server that keeps up (eight
+    times real time) but slower than it comes: the audio queued in TCP takes longer to
+    read than the ping timeout, and the client's pong is behind it. The session ended
+    with 1011 "keepalive ping timeout", mid-transcript; the bridge now waits for a pong
+    while it is still reading the client's bytes (asr_bridge/socket_protocol.py)."""
+    from asr_bridge import app
+    from asr_client.resume import ResumableStream
+
+    monkeypatch.setattr(app, "WS_PING_INTERVAL_S", 0.3)
+    monkeypatch.setattr(app, "WS_PING_TIMEOUT_S", 1.0)
+    send_audio = ResumableStream.send_audio
+
+    async def eight_times_real_time(self: ResumableStream, data: bytes) -> None:
+        await asyncio.sleep(len(data) / 32_000 / 8)
+        await send_audio(self, data)
+
+    monkeypatch.setattr(ResumableStream, "send_audio", eight_times_real_time)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    audio = (tone(40.0) * 32767).astype("<i2").tobytes()
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen?encoding=linear16&sample_rate=16000"
+    async with connect(url) as ws:
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                for i in range(0, len(audio), 8_192):
+                    await ws.send(audio[i : i + 8_192])
+                await ws.send(json.dumps({"type": "CloseStream"}))
+
+        sender = asyncio.create_task(send())
+        messages = await asyncio.wait_for(events_until_close(ws), 30)
+        await sender
+    assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
+    assert messages[-1]["type"] == "Metadata"
+    assert messages[-1]["duration"] == pytest.approx(40.0, abs=0.01)
+
+
+async def test_a_client_that_answers_nothing_is_still_ended_by_the_ping_timeout(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch
+) -> None:
+    """The patience above is for pongs behind unread bytes: a client whose network has
+    gone (here: it reads nothing, so it answers no ping) once what it sent has been read
+    is ended by the ping timeout, and its gRPC stream freed."""
+    from asr_bridge import app
+
+    monkeypatch.setattr(app, "WS_PING_INTERVAL_S", 0.3)
+    monkeypatch.setattr(app, "WS_PING_TIMEOUT_S", 1.0)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen?encoding=linear16&sample_rate=16000"
+    ws = await connect(url, ping_interval=None)
+    try:
+        await ws.send((tone(2.0) * 32767).astype("<i2").tobytes())
+        await eventually(lambda: server.servicer.active == 1)
+        ws.transport.pause_reading()  # (its pongs are sent by its reading)
+        await eventually(lambda: server.servicer.active == 0, timeout_s=5.0)
+        assert (await asyncio.to_thread(health, bridge))["sessions"] == 0
+    finally:
+        ws.transport.abort()  # (a close would wait for the answer it cannot read)
