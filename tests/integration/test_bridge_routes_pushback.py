@@ -83,6 +83,42 @@ async def open_route(bridge: Any, route: Route) -> ClientConnection:
     return ws
 
 
+def server_takes_audio_at(monkeypatch: pytest.MonkeyPatch, speed: float) -> None:
+    """Every gRPC write of audio takes its length divided by ``speed`` (16-bit at 16 kHz
+    counted; the fake engine itself is instant)."""
+    from asr_client.resume import ResumableStream
+
+    send_audio = ResumableStream.send_audio
+
+    async def at_speed(self: ResumableStream, data: bytes) -> None:
+        await asyncio.sleep(len(data) / 32_000 / speed)
+        await send_audio(self, data)
+
+    monkeypatch.setattr(ResumableStream, "send_audio", at_speed)
+
+
+async def stream_whole(
+    url: str, data: bytes, piece: int, command: str | None = None
+) -> tuple[ClientConnection, list[dict[str, Any]]]:
+    """``data`` to a Deepgram route as fast as the socket takes it, in pieces of
+    ``piece`` bytes (each followed by ``command``, if any), then CloseStream; the
+    socket, closed, and all it received."""
+    async with connect(url) as ws:
+
+        async def send() -> None:
+            with contextlib.suppress(ConnectionClosed):
+                for i in range(0, len(data), piece):
+                    await ws.send(data[i : i + piece])
+                    if command is not None:
+                        await ws.send(json.dumps({"type": command}))
+                await ws.send(json.dumps({"type": "CloseStream"}))
+
+        sender = asyncio.create_task(send())
+        messages = await asyncio.wait_for(events_until_close(ws), 30)
+        await sender
+    return ws, messages
+
+
 @pytest.mark.parametrize("name", ROUTES)
 async def test_a_server_slower_than_the_audio_ends_the_session_with_a_reason(  # type: ignore[no-untyped-def]
     make_server, make_bridge, monkeypatch, name: str
@@ -92,18 +128,11 @@ async def test_a_server_slower_than_the_audio_ends_the_session_with_a_reason(  #
     the bridge has not read, and the socket's ping timeout ended the session with 1011
     and no reason. The bridge ends it first: an error saying why, and 1013."""
     from asr_bridge import app, session
-    from asr_client.resume import ResumableStream
 
     monkeypatch.setattr(app, "WS_PING_INTERVAL_S", 0.5)
     monkeypatch.setattr(app, "WS_PING_TIMEOUT_S", 3.0)
     monkeypatch.setattr(session, "UPSTREAM_WRITE_DEADLINE_S", 1.0)
-    send_audio = ResumableStream.send_audio
-
-    async def slowly(self: ResumableStream, data: bytes) -> None:
-        await asyncio.sleep(len(data) / 32_000 * 2)  # (16-bit at 16 kHz: 2x its length)
-        await send_audio(self, data)
-
-    monkeypatch.setattr(ResumableStream, "send_audio", slowly)
+    server_takes_audio_at(monkeypatch, 0.5)
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)
     route = ROUTES[name]
@@ -177,33 +206,15 @@ async def test_a_container_sent_faster_than_real_time_with_commands_is_not_cut( 
     counted against the audio's pace, which a container's bytes never paid back: the
     session ended with 1013 "the server fell behind" while the server kept up."""
     from asr_bridge import session
-    from asr_client.resume import ResumableStream
 
     monkeypatch.setattr(session, "UPSTREAM_WRITE_DEADLINE_S", 1.0)
-    send_audio = ResumableStream.send_audio
-
-    async def four_times_real_time(self: ResumableStream, data: bytes) -> None:
-        await asyncio.sleep(len(data) / 32_000 / 4)
-        await send_audio(self, data)
-
-    monkeypatch.setattr(ResumableStream, "send_audio", four_times_real_time)
+    server_takes_audio_at(monkeypatch, 4)
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)
     pcm = (tone(12.0) * 32767).astype(np.int16).reshape(-1, 1)
     data = encode_container(pcm, 16_000, "wav", "pcm_s16le", out_rate=16_000)
-    piece = 16_000  # half a second
-    async with connect(f"ws://127.0.0.1:{bridge.port}/v1/listen") as ws:
-
-        async def send() -> None:
-            with contextlib.suppress(ConnectionClosed):
-                for i in range(0, len(data), piece):
-                    await ws.send(data[i : i + piece])
-                    await ws.send(json.dumps({"type": command}))
-                await ws.send(json.dumps({"type": "CloseStream"}))
-
-        sender = asyncio.create_task(send())
-        messages = await asyncio.wait_for(events_until_close(ws), 30)
-        await sender
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    ws, messages = await stream_whole(url, data, 16_000, command)  # (half-second pieces)
     assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
     assert messages[-1]["type"] == "Metadata"
     assert messages[-1]["duration"] == pytest.approx(12.0, abs=0.01)
@@ -218,32 +229,15 @@ async def test_a_file_sent_faster_than_the_server_takes_it_is_not_cut_by_the_pin
     with 1011 "keepalive ping timeout", mid-transcript; the bridge now waits for a pong
     while it is still reading the client's bytes (asr_bridge/socket_protocol.py)."""
     from asr_bridge import app
-    from asr_client.resume import ResumableStream
 
     monkeypatch.setattr(app, "WS_PING_INTERVAL_S", 0.3)
     monkeypatch.setattr(app, "WS_PING_TIMEOUT_S", 1.0)
-    send_audio = ResumableStream.send_audio
-
-    async def eight_times_real_time(self: ResumableStream, data: bytes) -> None:
-        await asyncio.sleep(len(data) / 32_000 / 8)
-        await send_audio(self, data)
-
-    monkeypatch.setattr(ResumableStream, "send_audio", eight_times_real_time)
+    server_takes_audio_at(monkeypatch, 8)
     server = await serve_fake(make_server)
     bridge = await make_bridge(server.port)
     audio = (tone(40.0) * 32767).astype("<i2").tobytes()
     url = f"ws://127.0.0.1:{bridge.port}/v1/listen?encoding=linear16&sample_rate=16000"
-    async with connect(url) as ws:
-
-        async def send() -> None:
-            with contextlib.suppress(ConnectionClosed):
-                for i in range(0, len(audio), 8_192):
-                    await ws.send(audio[i : i + 8_192])
-                await ws.send(json.dumps({"type": "CloseStream"}))
-
-        sender = asyncio.create_task(send())
-        messages = await asyncio.wait_for(events_until_close(ws), 30)
-        await sender
+    ws, messages = await stream_whole(url, audio, 8_192)
     assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
     assert messages[-1]["type"] == "Metadata"
     assert messages[-1]["duration"] == pytest.approx(40.0, abs=0.01)
