@@ -301,7 +301,10 @@ class RecognitionStream:
         tb: TracebackType | None,
     ) -> None:
         if exc is not None or not self._call.done():
-            self._call.cancel()
+            # (cancel(), not the call's: writers and readers then get StreamClosedError
+            # CANCELLED, and a pending finalize's acknowledgement fails, rather than a
+            # bare CancelledError and a future that never resolves)
+            self.cancel()
 
 
 def _retry_options(max_message_bytes: int) -> list[tuple[str, object]]:
@@ -360,6 +363,7 @@ class AsrClient:
             target if isinstance(target, ConnectionOptions) else ConnectionOptions(target)
         )
         self._metadata = self.connection.call_metadata()
+        self._closed = False
         # grpc's reconnect backoff grows to 120 s: a stream resuming after a longer outage
         # would find its channel still waiting after the server came back, and give up
         reconnect_ms = round(1000 * (resume or ResumePolicy()).max_backoff_s)
@@ -421,6 +425,7 @@ class AsrClient:
         self, config: asr_pb2.StreamingConfig, timeout_s: float | None
     ) -> RecognitionStream:
         """One StreamingRecognize call, with no resume."""
+        self._check_open()
         return RecognitionStream(
             self._stub.StreamingRecognize(timeout=timeout_s, metadata=self._metadata), config
         )
@@ -429,6 +434,7 @@ class AsrClient:
         self, audio: bytes, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
     ) -> asr_pb2.RecognizeResponse:
         """Transcribe a whole recording in one call."""
+        self._check_open()
         try:
             return await self._stub.Recognize(
                 asr_pb2.RecognizeRequest(config=config, audio=audio),
@@ -439,7 +445,12 @@ class AsrClient:
             raise StreamClosedError(exc.code(), exc.details() or "") from None
 
     async def close(self) -> None:
+        self._closed = True
         await self._channel.close()
+
+    def _check_open(self) -> None:
+        if self._closed:  # (grpc's own word is a UsageError, "Channel is closed.")
+            raise StreamClosedError(grpc.StatusCode.CANCELLED, "this AsrClient is closed")
 
     async def __aenter__(self) -> AsrClient:
         return self

@@ -59,7 +59,18 @@ class ConnectionOptions:
         )
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
+        """The token's header. Whitespace around it (a token read from a file ends in a
+        newline) is dropped; one that a header cannot carry is refused here, readably:
+        grpc said only "Invalid metadata", or worse, on each call."""
+        token = (self.token or "").strip()
+        if not token:
+            return ()
+        if not all(" " <= c <= "~" for c in token):
+            raise ConnectionConfigError(
+                "the token holds a character a header cannot carry (a line break, a "
+                "control or a non-ASCII character)"
+            )
+        return (("authorization", f"Bearer {token}"),)
 
     def channel(self, options: list[tuple[str, object]]) -> grpc.aio.Channel:
         """A new channel to ``target`` with these channel arguments."""

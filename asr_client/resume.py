@@ -260,7 +260,8 @@ class ResumableStream:
         fmt = config.format
         channels = fmt.channels or 1
         frame_bytes = _BYTES_PER_SAMPLE.get(fmt.encoding, 2) * channels
-        self._rate = fmt.sample_rate_hz
+        # (0 is refused by the server, which says so; the bookkeeping must not divide by it)
+        self._rate = fmt.sample_rate_hz or 16_000
         self._kept = KeptAudio(frame_bytes, self._rate, int(policy.max_kept_s * self._rate))
         self._final_until = [0.0] * channels
         self._final_start = [0.0] * channels  # of the last final: where its audio begins
@@ -312,6 +313,7 @@ class ResumableStream:
     async def finalize(self, channel: int | None = None) -> FinalizeAck:
         """As ``RecognitionStream.finalize``; the acknowledgement may come on a later call."""
         async with self._write_lock:
+            self._check_cancelled()  # (an ended stream: no acknowledgement would ever come)
             self._kept.append_finalize(FinalizeRequest(channel))
             ack = self._finalizes.sent(channel, came_at=self._kept.end / self._rate)
             # not withdrawn if the write fails: the FINALIZE is among the kept audio, so a
@@ -371,6 +373,10 @@ class ResumableStream:
                 async for response in responses:
                     yield response
             ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
+            if self._ended:  # (the caller's end(): nothing more is written after it)
+                # writes after the end raise it, as on a stream without resume (they
+                # were dropped, and a finalize's acknowledgement never came)
+                self._failed = self._failed or ended
         finally:  # nothing more will be acknowledged, and no resume comes
             self._finalizes.fail(self._failed or ended)
             self._carried.set()

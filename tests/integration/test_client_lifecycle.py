@@ -1,0 +1,123 @@
+"""The client library at the edges of a stream's life: after its end, leaving ``async
+with`` on an error, a closed client, and options that cannot work. Each case once hung
+for ever, ended tasks as cancelled, or raised a raw grpc or Python error."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import grpc
+import pytest
+
+from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
+from asr_client.connection import ConnectionConfigError
+from asr_server.engine.fake import FakeEngine
+from tests.helpers import serve_fake, speech_pcm
+from tests.integration.test_security import token_file
+
+pytestmark = pytest.mark.timeout(60)
+
+RESUMES: list[Any] = ["default", None]
+
+
+@pytest.mark.parametrize("resume", RESUMES)
+async def test_writes_after_the_streams_end_raise(make_server, resume: Any) -> None:  # type: ignore[no-untyped-def]
+    """A finalize after the end returned an acknowledgement that never came (the default,
+    resuming stream), and its audio went nowhere without a word."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(), resume=resume) as stream:
+            await stream.send_audio(speech_pcm(0.5).tobytes())
+            await stream.end()
+            _ = [r async for r in stream]
+            with pytest.raises(StreamClosedError) as err:
+                await asyncio.wait_for(stream.finalize(), 5)
+            assert err.value.code == grpc.StatusCode.OK
+            with pytest.raises(StreamClosedError):
+                await stream.send_audio(speech_pcm(0.1).tobytes())
+
+
+@pytest.mark.parametrize("resume", RESUMES)
+async def test_leaving_async_with_on_an_error_ends_the_streams_tasks_readably(  # type: ignore[no-untyped-def]
+    make_server, resume: Any
+) -> None:
+    """Without resume, a sender waiting on backpressure and a reader ended with a bare
+    CancelledError (as if they had been cancelled themselves), and a finalize's
+    acknowledgement never resolved."""
+    gate = threading.Event()  # a stalled engine: the server pushes back
+    server = await serve_fake(
+        make_server, FakeEngine(gate=gate), streaming={"max_buffered_audio_s": 0.5}
+    )
+    audio = speech_pcm(30.0).tobytes()
+    try:
+        async with AsrClient(f"127.0.0.1:{server.port}") as client:
+            with pytest.raises(KeyError):
+                async with client.stream(audio_config(), resume=resume) as stream:
+                    await stream.send_audio(speech_pcm(1.0).tobytes())
+                    ack = await stream.finalize()  # (its final waits on the stalled engine)
+
+                    async def send() -> None:
+                        for i in range(0, len(audio), 3_200):
+                            await stream.send_audio(audio[i : i + 3_200])
+
+                    async def read_all() -> None:
+                        async for _ in stream:
+                            pass
+
+                    sender = asyncio.create_task(send())
+                    reader = asyncio.create_task(read_all())
+                    await asyncio.sleep(1.0)
+                    assert not sender.done()  # waiting on the server
+                    raise KeyError("the caller's own code failed")
+            for task in (sender, reader, ack):
+                with pytest.raises(StreamClosedError) as err:
+                    await asyncio.wait_for(asyncio.shield(task), 5)
+                assert err.value.code == grpc.StatusCode.CANCELLED
+                assert not task.cancelled()
+    finally:
+        gate.set()
+
+
+async def test_a_closed_client_says_so(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server)
+    client = AsrClient(f"127.0.0.1:{server.port}")
+    await client.close()
+    for use in (
+        lambda: client.stream(audio_config()),
+        lambda: client.stream(audio_config(), resume=None),
+    ):
+        with pytest.raises(StreamClosedError, match="this AsrClient is closed"):
+            use()
+    with pytest.raises(StreamClosedError, match="this AsrClient is closed"):
+        await client.recognize(speech_pcm(0.5).tobytes(), audio_config())
+
+
+async def test_a_token_read_from_a_file_works_and_one_a_header_cannot_carry_is_refused(  # type: ignore[no-untyped-def]
+    make_server, tmp_path
+) -> None:
+    """A token read from a file ends in a newline: grpc refused every call with
+    "Invalid metadata" (a stream) or an unreadable ExecuteBatchError (Recognize)."""
+    path, tokens = token_file(tmp_path, "app")
+    server = await serve_fake(make_server, auth_tokens=path)
+    options = ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["app"] + "\n")
+    async with AsrClient(options) as client:
+        response = await client.recognize(speech_pcm().tobytes(), audio_config())
+    assert [r.text for r in response.results] == ["w0 w1 w2 w3"]
+    with pytest.raises(ConnectionConfigError, match="a character a header cannot carry"):
+        AsrClient(ConnectionOptions(f"127.0.0.1:{server.port}", token="s3c\nret"))
+
+
+async def test_a_stream_with_no_sample_rate_gets_the_servers_answer(make_server) -> None:  # type: ignore[no-untyped-def]
+    """``audio_config(sample_rate_hz=0)``: the resuming stream's bookkeeping divided by
+    it (ZeroDivisionError at the first finalize); the server's refusal is the answer."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(sample_rate_hz=0)) as stream:
+            await stream.send_audio(speech_pcm(0.2).tobytes())
+            await stream.finalize()
+            with pytest.raises(StreamClosedError) as err:
+                _ = [r async for r in stream]
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "sample_rate_hz 0" in err.value.details
