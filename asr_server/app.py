@@ -136,6 +136,7 @@ class RunningServer:
     _scheduler: EngineScheduler | None = None
     _loader: asyncio.Task[None] | None = None
     _metrics_http: object | None = None
+    _interceptor: AuthInterceptor | None = None
 
     async def drain_and_stop(self, timeout_s: float) -> None:
         """Graceful shutdown: refuse new streams, tell open ones to move (GoingAway), give
@@ -143,8 +144,22 @@ class RunningServer:
         told = self.servicer.going_away(timeout_s)
         await self.health.enter_graceful_shutdown()
         logger.info("draining: %d open stream(s) told to move, up to %.0f s", told, timeout_s)
-        await self.server.stop(grace=timeout_s)
+        ending = asyncio.create_task(self._end_lasting_calls_once_streams_leave())
+        try:
+            await self.server.stop(grace=timeout_s)
+        finally:
+            ending.cancel()
         await self.close()
+
+    async def _end_lasting_calls_once_streams_leave(self) -> None:
+        """gRPC's graceful stop waits for every call: a health Watch or a reflection call,
+        which last as long as their client likes, held the drain for its whole time
+        though every stream had left. They end once the streams have (a Watch has had
+        its NOT_SERVING by then)."""
+        while self.servicer.active:  # noqa: ASYNC110 - admission keeps a count, no event
+            await asyncio.sleep(0.05)
+        if self._interceptor is not None and (ended := self._interceptor.end_lasting_calls()):
+            logger.info("drained: ended %d health Watch or reflection call(s)", ended)
 
     async def close(self) -> None:
         if self._loader is not None and not self._loader.done():
@@ -171,10 +186,8 @@ async def start_server(
     metrics.max_streams.set(settings.max_streams)
     credentials = Credentials.from_settings(settings, metrics)
     authenticator = Authenticator(credentials.tokens, mtls=settings.tls_client_ca is not None)
-    server = grpc.aio.server(
-        options=grpc_options(settings),
-        interceptors=[AuthInterceptor(authenticator, metrics)],
-    )
+    interceptor = AuthInterceptor(authenticator, metrics)
+    server = grpc.aio.server(options=grpc_options(settings), interceptors=[interceptor])
     servicer = RecognizerServicer(
         None,
         admission=Admission(settings, metrics),
@@ -233,6 +246,7 @@ async def start_server(
         health_port=health_port,
         _health_server=health_server,
         _metrics_http=metrics_http,
+        _interceptor=interceptor,
     )
 
     async def load() -> None:

@@ -17,6 +17,7 @@ in flight are capped per address, and calls that last (``Watch``, reflection) pe
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import inspect
 import logging
@@ -139,6 +140,19 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.metrics = metrics
         self._open = InFlight()
         self._lasting: collections.Counter[str] = collections.Counter()
+        self._lasting_tasks: set[asyncio.Task[Any]] = set()
+        self._ending: set[asyncio.Task[Any]] = set()  # lasting calls a drain ends
+
+    def end_lasting_calls(self) -> int:
+        """End every Watch and reflection call with UNAVAILABLE (a drain whose streams have
+        left: these would otherwise hold the server's graceful stop for its whole grace
+        period). Their handlers are cancelled, and each call's task then ends it with a
+        status (``_admit``): a cancelled handler alone left the call open."""
+        tasks = set(self._lasting_tasks)
+        self._ending |= tasks
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
 
     async def intercept_service(
         self,
@@ -182,10 +196,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 "calls open, the limit: close one first",
             )
         self._lasting[name] += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._lasting_tasks.add(task)
         try:
             yield
+        except asyncio.CancelledError:
+            if task is None or task not in self._ending:
+                raise
+            task.uncancel()
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         finally:
             _release(self._lasting, name)
+            self._lasting_tasks.discard(task)  # type: ignore[arg-type]
+            self._ending.discard(task)  # type: ignore[arg-type]
 
 
 class HealthCheckOnly(grpc.aio.ServerInterceptor):

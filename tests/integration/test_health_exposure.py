@@ -200,3 +200,38 @@ async def test_watch_and_reflection_calls_are_capped_per_client(make_server, tmp
         for watch in watches:
             watch.cancel()
     assert sample(server, "asr_refused_streams_total", reason="lasting_call_limit") == 1
+
+
+async def test_a_drain_ends_once_its_streams_have_left_though_watches_are_open(make_server) -> None:  # type: ignore[no-untyped-def]
+    """gRPC's graceful stop waits for every call: a health Watch (any client with
+    client-side health checking keeps one) or a reflection call held the drain for its
+    whole time though no stream was left. They now see NOT_SERVING, and end once the
+    streams have."""
+    from asr_client import AsrClient, audio_config
+    from tests.helpers import speech_pcm
+
+    server = await serve_fake(make_server)
+    async with (
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
+        AsrClient(f"127.0.0.1:{server.port}", resume=None) as client,
+    ):
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service=SERVICE)
+        )
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.SERVING
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo()
+        await reflection.write(reflection_pb2.ServerReflectionRequest(list_services=""))
+        assert (await reflection.read()).list_services_response.service
+        stream = await client.stream(audio_config()).open()
+        await stream.send_audio(speech_pcm(0.5).tobytes())
+        drained = asyncio.create_task(server.drain_and_stop(60.0))
+        assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert not drained.done()  # the stream is still there
+        await stream.end()
+        _ = [r async for r in stream]
+        await asyncio.wait_for(drained, 10)  # not the drain's 60 s
+        for call in (watch, reflection):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert err.value.details() == "the server is shutting down"
