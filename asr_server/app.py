@@ -232,6 +232,9 @@ async def start_server(
         health_server, health_port = await _start_health_server(settings, health_servicer)
     except StartupError:
         await server.stop(None)
+        if metrics_http is not None:  # (its port stayed bound in an embedding process)
+            metrics_http.shutdown()
+            metrics_http.server_close()
         raise
 
     running = RunningServer(

@@ -39,3 +39,22 @@ async def test_an_ipv6_host_serves_grpc_and_metrics(make_server, host: str) -> N
 def _get(port: int) -> bytes:
     with urllib.request.urlopen(f"http://[::1]:{port}/metrics", timeout=10) as reply:
         return bytes(reply.read())
+
+
+async def test_a_start_that_fails_on_the_health_port_frees_the_metrics_port() -> None:
+    """The metrics HTTP server started first and stayed up, its port bound, in a process
+    that embeds the server (the command exits anyway)."""
+    import socket
+
+    from asr_server.app import StartupError, start_server
+    from asr_server.engine.fake import FakeEngine
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        metrics_port = free_port()
+        wanted = settings(metrics_port=metrics_port, health_port=busy.getsockname()[1])
+        with pytest.raises(StartupError, match="cannot listen"):
+            await start_server(wanted, engine_factory=lambda _: FakeEngine())
+    with socket.socket() as again:  # the port is free to bind
+        again.bind(("127.0.0.1", metrics_port))
