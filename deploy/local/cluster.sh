@@ -53,11 +53,20 @@ else
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamasr-cluster.XXXXXX")
-pids=()
+pids=()  # the replicas', then the proxy's (last)
 stop() {
+  # the replicas drain (their streams end or move) while the proxy still carries them;
+  # the proxy goes last. Each runs in its own session (setsid below), so a terminal's
+  # Ctrl-C reaches only this script: a second signal would make a replica hurry.
   echo "stopping (replicas drain open streams first)..." >&2
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  local n=${#pids[@]} proxy_pid=
+  ((n > replicas)) && proxy_pid=${pids[n - 1]}
+  for pid in "${pids[@]:0:replicas}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]:0:replicas}"; do wait "$pid" 2>/dev/null || true; done
+  if [[ -n $proxy_pid ]]; then
+    kill -TERM "$proxy_pid" 2>/dev/null || true
+    wait "$proxy_pid" 2>/dev/null || true
+  fi
   rm -rf "$work"
 }
 trap stop EXIT
@@ -66,7 +75,7 @@ trap 'exit 130' INT TERM
 addresses=()
 for ((i = 1; i <= replicas; i++)); do
   # python -m: the checkout's code even when .venv holds another install of the package
-  .venv/bin/python -m asr_server --host 127.0.0.1 --port $((port + i)) --metrics-port $((port + 100 + i)) \
+  setsid .venv/bin/python -m asr_server --host 127.0.0.1 --port $((port + i)) --metrics-port $((port + 100 + i)) \
     "${server_flags[@]}" >"$work/replica-$i.log" 2>&1 &
   pids+=($!)
   addresses+=(--replica "127.0.0.1:$((port + i))")
@@ -85,10 +94,10 @@ render=(.venv/bin/python deploy/local/render_proxy.py "$proxy" --listen "127.0.0
 if [[ $proxy == nginx ]]; then
   mkdir -p "$work/nginx/tmp"
   "${render[@]}" -o "$work/nginx/nginx.conf"
-  "$nginx" -p "$work/nginx" -e stderr -c "$work/nginx/nginx.conf" 2>"$work/proxy.log" &
+  setsid "$nginx" -p "$work/nginx" -e stderr -c "$work/nginx/nginx.conf" 2>"$work/proxy.log" &
 else
   "${render[@]}" -o "$work/envoy.yaml"
-  "$envoy" -c "$work/envoy.yaml" --disable-hot-restart -l warn 2>"$work/proxy.log" &
+  setsid "$envoy" -c "$work/envoy.yaml" --disable-hot-restart -l warn 2>"$work/proxy.log" &
 fi
 pids+=($!)
 until (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; do
