@@ -48,4 +48,4 @@ fi
 .venv/bin/mypy
 PYTHON=.venv/bin/python scripts/gen_protos.sh --check
 # the slowest tests, in every run: the suite must stay well under 15 minutes on 2 cores
-exec .venv/bin/python -m pytest -p no:cacheprovider --durations=15 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider --durations=40 "$@"
