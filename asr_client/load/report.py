@@ -11,10 +11,12 @@ from asr_client.load.runner import StreamOutcome
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """The figures of ``values``, and how many there were (``n``)."""
     if not values:
-        return {"p50": None, "p95": None, "p99": None, "max": None}
+        return {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
     p50, p95, p99 = np.percentile(values, [50, 95, 99])
     return {
+        "n": len(values),
         "p50": round(float(p50), 3),
         "p95": round(float(p95), 3),
         "p99": round(float(p99), 3),
@@ -143,7 +145,9 @@ def render_text(summary: dict[str, Any], streams: Sequence[dict[str, Any]]) -> s
         f"WER: {wer}",
         f"time to first partial: {_fmt(summary['first_partial_s'])}"
         f" ({summary['finals_without_partial']} of {summary['finals']} finals had none)",
-        f"end of speech to final: {_fmt(summary['final_latency_s'])}",
+        f"end of speech to final: {_fmt(summary['final_latency_s'])}"
+        # (finals without a speech end, at a split or the call's end, are not endpointing)
+        f" ({summary['final_latency_s']['n']} of {summary['finals']} finals ended speech)",
         f"max server lag {summary['max_lag_s']:.2f} s; "
         f"max client send delay {summary['max_send_delay_s']:.2f} s",
     ]

@@ -8,8 +8,10 @@ as a caller would feel it:
 
 * time to first partial: from when the audio where the server heard speech start existed
   (its SPEECH_STARTED offset) to the first partial of that utterance;
-* end of speech to final: from when the audio where speech ended existed (SPEECH_ENDED,
-  or the final's own end for an utterance cut at the length limit) to the final.
+* end of speech to final: from when the audio where speech ended existed (SPEECH_ENDED)
+  to the final; finals with no speech end (an utterance split at a pause or cut at the
+  length limit, or the call ending inside it) are not endpointing and not counted: the
+  report says how many finals were.
 """
 
 from __future__ import annotations
@@ -176,8 +178,8 @@ class _Stream:
             out.finals_without_partial += key not in self._partial_seen
             end = self._speech_end.get(key)
             # no speech end: the server split the utterance at a pause (its end_s is the
-            # pause's pad, 200 ms after the speech) or the call ended inside it; neither is
-            # endpointing, whose latency this measures
+            # pause's pad, 200 ms after the speech) or cut it at the length limit, or the
+            # call ended inside it; none is endpointing, whose latency this measures
             if end is not None:
                 out.final_latency_s.append(now - self.existed_at(end))
             out.finals.append(

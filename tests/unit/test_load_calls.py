@@ -99,7 +99,7 @@ def short_phone_call() -> Call:
 
 
 def test_percentiles_and_summary() -> None:
-    assert percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
+    assert percentiles([]) == {"n": 0, "p50": None, "p95": None, "p99": None, "max": None}
     p = percentiles([float(i) for i in range(1, 101)])
     assert p["p50"] == pytest.approx(50.5) and p["max"] == 100
     call = short_phone_call()
@@ -113,6 +113,10 @@ def test_percentiles_and_summary() -> None:
     assert summary["wer"] == 0.0  # the rejected call is not scored
     assert summary["audio_unprocessed_s"] == 0.0
     assert summary["final_latency_s"]["p50"] == pytest.approx(0.6)
+    # how many finals were timed (those that ended speech) is said, beside how many came
+    assert summary["final_latency_s"]["n"] == 2
+    text = render_text(summary, [])
+    assert f"(2 of {len(done.finals)} finals ended speech)" in text
 
 
 def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -> None:
