@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -47,6 +48,18 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _seconds(text: str, *, least: float) -> float:
+    """argparse type: a finite number of seconds, at least ``least`` (an infinite call
+    was built in memory without end)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= least):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= {least:g}")
     return value
 
 
@@ -92,7 +105,11 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         "--silent", type=_count, default=0, metavar="M", help="extra calls that stay silent (0)"
     )
     p.add_argument(
-        "--duration", type=float, default=60.0, metavar="S", help="seconds per call (60)"
+        "--duration",
+        type=lambda text: _seconds(text, least=0.1),
+        default=60.0,
+        metavar="S",
+        help="seconds per call (60)",
     )
     p.add_argument(
         "--pause",
@@ -126,7 +143,11 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         "--speed", type=positive_float, default=1.0, metavar="X", help="1 = real time (default)"
     )
     p.add_argument(
-        "--ramp", type=float, default=None, metavar="S", help="spread stream starts over S seconds"
+        "--ramp",
+        type=lambda text: _seconds(text, least=0.0),
+        default=None,
+        metavar="S",
+        help="spread stream starts over S seconds",
     )
     p.add_argument("--no-interim", action="store_true", help="finals only")
     p.add_argument(

@@ -726,6 +726,17 @@ def test_the_live_view_keeps_the_next_utterances_partial_at_a_final() -> None:
         assert renderer._partials == {}
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--duration", "inf"), ("--duration", "nan"), ("--ramp", "-3")]
+)
+def test_load_seconds_that_cannot_be_are_usage_errors(flag: str, value: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    """--duration inf built its call in memory without end; a negative ramp ran as none."""
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["load", flag, value])
+    assert exc.value.code == 2
+    assert "must be a finite number of seconds" in capsys.readouterr().err
+
+
 def test_load_report_path_that_cannot_be_written_is_a_usage_error(tmp_path: Path, capsys):
     """Found only after the whole run, it used to end in a traceback and lose the report."""
     with pytest.raises(SystemExit) as exc:
