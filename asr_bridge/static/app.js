@@ -88,7 +88,9 @@ async function start() {
   setState("connecting");
   // turnEnds: end_of_turn events by utterance, shown on the final that follows them
   // finalizing: finalizes sent and not yet acknowledged
-  const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false, turnEnds: new Map(), finalizing: 0 };
+  // shown: this session's finals by utterance (ids start again at 0 in each session, so
+  // the page's earlier finals are not looked among)
+  const s = { ws: null, audio: null, rate: 0, failed: false, stopping: false, turnEnds: new Map(), shown: new Map(), finalizing: 0 };
   session = s;
   let audio;
   try {
@@ -158,11 +160,11 @@ function sendFrame(s, { pcm, level }) {
 function onEvent(s, ev) {
   if (ev.lag_s !== undefined) $("lag").textContent = `${ev.lag_s.toFixed(2)} s`;
   switch (ev.type) {
-    case "ready":
-      if (document.body.dataset.state === "connecting") setState("listening");
+    case "ready": // (after a Stop it is "finishing…" until closed)
+      if (document.body.dataset.state === "connecting" && !s.stopping) setState("listening");
       break;
     case "speech_started":
-      setState("speech", "speech");
+      if (!s.stopping) setState("speech", "speech");
       break;
     case "speech_ended":
       if (!s.stopping) setState("listening");
@@ -171,14 +173,14 @@ function onEvent(s, ev) {
       showPartial(ev.stable_text, ev.unstable_text);
       break;
     case "end_of_turn": { // semantic endpointing: the turn's final follows (or came first)
-      const shown = $("finals").querySelector(`p[data-utterance="${ev.utterance_id}"]`);
+      const shown = s.shown.get(ev.utterance_id);
       if (shown) addBadge(shown, `end of turn · ${turnLabel(ev)}`);
       else s.turnEnds.set(ev.utterance_id, ev);
       $("turn").textContent = turnLabel(ev);
       break;
     }
     case "final":
-      addFinal(ev, s.turnEnds.get(ev.utterance_id));
+      s.shown.set(ev.utterance_id, addFinal(ev, s.turnEnds.get(ev.utterance_id)));
       s.turnEnds.delete(ev.utterance_id);
       break;
     case "finalized": // every result for the audio before our finalize is here
@@ -224,7 +226,7 @@ const UNSURE_BELOW = 0.6; // a final's confidence under which the page marks it
 
 function addFinal(ev, turnEnd) {
   showPartial("", "");
-  if (!ev.text.trim()) return;
+  if (!ev.text.trim()) return null;
   const p = document.createElement("p");
   p.className = "final";
   p.dataset.utterance = ev.utterance_id;
@@ -242,6 +244,7 @@ function addFinal(ev, turnEnd) {
   const why = turnEnd ? `end of turn · ${turnLabel(turnEnd)}` : ev.from_finalize ? "finalized" : "";
   if (why) addBadge(p, why);
   $("finals").append(p);
+  return p;
 }
 
 function addBadge(paragraph, text) {

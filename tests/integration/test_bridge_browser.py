@@ -494,3 +494,55 @@ async def test_any_token_the_bridge_takes_can_be_handed_to_the_page(stack: Stack
         assert not errors, errors
     finally:
         await bridge.close()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_second_sessions_turn_ends_go_on_its_own_finals(stack: Stack) -> None:
+    """Utterance ids start again at 0 in each session: the end-of-turn badge of the
+    second session's first final went onto the first session's final 0."""
+    page, errors = await stack.page()
+    await page.select_option("#endpointing", "semantic")
+    for _ in range(2):
+        await page.click("#start")
+        # words heard (a partial shows them): the finalize then makes a final that has some
+        await page.wait_for_function("() => document.querySelector('#partial').innerText.trim()")
+        await page.click("#finalize")
+        await page.wait_for_function(
+            "() => document.querySelector('#finalized').innerText === 'done'"
+        )
+        await page.click("#stop")
+        await page.wait_for_function("() => document.body.dataset.state === 'idle'")
+    badges = await page.eval_on_selector_all(
+        ".final", "ps => ps.map(p => p.querySelectorAll('.turn').length)"
+    )
+    assert badges == [1, 1], badges
+    await page.close()
+    assert not errors, errors
+
+
+#: the user presses Stop just after the page sent `start`: the socket is open, `ready` not in
+STOP_BEFORE_READY = """
+  window.__states = [];
+  const BeforeReady = window.WebSocket;
+  window.WebSocket = class extends BeforeReady {
+    constructor(...args) {
+      super(...args);
+      const stop = () => document.querySelector("#stop").click();
+      this.addEventListener("open", () => setTimeout(stop, 0));
+      this.addEventListener("message", () => window.__states.push(document.body.dataset.state));
+    }
+  };
+"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_stop_before_ready_stays_finishing(stack: Stack) -> None:
+    """A `ready` that came after Stop showed "listening" again, with the microphone off."""
+    page, errors = await stack.page(STOP_BEFORE_READY)
+    await page.click("#start")
+    await page.wait_for_function("() => window.__sockets[0]?.closedWith !== undefined")
+    states = await page.evaluate("window.__states")
+    assert "listening" not in states and "speech" not in states, states
+    assert await page.inner_text("#state") == "finished"
+    await page.close()
+    assert not errors, errors
