@@ -221,6 +221,9 @@ class LiveRenderer(Renderer):
         # SEMANTIC streams: each EndOfTurn until its final, which then says what ended it
         self._turn_ends: dict[tuple[int, int], asr_pb2.EndOfTurn] = {}
         self._last_final: dict[int, int] = {}  # per channel, the utterance last shown final
+        # per channel, the latest utterance whose turn end is on screen: a resumed stream
+        # sends a turn's end again when the old call may not have delivered it
+        self._turn_shown: dict[int, int] = {}
         self._lag_s = 0.0
         self._footer = footer
         # transient: the live lines vanish at the end, leaving only the finals on screen
@@ -254,11 +257,14 @@ class LiveRenderer(Renderer):
             self._drop_partial(e.channel, lambda u: u == e.utterance_id)
         elif kind == "end_of_turn":
             e = response.end_of_turn
+            if e.utterance_id <= self._turn_shown.get(e.channel, -1):
+                return  # shown already (sent again after a resume)
             if e.utterance_id > self._last_final.get(e.channel, -1):
                 self._turn_ends[e.channel, e.utterance_id] = e
             else:  # its final came first (the proto allows it): say so under it
                 note = f"[{clock(e.offset_s)}] ch{e.channel}  ⏎ end of turn: {turn_end_label(e)}"
                 self._live.console.print(Text(note, style="dim"))
+                self._turn_shown[e.channel] = e.utterance_id
             return
         elif kind in ("progress", "going_away"):
             return
@@ -273,6 +279,7 @@ class LiveRenderer(Renderer):
         turn_end = self._turn_ends.pop((r.channel, r.utterance_id), None)
         if turn_end is not None:
             line.append(f"  ⏎ end of turn: {turn_end_label(turn_end)}", style="dim")
+            self._turn_shown[r.channel] = r.utterance_id
         elif r.from_finalize:
             line.append("  ⏎ finalized", style="dim")
         if 0.0 < r.confidence < UNSURE_BELOW:

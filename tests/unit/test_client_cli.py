@@ -673,6 +673,9 @@ def test_the_live_view_says_what_ended_each_turn() -> None:
         renderer.event(turn_end(6, asr_pb2.EndOfTurn.MODEL, 0.9))
         renderer.event(final("Mm the fourth.", 7, confidence=0.42))  # the model doubts it
         renderer.event(final("Sure.", 8, confidence=0.0))  # a server that predates it
+        # a resumed stream sends a turn's end again: it is on screen already
+        renderer.event(turn_end(6, asr_pb2.EndOfTurn.MODEL, 0.9))
+        renderer.event(turn_end(0, asr_pb2.EndOfTurn.MODEL, 0.934))
     lines = [line for line in out.getvalue().splitlines() if "ch0  " in line]
     text = [re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", line).split("ch0  ")[-1] for line in lines]
     assert text == [
