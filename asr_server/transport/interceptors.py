@@ -139,8 +139,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self.authenticator = authenticator
         self.metrics = metrics
         self._open = InFlight()
-        self._lasting: collections.Counter[str] = collections.Counter()
-        self._lasting_tasks: set[asyncio.Task[Any]] = set()
+        #: per client identity, the tasks of its lasting calls (their number is its count)
+        self._lasting: dict[str, set[asyncio.Task[Any]]] = {}
         self._ending: set[asyncio.Task[Any]] = set()  # lasting calls a drain ends
 
     def end_lasting_calls(self) -> int:
@@ -148,7 +148,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         left: these would otherwise hold the server's graceful stop for its whole grace
         period). Their handlers are cancelled, and each call's task then ends it with a
         status (``_admit``): a cancelled handler alone left the call open."""
-        tasks = set(self._lasting_tasks)
+        tasks = {task for calls in self._lasting.values() for task in calls}
         self._ending |= tasks
         for task in tasks:
             task.cancel()
@@ -188,28 +188,29 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             yield
             return
         name = identity.name
-        if self._lasting[name] >= LASTING_CALLS_PER_CLIENT:
+        if len(self._lasting.get(name, ())) >= LASTING_CALLS_PER_CLIENT:
             self.metrics.refused_streams.labels("lasting_call_limit").inc()
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 f"client {name} has {LASTING_CALLS_PER_CLIENT} health Watch or reflection "
                 "calls open, the limit: close one first",
             )
-        self._lasting[name] += 1
         task = asyncio.current_task()
-        if task is not None:
-            self._lasting_tasks.add(task)
+        assert task is not None  # (a handler runs in its call's task)
+        calls = self._lasting.setdefault(name, set())
+        calls.add(task)
         try:
             yield
         except asyncio.CancelledError:
-            if task is None or task not in self._ending:
+            if task not in self._ending:
                 raise
             task.uncancel()
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
         finally:
-            _release(self._lasting, name)
-            self._lasting_tasks.discard(task)  # type: ignore[arg-type]
-            self._ending.discard(task)  # type: ignore[arg-type]
+            calls.discard(task)
+            if not calls:  # a client with none left is forgotten (bounded memory)
+                del self._lasting[name]
+            self._ending.discard(task)
 
 
 class HealthCheckOnly(grpc.aio.ServerInterceptor):
