@@ -10,6 +10,7 @@ refuse that.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,12 +156,29 @@ def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped
     return parse
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a number greater than 0."""
+def _number(text: str) -> float:
+    # ArgumentTypeError, not float's ValueError: argparse would name the type function
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number greater than 0."""
+    value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {text}")
     return value
+
+
+def seconds_at_least(least: float):  # type: ignore[no-untyped-def]
+    """argparse type: a finite number of seconds, at least ``least``."""
+
+    def parse(text: str) -> float:
+        value = _number(text)
+        if not (math.isfinite(value) and value >= least):
+            raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= {least:g}")
+        return value
+
+    return parse

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -25,6 +24,7 @@ from asr_client.connection import (
     connection_from_args,
     int_between,
     positive_float,
+    seconds_at_least,
 )
 from asr_client.load.calls import Call, build_call, clips_from_files, clips_from_manifest
 from asr_client.load.report import render_text, stream_record, summarize
@@ -48,18 +48,6 @@ def _count(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _seconds(text: str, *, least: float) -> float:
-    """argparse type: a finite number of seconds, at least ``least`` (an infinite call
-    was built in memory without end)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(value) and value >= least):
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= {least:g}")
     return value
 
 
@@ -106,7 +94,7 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--duration",
-        type=lambda text: _seconds(text, least=0.1),
+        type=seconds_at_least(0.1),  # (an infinite call was built in memory without end)
         default=60.0,
         metavar="S",
         help="seconds per call (60)",
@@ -144,7 +132,7 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--ramp",
-        type=lambda text: _seconds(text, least=0.0),
+        type=seconds_at_least(0.0),
         default=None,
         metavar="S",
         help="spread stream starts over S seconds",
