@@ -97,12 +97,12 @@ def server_takes_audio_at(monkeypatch: pytest.MonkeyPatch, speed: float) -> None
     monkeypatch.setattr(ResumableStream, "send_audio", at_speed)
 
 
-async def stream_whole(
-    url: str, data: bytes, piece: int, command: str | None = None
-) -> tuple[ClientConnection, list[dict[str, Any]]]:
-    """``data`` to a Deepgram route as fast as the socket takes it, in pieces of
-    ``piece`` bytes (each followed by ``command``, if any), then CloseStream; the
-    socket, closed, and all it received."""
+async def transcribed_whole(
+    url: str, data: bytes, piece: int, seconds: float, command: str | None = None
+) -> None:
+    """``data`` (``seconds`` of audio) to a Deepgram route as fast as the socket takes it,
+    in pieces of ``piece`` bytes (each followed by ``command``, if any), then
+    CloseStream: the session must end normally, its Metadata counting all the audio."""
     async with connect(url) as ws:
 
         async def send() -> None:
@@ -116,7 +116,9 @@ async def stream_whole(
         sender = asyncio.create_task(send())
         messages = await asyncio.wait_for(events_until_close(ws), 30)
         await sender
-    return ws, messages
+    assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
+    assert messages[-1]["type"] == "Metadata"
+    assert messages[-1]["duration"] == pytest.approx(seconds, abs=0.01)
 
 
 @pytest.mark.parametrize("name", ROUTES)
@@ -214,10 +216,7 @@ async def test_a_container_sent_faster_than_real_time_with_commands_is_not_cut( 
     data = encode_container(pcm, 16_000, "wav", "pcm_s16le", out_rate=16_000)
     url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
     # (half-second pieces; every command takes the same path: KeepAlive stands for all)
-    ws, messages = await stream_whole(url, data, 16_000, "KeepAlive")
-    assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
-    assert messages[-1]["type"] == "Metadata"
-    assert messages[-1]["duration"] == pytest.approx(12.0, abs=0.01)
+    await transcribed_whole(url, data, 16_000, 12.0, "KeepAlive")
 
 
 async def test_a_file_sent_faster_than_the_server_takes_it_is_not_cut_by_the_ping_timeout(  # type: ignore[no-untyped-def]
@@ -237,10 +236,7 @@ async def test_a_file_sent_faster_than_the_server_takes_it_is_not_cut_by_the_pin
     bridge = await make_bridge(server.port)
     audio = (tone(24.0) * 32767).astype("<i2").tobytes()  # 3 s to read: past the 1 s
     url = f"ws://127.0.0.1:{bridge.port}/v1/listen?encoding=linear16&sample_rate=16000"
-    ws, messages = await stream_whole(url, audio, 8_192)
-    assert ws.close_code == 1000, (ws.close_code, ws.close_reason, messages[-1:])
-    assert messages[-1]["type"] == "Metadata"
-    assert messages[-1]["duration"] == pytest.approx(24.0, abs=0.01)
+    await transcribed_whole(url, audio, 8_192, 24.0)
 
 
 async def test_a_client_that_answers_nothing_is_still_ended_by_the_ping_timeout(  # type: ignore[no-untyped-def]

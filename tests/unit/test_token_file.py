@@ -18,6 +18,14 @@ def check_at_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth, "CHECK_INTERVAL_S", 0.0)
 
 
+def a_file_listing_alice(tmp_path: Path) -> tuple[Path, tuple[str, str], tuple[str, str]]:
+    """A token file that lists alice; and alice's and bob's (token, line)."""
+    alice, bob = new_token("alice"), new_token("bob")
+    path = tmp_path / "tokens"
+    path.write_text(alice[1] + "\n")
+    return path, alice, bob
+
+
 def keep_mtime(path: Path, mtime_ns: int) -> None:
     """As on a file system whose timestamps are a second apart: writes within that second
     leave the modification time as it was."""
@@ -27,10 +35,7 @@ def keep_mtime(path: Path, mtime_ns: int) -> None:
 def test_a_rewrite_read_half_way_is_read_again_when_its_time_stays(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    alice_token, alice = new_token("alice")
-    bob_token, bob = new_token("bob")
-    path = tmp_path / "tokens"
-    path.write_text(alice + "\n")
+    path, (alice_token, alice), (bob_token, bob) = a_file_listing_alice(tmp_path)
     registry = TokenRegistry(path)
     mtime = os.stat(path).st_mtime_ns + 1_000_000_000
     path.write_text("")  # truncated, and a call comes before the rest is written
@@ -45,10 +50,7 @@ def test_a_rewrite_read_half_way_is_read_again_when_its_time_stays(
 
 
 def test_a_file_renamed_over_it_is_read_though_time_and_size_stay(tmp_path: Path) -> None:
-    alice_token, alice = new_token("alice")
-    bob_token, bob = new_token("bob")
-    path = tmp_path / "tokens"
-    path.write_text(alice + "\n")
+    path, (alice_token, alice), (bob_token, bob) = a_file_listing_alice(tmp_path)
     registry = TokenRegistry(path)
     mtime = os.stat(path).st_mtime_ns
     replacement = tmp_path / "tokens.new"
@@ -62,10 +64,7 @@ def test_a_file_renamed_over_it_is_read_though_time_and_size_stay(tmp_path: Path
 def test_a_change_while_the_file_is_first_read_is_read_later(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    alice_token, alice = new_token("alice")
-    bob_token, bob = new_token("bob")
-    path = tmp_path / "tokens"
-    path.write_text(alice + "\n")
+    path, (alice_token, alice), (bob_token, bob) = a_file_listing_alice(tmp_path)
     parse = auth.parse_token_file
 
     def rewritten_meanwhile(file: Path) -> list[auth._Entry]:
@@ -83,10 +82,7 @@ def test_a_change_while_the_file_is_first_read_is_read_later(
 def test_a_deleted_file_is_a_failed_reload_once_and_read_when_back(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    alice_token, alice = new_token("alice")
-    bob_token, bob = new_token("bob")
-    path = tmp_path / "tokens"
-    path.write_text(alice + "\n")
+    path, (alice_token, alice), (bob_token, bob) = a_file_listing_alice(tmp_path)
     outcomes: list[bool] = []
     registry = TokenRegistry(path, on_reload=outcomes.append)
     path.unlink()
