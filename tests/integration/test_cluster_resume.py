@@ -157,6 +157,7 @@ async def test_sigkill_of_the_serving_replica_mid_utterance(
     finals_seen = 0
     infos: list[ResumeInfo] = []
     loop = asyncio.get_running_loop()
+    restarted: list[asyncio.Future[None]] = []
 
     def on_event(response) -> None:  # type: ignore[no-untyped-def]
         nonlocal finals_seen
@@ -168,9 +169,11 @@ async def test_sigkill_of_the_serving_replica_mid_utterance(
             index = cluster.serving(before)
             victim = cluster.replicas[index]
             victim.proc.send_signal(signal.SIGKILL)
-            loop.run_in_executor(None, cluster.restart, index, signal.SIGKILL)
+            restarted.append(loop.run_in_executor(None, cluster.restart, index, signal.SIGKILL))
 
-    got = await play(cluster.port, pcm, speed=1.0, infos=infos, on_event=on_event)
+    # twice real time: the kill and the replica's restart fall inside the recording still
+    got = await play(cluster.port, pcm, speed=2.0, infos=infos, on_event=on_event)
     assert killed.is_set()
+    await within(restarted[0], 60, cluster)  # the cluster whole again for the next test
     assert len(infos) >= 1 and infos[0].cause != "going away"
     same_finals(got, reference)

@@ -208,7 +208,7 @@ async def test_a_drain_ends_once_its_streams_have_left_though_watches_are_open(m
     whole time though no stream was left. They now see NOT_SERVING, and end once the
     streams have."""
     from asr_client import AsrClient, audio_config
-    from tests.helpers import speech_pcm
+    from tests.helpers import eventually, speech_pcm
 
     server = await serve_fake(make_server)
     async with (
@@ -224,6 +224,9 @@ async def test_a_drain_ends_once_its_streams_have_left_though_watches_are_open(m
         assert (await reflection.read()).list_services_response.service
         stream = await client.stream(audio_config()).open()
         await stream.send_audio(speech_pcm(0.5).tobytes())
+        # the call's start reaches the server's handler in its own time: a drain begun
+        # before that refuses the stream instead of waiting for it
+        await eventually(lambda: server.metrics.active_streams._value.get() == 1)
         drained = asyncio.create_task(server.drain_and_stop(60.0))
         assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
         assert not drained.done()  # the stream is still there

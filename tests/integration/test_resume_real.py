@@ -137,18 +137,19 @@ async def test_real_speech_cut_ten_times_keeps_every_final(
     proxy = await FaultProxy(replica.port).start()
     rng = random.Random(2026)
     duration = len(pcm) / SR
-    cuts = sorted(rng.uniform(1.0, duration - 1.0) for _ in range(10))
+    cuts = sorted(rng.uniform(1.0, duration - 1.0) for _ in range(10))  # audio seconds
     infos: list[ResumeInfo] = []
+    speed = 2.0  # faster than a live caller, as a client catching up after a stall sends
 
     async def cutter() -> None:
         t0 = asyncio.get_running_loop().time()
         for at in cuts:
-            await asyncio.sleep(max(0.0, t0 + at - asyncio.get_running_loop().time()))
+            await asyncio.sleep(max(0.0, t0 + at / speed - asyncio.get_running_loop().time()))
             proxy.cut()
 
     task = asyncio.create_task(cutter())
     try:
-        got = await play(proxy.port, pcm, speed=1.0, infos=infos)
+        got = await play(proxy.port, pcm, speed=speed, infos=infos)
     finally:
         task.cancel()
         await proxy.close()
