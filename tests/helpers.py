@@ -181,10 +181,12 @@ async def eventually(predicate: Callable[[], bool], timeout_s: float = 10.0) -> 
     """Wait until ``predicate()`` holds, for state changed by threads or gRPC internals that
     offer no event to wait on; fails the test after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
+    pause = 0.0002  # most conditions hold within a thread hand-off: look again soon, then
     while not predicate():  # noqa: ASYNC110 - no event exists for these conditions
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.005)  # less often, as the wait grows
 
 
 def entered(engine: object) -> asyncio.Event:

@@ -1059,22 +1059,21 @@ async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
     """With two workers a stream's older partial can finish last; it must not roll back."""
     slowed: list[int] = []
     overtaken = threading.Event()
+    waited: list[bool] = []
 
-    partials = [0]
-
-    def slow_second_partial(requests) -> None:  # type: ignore[no-untyped-def]
-        # the second: until the first has words, asks wait for each other
-        if requests[0].kind is not DecodeKind.PARTIAL:
+    def slow_one_partial(requests) -> None:  # type: ignore[no-untyped-def]
+        # asks go one at a time until a partial has words (0.25 s of tone, the fake's
+        # first word); past 0.75 s they no longer wait: hold one until the next has run
+        if requests[0].kind is not DecodeKind.PARTIAL or requests[0].audio.size < 0.75 * SR:
             return
-        partials[0] += 1
-        if partials[0] == 2:
+        if not slowed:
             slowed.append(requests[0].audio.size)
-            overtaken.wait(5)  # in the engine's thread, until the next partial runs
-            time.sleep(0.05)  # and its result is out
-        elif partials[0] > 2:
+            waited.append(overtaken.wait(5))  # in the engine's thread
+            time.sleep(0.05)  # and the newer partial's result is out
+        else:
             overtaken.set()
 
-    h = Harness(FakeEngine(workers=2, on_call=slow_second_partial))
+    h = Harness(FakeEngine(workers=2, on_call=slow_one_partial))
 
     async def paced() -> AsyncIterator[object]:
         async for chunk in chunks(pcm16(np.concatenate([tone(2.5), silence(1.0)])), 8000):
@@ -1083,7 +1082,8 @@ async def test_a_partial_finishing_after_a_newer_one_is_not_shown() -> None:
 
     events = await h.run(paced())
     partial_ends = [r.end_s for r in results(events, final=False)]
-    assert slowed and partial_ends == sorted(partial_ends), partial_ends
+    assert waited == [True]  # a newer partial ran while the older one was held
+    assert partial_ends == sorted(partial_ends), partial_ends
     assert slowed[0] / SR not in partial_ends  # the overtaken partial was dropped
     assert len(results(events, final=True)) == 1
 
