@@ -21,7 +21,7 @@ async def test_telephone_stereo_calls_are_transcribed_whole(make_server, tmp_pat
     code = await run(
         ["load", "--server", f"127.0.0.1:{server.port}", "--corpus", str(ROOT / "audio_samples"),
          "--language", "en", "--streams", "2", "--telephone", "--stereo", "--duration", "10",
-         "--pause", "0.8:1.5", "--chunk-ms", "20", "--speed", "1.5", "--json", str(report),
+         "--pause", "0.8:1.5", "--chunk-ms", "20", "--speed", "3", "--json", str(report),
          "--quiet"]
     )  # fmt: skip
     data = json.loads(report.read_text())
