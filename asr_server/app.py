@@ -38,7 +38,13 @@ from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.silero import load_silero, silero_hears_speech
-from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
+from asr_server.vad.turn import (
+    INSTALL_HINT,
+    MODEL_FILE,
+    TurnDetection,
+    TurnModelError,
+    load_turn_detection,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -253,6 +259,11 @@ async def start_server(
     )
 
     async def load() -> None:
+        try:  # first: a configured turn model that is not there fails the start at once
+            turn, turn_unavailable = await asyncio.to_thread(_load_turn_detection, settings)
+        except TurnModelError as exc:
+            logger.error("%s", exc)
+            raise
         try:
             engine = await asyncio.to_thread(engine_factory, settings)
             check_engine(engine)
@@ -274,7 +285,6 @@ async def start_server(
         running._scheduler = scheduler
         servicer.model_name = engine.name
         servicer.languages = engine.capabilities.languages
-        turn, turn_unavailable = await asyncio.to_thread(_load_turn_detection, settings)
         speech_check = await asyncio.to_thread(_load_speech_check)
         servicer.services = SessionServices(
             settings, scheduler, metrics, vad_factory, turn, turn_unavailable, speech_check
@@ -290,10 +300,25 @@ async def start_server(
 
 
 def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]:
-    """The semantic end-of-turn model if it is installed (SEMANTIC streams need it)."""
+    """The semantic end-of-turn model if it is installed (SEMANTIC streams need it).
+
+    Not installed where it is looked for by default: SEMANTIC streams are refused and the
+    server serves the rest. A path the operator gave that does not load is a mistake in
+    the configuration: the server does not start (TurnModelError)."""
+    configured = settings.turn.model_path
+    if configured is not None and not configured.is_file():
+        raise TurnModelError(
+            f"the semantic end-of-turn model: turn.model_path (ASR_TURN__MODEL_PATH) is "
+            f"{configured}, which is not a file; point it at {MODEL_FILE}, or unset it to use "
+            f"the one `{INSTALL_HINT}` puts in the cache"
+        )
     try:
         turn = load_turn_detection(settings)
     except TurnModelError as exc:
+        if configured is not None:
+            raise TurnModelError(
+                f"the semantic end-of-turn model at turn.model_path (ASR_TURN__MODEL_PATH): {exc}"
+            ) from None
         logger.info("SEMANTIC endpointing is off: %s", exc)
         return None, str(exc)
     kernels = (

@@ -87,7 +87,15 @@ async def running_server(
 ) -> RunningServer:
     kwargs = {} if engine_factory is None else {"engine_factory": engine_factory}
     server = await start_server(settings(**overrides), metrics=Metrics(), **kwargs)  # type: ignore[arg-type]
-    await asyncio.wait_for(server.ready.wait(), 60)
+    ready = asyncio.create_task(server.ready.wait())
+    loader = server._loader
+    assert loader is not None
+    await asyncio.wait({ready, loader}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    if not ready.done():  # a load that failed says why at once, not after a minute
+        ready.cancel()
+        failed = loader.exception() if loader.done() else None
+        await server.close()
+        raise AssertionError(f"the server did not become ready: {failed or 'timeout'}")
     return server
 
 

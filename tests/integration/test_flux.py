@@ -423,7 +423,7 @@ async def test_refusals_are_http_errors_on_the_handshake(
 
 async def test_a_server_refusal_is_a_flux_error(make_server, make_bridge, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # a server without the turn model refuses SEMANTIC streams: Flux's Error, then 1011
-    server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
+    server = await serve_fake(make_server, cache_dir=str(tmp_path))  # no turn model there
     bridge = await make_bridge(server.port, token=TOKEN)
     async with connect(flux_url(bridge, GOOD), additional_headers=auth()) as ws:
         await ws.send(speech_pcm(0.2).tobytes())

@@ -147,7 +147,7 @@ async def test_a_phone_call_resampled_to_16_khz_is_asked_as_a_phone_line(make_se
 
 
 async def test_semantic_without_the_model_is_a_clear_refusal(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    server = await serve_fake(make_server, turn={"model_path": str(tmp_path / "missing.onnx")})
+    server = await serve_fake(make_server, cache_dir=str(tmp_path))  # no turn model there
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         stream = client.stream(audio_config(endpointing="semantic"))
         with pytest.raises(StreamClosedError) as err:
@@ -156,3 +156,36 @@ async def test_semantic_without_the_model_is_a_clear_refusal(make_server, tmp_pa
                     pass
     assert err.value.code == grpc.StatusCode.FAILED_PRECONDITION
     assert "asr-server turn-model" in err.value.details
+
+
+@pytest.mark.parametrize("content", [None, b"not an onnx model"])
+async def test_a_configured_turn_model_that_does_not_load_stops_the_start(
+    tmp_path, content: bytes | None
+) -> None:
+    """The operator named a file: one missing or wrong is a mistake to fix, not a server
+    that serves with SEMANTIC quietly off (and a hint to install into the cache, which
+    the configured path would still not use)."""
+    from asr_server.app import start_server
+    from asr_server.metrics import Metrics
+    from asr_server.vad.turn import TurnModelError
+    from tests.helpers import fake_factory, settings
+
+    path = tmp_path / "smart-turn.onnx"
+    if content is not None:
+        path.write_bytes(content)
+    server = await start_server(
+        settings(turn={"model_path": str(path)}), metrics=Metrics(), engine_factory=fake_factory()
+    )
+    try:
+        assert server._loader is not None
+        with pytest.raises(TurnModelError) as err:
+            await asyncio.wait_for(server._loader, 30)
+        assert not server.ready.is_set()
+    finally:
+        await server.close()
+    message = str(err.value)
+    assert "turn.model_path (ASR_TURN__MODEL_PATH)" in message and str(path) in message
+    if content is None:
+        assert "is not a file" in message and "or unset it" in message
+    else:
+        assert "is not the pinned smart-turn-v3.2-cpu.onnx" in message
