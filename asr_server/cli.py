@@ -157,6 +157,40 @@ def sample_file() -> str:
     return str(jfk) if jfk.is_file() else "<audio file>"
 
 
+def ready_banner(settings: Settings, model_name: str, port: int, metrics_port: int) -> str:
+    """What the server prints once it serves: where, how it is secured, and a client
+    command that connects as it is (with the flags its security asks for)."""
+    # an address that listens on every interface is reached here as localhost; ::1 is
+    # not: the metrics server bound to it does not answer an IPv4 localhost
+    local = "localhost" if settings.host in ("0.0.0.0", "127.0.0.1", "::") else settings.host
+    security = ", ".join(
+        what
+        for what, on in (
+            ("TLS", settings.tls),
+            ("client certificates", settings.tls_client_ca is not None),
+            ("tokens", settings.auth_tokens is not None),
+        )
+        if on
+    )
+    client_flags = (
+        (" --tls [--ca CA.pem]" if settings.tls else "")
+        + (" --cert CLIENT.pem --key CLIENT-KEY.pem" if settings.tls_client_ca else "")
+        + (" --token $ASR_TOKEN" if settings.auth_tokens is not None else "")
+    )
+    return (
+        f"\nstreamasr is ready: model {model_name}, gRPC on "
+        f"{listen_address(settings.host, port)}"
+        + (f" ({security})" if security else "")
+        + (
+            f", metrics on http://{listen_address(local, metrics_port)}/metrics"
+            if metrics_port
+            else ""
+        )
+        + f"\n  try:  {client_command()} file {sample_file()}"
+        + f" --server {listen_address(local, port)}{client_flags}\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["token"]:
@@ -183,37 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     from asr_server.transport.tls import CertificateError
 
     def announce(running: RunningServer) -> None:
-        host = (
-            "localhost" if settings.host in ("0.0.0.0", "127.0.0.1", "::", "::1") else settings.host
+        # the engine's own name: the fake backend ignores settings.engine.model
+        banner = ready_banner(
+            settings, running.servicer.model_name, running.port, running.metrics_port
         )
-        security = ", ".join(
-            what
-            for what, on in (
-                ("TLS", settings.tls),
-                ("client certificates", settings.tls_client_ca is not None),
-                ("tokens", settings.auth_tokens is not None),
-            )
-            if on
-        )
-        client_flags = (" --tls [--ca CA.pem]" if settings.tls else "") + (
-            " --token $ASR_TOKEN" if settings.auth_tokens is not None else ""
-        )
-        print(
-            # the engine's own name: the fake backend ignores settings.engine.model
-            f"\nstreamasr is ready: model {running.servicer.model_name}, gRPC on "
-            f"{listen_address(settings.host, running.port)}"
-            + (f" ({security})" if security else "")
-            + (
-                f", metrics on http://{listen_address(host, running.metrics_port)}/metrics"
-                if running.metrics_port
-                else ""
-            )
-            + f"\n  try:  {client_command()} file {sample_file()}"
-            + f" --server {listen_address(host, running.port)}"
-            + f"{client_flags}\n",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(banner, file=sys.stderr, flush=True)
 
     try:
         asyncio.run(serve(settings, on_ready=announce))
