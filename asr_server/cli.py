@@ -157,7 +157,7 @@ def sample_file() -> str:
     return str(jfk) if jfk.is_file() else "<audio file>"
 
 
-def ready_banner(settings: Settings, model_name: str, port: int, metrics_port: int) -> str:
+def ready_banner(settings: Settings, model_name: str, port: int, metrics_port: int | None) -> str:
     """What the server prints once it serves: where, how it is secured, and a client
     command that connects as it is (with the flags its security asks for)."""
     # an address that listens on every interface is reached here as localhost; ::1 is
