@@ -13,8 +13,10 @@ files change).
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,13 +67,33 @@ def _bind(server: grpc.aio.Server, address: str, credentials=None) -> int:  # ty
             if credentials is not None
             else server.add_insecure_port(address)
         )
-    except RuntimeError as exc:  # grpc's "Failed to bind to address ..."
-        if "lookup failed" in str(exc):  # a host name or address gRPC cannot resolve
-            raise StartupError(f"cannot listen on {address}: no such address ({exc})") from None
-        raise StartupError(f"cannot listen on {address}: is the port in use? ({exc})") from None
+    except RuntimeError:  # grpc's "Failed to bind to address ...", the reason only logged
+        raise StartupError(f"cannot listen on {address}: {_why_not_bound(address)}") from None
     if port == 0:
-        raise StartupError(f"cannot listen on {address}: is the port in use?")
+        raise StartupError(f"cannot listen on {address}: {_why_not_bound(address)}")
     return port
+
+
+def _why_not_bound(address: str) -> str:
+    """Why gRPC could not bind ``address`` (``host:port``, IPv6 in brackets), asked of the
+    operating system: grpc's error says only that it failed, its log line says why."""
+    host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"no such address ({host}: {exc.args[-1]})"
+    for family, kind, proto, _, where in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(where)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"the port is in use ({exc.strerror})"
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return f"{host} is not an address of this machine ({exc.strerror})"
+            return exc.strerror or str(exc)
+    return "is the port in use?"  # free again by now, or in use in a way a probe misses
 
 
 def grpc_options(settings: Settings) -> list[tuple[str, int]]:

@@ -58,3 +58,29 @@ async def test_a_start_that_fails_on_the_health_port_frees_the_metrics_port() ->
             await start_server(wanted, engine_factory=lambda _: FakeEngine())
     with socket.socket() as again:  # the port is free to bind
         again.bind(("127.0.0.1", metrics_port))
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("no.such.host.invalid", "cannot listen on no.such.host.invalid:{port}: no such address"),
+        # TEST-NET-1 (RFC 5737): an address no machine here has
+        ("192.0.2.7", "cannot listen on 192.0.2.7:{port}: 192.0.2.7 is not an address of this"),
+        ("127.0.0.1", "cannot listen on 127.0.0.1:{port}: the port is in use"),
+    ],
+)
+async def test_a_port_that_cannot_be_bound_says_why(host: str, why: str) -> None:
+    """gRPC's error says only "Failed to bind"; every cause read "is the port in use?"."""
+    import socket
+
+    from asr_server.app import StartupError, start_server
+    from asr_server.engine.fake import FakeEngine
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        wanted = settings(host=host, port=port, insecure=True)
+        with pytest.raises(StartupError) as err:
+            await start_server(wanted, engine_factory=lambda _: FakeEngine())
+    assert str(err.value).startswith(why.format(port=port)), err.value
