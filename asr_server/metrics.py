@@ -206,7 +206,7 @@ class Metrics:
         )
         self.client_streams = Counter(
             "asr_client_streams_total",
-            "Calls admitted per client identity.",
+            "Calls admitted per client identity: given a seat, past every limit.",
             ["client"],
             registry=r,
         )

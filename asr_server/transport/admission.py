@@ -94,7 +94,6 @@ class Admission:
         self._pending_per_client[identity.name] += 1
         self.pending += 1
         self._publish(identity, +1)
-        self.metrics.client_streams.labels(identity.label).inc()
         try:
             yield ticket
         finally:
@@ -116,6 +115,7 @@ class Admission:
                 f"server is at its limit of {limit} concurrent streams; retry later",
             )
         ticket.seated = True
+        self.metrics.client_streams.labels(ticket.identity.label).inc()  # admitted
         self.pending -= 1
         _release(self._pending_per_client, ticket.identity.name)
         self.seated += 1

@@ -156,6 +156,10 @@ async def test_stream_limit_rejects_at_once_and_spares_open_streams(make_server)
                 e.result.text async for e in first if e.HasField("result") and e.result.is_final
             ]
     assert texts == ["w0 w1 w2 w3"]
+    # refused calls (the client tried again a few times) were not admitted: per-client
+    # admissions count the one seated
+    assert (sample(server, "asr_refused_streams_total", reason="capacity") or 0) >= 1
+    assert sample(server, "asr_client_streams_total", client="anonymous") == 1
 
 
 async def test_health_and_reflection(make_server) -> None:  # type: ignore[no-untyped-def]
