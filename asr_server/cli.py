@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from asr_server.settings import (
     ModelCacheSettings,
     Settings,
     listen_address,
+    unknown_variables,
 )
 
 
@@ -199,6 +201,13 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["turn-model"]:
         turn_model_command(args[1:])
         return
+    errors, warnings = unknown_variables(os.environ)
+    for line in errors:
+        print(f"asr-server: error: {line}", file=sys.stderr)
+    if errors:
+        raise SystemExit(2)
+    for line in warnings:
+        print(f"asr-server: warning: {line}", file=sys.stderr)
     try:
         settings = parse_args(args)
     except ValidationError as exc:

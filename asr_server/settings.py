@@ -1,17 +1,19 @@
 """The server's one settings tree: environment variables (prefix ``ASR_``) and CLI flags.
 
 Built once at start-up and passed down explicitly; nothing reads the environment later.
-Nested fields use ``__``: ``ASR_ENGINE__BEAM_SIZE=5``; the common ones also have flat
+Nested fields use ``__``: ``ASR_ENGINE__FINAL_BEAM_SIZE=5``; the common ones also have flat
 aliases handled by the CLI (``--model`` sets ``engine.model``).
 """
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from asr_server.log import LOG_LEVELS
@@ -21,6 +23,8 @@ DEFAULT_METRICS_PORT = 9464
 
 
 class EngineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
+
     backend: Literal["faster-whisper", "fake"] = Field(
         "faster-whisper",
         description="The engine (asr_server/engine/factory.py); fake: a scripted engine for "
@@ -90,10 +94,14 @@ class EngineSettings(BaseModel):
 
 
 class VadSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
+
     backend: Literal["webrtc", "silero"] = "webrtc"
     webrtc_mode: int = Field(3, ge=0, le=3, description="webrtcvad aggressiveness.")
     silero_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    start_ms: int = Field(120, ge=30, description="Voiced audio needed to start an utterance.")
+    start_ms: int = Field(
+        120, ge=30, le=2000, description="Voiced audio needed to start an utterance."
+    )
     pre_roll_ms: int = Field(300, ge=0, le=2000, description="Audio kept before speech starts.")
     silence_ms: int = Field(500, ge=100, le=10_000, description="Default silence ending speech.")
     max_utterance_ms: int = Field(
@@ -103,6 +111,8 @@ class VadSettings(BaseModel):
 
 class TurnSettings(BaseModel):
     """Semantic end of turn (EndpointingConfig.mode SEMANTIC; asr_server/vad/turn.py)."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
 
     model_path: Path | None = Field(
         None,
@@ -173,8 +183,29 @@ class TurnSettings(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _asks_in_order_within_the_longest_pause(self) -> TurnSettings:
+        # out of order, an ask was dropped or never came, and SEMANTIC streams became
+        # silence endpointing without a word
+        if self.max_silence_ms <= self.probe_ms:
+            raise ValueError(
+                f"turn.max_silence_ms ({self.max_silence_ms}) must exceed turn.probe_ms "
+                f"({self.probe_ms}): the pause would end the turn before the model is asked"
+            )
+        if self.second_probe_ms and not (
+            self.probe_ms < self.second_probe_ms < self.max_silence_ms
+        ):
+            raise ValueError(
+                f"turn.second_probe_ms ({self.second_probe_ms}) must come after turn.probe_ms "
+                f"({self.probe_ms}) and before turn.max_silence_ms ({self.max_silence_ms}), "
+                "or be 0 to ask once"
+            )
+        return self
+
 
 class StreamingSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
+
     partial_interval_ms: int = Field(
         500, ge=100, description="New speech between two partial results."
     )
@@ -423,6 +454,42 @@ class Settings(BaseSettings):
             self.engine = self.engine.model_copy(update=shortcuts)
             self.model = self.device = self.compute_type = self.cache_dir = None
         return self
+
+
+#: ASR_ variables that the project's other programs read (asr-client's token, the bridge's
+#: settings, the tests' corpus folder): not the server's, and not misspelt settings
+OTHER_PROGRAMS = ("ASR_TOKEN", "ASR_BRIDGE_", "ASR_SHARED_AUDIO")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """ASR_ variables that no setting reads, as (errors, warnings): pydantic-settings
+    skips them, so a misspelt setting (ASR_MAX_STREAM=2) silently kept its default.
+
+    A name inside a settings group (ASR_VAD__SILENCE) can only be meant for this server:
+    an error. A name at the top level may belong to another program sharing the ASR_
+    prefix: a warning. Each says which setting was probably meant."""
+    groups = {
+        name: field.annotation
+        for name, field in Settings.model_fields.items()
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+    }
+    known = [f"ASR_{name.upper()}" for name in Settings.model_fields] + [
+        f"ASR_{group.upper()}__{name.upper()}"
+        for group, model in groups.items()
+        for name in model.model_fields
+    ]
+    errors, warnings = [], []
+    for key in sorted(environ):
+        name = key.upper()  # as pydantic-settings reads them: in any case
+        if not name.startswith("ASR_") or name.startswith(OTHER_PROGRAMS) or name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        if "__" in name:
+            errors.append(f"{key} is not a setting{hint}")
+        else:
+            warnings.append(f"{key} is not a setting{hint}: ignored")
+    return errors, warnings
 
 
 class _EngineCacheDir(BaseModel):

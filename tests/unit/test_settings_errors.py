@@ -155,3 +155,87 @@ def test_a_thread_count_ctranslate2_cannot_run_is_refused(
     monkeypatch.setenv("ASR_ENGINE__CPU_THREADS", "100000")
     line = start_error(capsys)
     assert line.startswith("asr-server: error: engine.cpu_threads: "), line
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("ASR_ENGINE__BEAM_SIZE", "(did you mean ASR_ENGINE__FINAL_BEAM_SIZE?)"),
+        ("ASR_ENGINE__WORKER", "(did you mean ASR_ENGINE__WORKERS?)"),
+        ("ASR_VAD__SILENCE", "(did you mean ASR_VAD__SILENCE_MS?)"),
+        ("asr_turn__probe", "(did you mean ASR_TURN__PROBE_MS?)"),
+        ("ASR_NOTHING__AT_ALL", ""),
+    ],
+)
+def test_a_misspelt_setting_in_a_group_stops_the_start(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, error: str
+) -> None:
+    """pydantic-settings skips names no field has: ASR_VAD__SILENCE=200 started a server
+    that ended utterances after the default 500 ms, without a word."""
+    monkeypatch.setenv(name, "1")
+    assert start_error(capsys) == f"asr-server: error: {name} is not a setting {error}".strip()
+
+
+def test_a_misspelt_top_level_setting_is_warned_of(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ASR_ prefix is shared with the client, the bridge and maybe other programs: a
+    name that is none of these settings is told, and the server starts."""
+    monkeypatch.setenv("ASR_MAX_STREAM", "2")
+    monkeypatch.setenv("ASR_ENGINE_WORKERS", "1")
+    monkeypatch.setenv("ASR_TOKEN", "the client's")  # the client's, the bridge's: not told
+    monkeypatch.setenv("ASR_BRIDGE_SERVER", "localhost:50051")
+    with pytest.raises(Started):
+        main([])
+    assert capsys.readouterr().err.splitlines() == [
+        "asr-server: warning: ASR_ENGINE_WORKERS is not a setting "
+        "(did you mean ASR_ENGINE__WORKERS?): ignored",
+        "asr-server: warning: ASR_MAX_STREAM is not a setting "
+        "(did you mean ASR_MAX_STREAMS?): ignored",
+    ]
+
+
+def test_a_misspelt_field_in_a_json_group_is_refused() -> None:
+    with pytest.raises(pydantic.ValidationError, match="silence\n  Extra inputs"):
+        Settings(vad={"silence": 200})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("variables", "error"),
+    [
+        # the second ask was dropped: probes at 800 ms only
+        ({"PROBE_MS": "800"}, "turn.second_probe_ms (600) must come after turn.probe_ms (800)"),
+        # the turn ended at its longest pause before the model was ever asked
+        (
+            {"PROBE_MS": "1000", "MAX_SILENCE_MS": "500", "SECOND_PROBE_MS": "0"},
+            "turn.max_silence_ms (500) must exceed turn.probe_ms (1000)",
+        ),
+        (
+            {"SECOND_PROBE_MS": "2500"},
+            "turn.second_probe_ms (2500) must come after turn.probe_ms (150) and before "
+            "turn.max_silence_ms (2000)",
+        ),
+    ],
+)
+def test_turn_asks_out_of_order_are_refused(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    error: str,
+) -> None:
+    """Out of order, an ask of the turn model was dropped or never came: SEMANTIC streams
+    quietly became silence endpointing."""
+    for name, value in variables.items():
+        monkeypatch.setenv(f"ASR_TURN__{name}", value)
+    assert start_error(capsys).startswith(f"asr-server: error: turn: {error}")
+
+
+def test_a_turn_model_asked_once_is_taken() -> None:
+    assert Settings(turn={"second_probe_ms": 0}).turn.second_probe_ms == 0  # type: ignore[arg-type]
+
+
+def test_a_start_that_needs_minutes_of_voice_is_refused(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASR_VAD__START_MS", "600000")  # no utterance would ever start
+    assert start_error(capsys).startswith("asr-server: error: vad.start_ms: ")
