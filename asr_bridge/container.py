@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # the server's limits: audio faster than its highest rate is resampled to it
-from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ
+from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 
 if TYPE_CHECKING:
     import av
@@ -97,7 +97,7 @@ Output = DecodedFormat | bytes | Marker | None
 
 
 class ToFirstFormat:
-    """Decoded frames as 16-bit PCM in the first frame's layout and rate (at most 48 kHz).
+    """Decoded frames as 16-bit PCM in the first frame's layout and rate (8 to 48 kHz).
 
     A frame in another layout, rate or sample format (a chained Ogg, an MP3 that changes
     its channel mode) gets a resampler of its own: PyAV's one, made for the first frame,
@@ -118,7 +118,10 @@ class ToFirstFormat:
                 f"the audio has {channels} channels; at most {MAX_CHANNELS} are taken"
             )
         self._layout = frame.layout.name
-        self.format = DecodedFormat(min(frame.sample_rate, MAX_RATE_HZ), channels)
+        # a rate the server does not take is resampled into its range (a 6 kHz file was
+        # refused with a message about a config.format the client never sent)
+        rate = min(max(frame.sample_rate, MIN_RATE_HZ), MAX_RATE_HZ)
+        self.format = DecodedFormat(rate, channels)
         return self.format
 
     def convert(self, frame: av.AudioFrame) -> list[bytes]:
@@ -129,7 +132,7 @@ class ToFirstFormat:
             import av
 
             out = self.flush()  # what the last resampler still holds, in order
-            # a format conversion only (no delay), unless the rate is over 48 kHz
+            # a format conversion only (no delay), unless the rate is outside 8-48 kHz
             self._resampler = av.AudioResampler(
                 format="s16", layout=self._layout, rate=self.format.sample_rate
             )

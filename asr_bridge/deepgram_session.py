@@ -101,6 +101,15 @@ class BadData(Exception):
         self.description = description
 
 
+class NoAudio(Exception):
+    """The client sent nothing the bridge could start a stream with, for too long: the
+    session ends with 1011 "NET-0001", as Deepgram's does after its 10 s without audio."""
+
+    def __init__(self, description: str) -> None:
+        super().__init__(description)
+        self.description = description
+
+
 def refusal_response(refusal: HandshakeRefusal) -> JSONResponse:
     return JSONResponse(refusal.body, refusal.status, headers=refusal.headers)
 
@@ -183,6 +192,7 @@ class DeepgramRelay:
         # the upstream's writes: bounded by the server's pace, and ended by the client leaving
         self.writes = ClientWrites(websocket)
         self._opened_told = False  # the opening message (Flux's Connected) has gone out
+        self.heard_at = asyncio.get_running_loop().time()  # the client's last message
         # both tasks write (upstream answers Configure and bad messages): one message at a time
         self._send_lock = asyncio.Lock()
 
@@ -272,6 +282,11 @@ class DeepgramRelay:
             logger.log(level, "session %s: server error %s", self.session_id, error)
             close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
             await self._fail(f"{error.code.name}: {error.details}", close)
+        except* NoAudio as group:
+            self.metrics.session_errors.labels("DEADLINE_EXCEEDED").inc()
+            no_audio = group.exceptions[0]
+            assert isinstance(no_audio, NoAudio)
+            await self._fail(no_audio.description, CLOSE_SERVER_ERROR, "NET-0001")
         except* ServerFellBehind as group:
             self.metrics.session_errors.labels("RESOURCE_EXHAUSTED").inc()
             logger.warning("session %s: %s", self.session_id, group.exceptions[0])
@@ -282,6 +297,7 @@ class DeepgramRelay:
             message = await self.websocket.receive()
             if message["type"] == "websocket.disconnect":
                 raise ClientGone
+            self.heard_at = asyncio.get_running_loop().time()
             data = message.get("bytes")
             if self.closing:
                 continue  # after CloseStream only the client leaving matters
@@ -340,11 +356,11 @@ class DeepgramRelay:
         async with self._send_lock:
             await send_events(self.websocket, self._stamp(events))
 
-    async def _fail(self, description: str, close_code: int) -> None:
+    async def _fail(self, description: str, close_code: int, variant: str = "") -> None:
         """Deepgram's Error message, then its close: 1008 "DATA-0000" for the client's data,
-        1011 "NET-0000" for the server's side."""
+        1011 "NET-0000" for the server's side (or the ``variant`` given)."""
         logger.info("session %s: error: %s", self.session_id, description)
-        variant = "DATA-0000" if close_code == CLOSE_POLICY else "NET-0000"
+        variant = variant or ("DATA-0000" if close_code == CLOSE_POLICY else "NET-0000")
         try:
             await self._send([self._error(description, variant)])
         except ClientGone:
@@ -429,6 +445,9 @@ class ContainerRelay(DeepgramRelay):
     ``Configure``'s update) it sent after that audio. Mixed in before a protocol's session."""
 
     decoded_bytes = 0  # PCM out of the decoder
+    #: until FFmpeg has said what the audio is there is no gRPC stream, and so no server
+    #: idle timeout: a client silent this long before that is ended (Deepgram's window)
+    identify_idle_s = 10.0
     #: the pace of the decoded audio's writes to the server (the pump's, not the socket
     #: reader's: that one feeds the decoder, whose audio's length is not known)
     _decoded_pace: UpstreamPace
@@ -456,14 +475,14 @@ class ContainerRelay(DeepgramRelay):
             async with asyncio.TaskGroup() as tg:
                 sink = _Decoding(decoder)
                 upstream = tg.create_task(self._upstream(sink), name=f"up-{self.session_id}")
-                first = await self._decoded(decoder)
+                first = await self._decoded_while_heard(decoder)
                 early: list[Marker] = []  # commands before any audio: applied once open
                 while isinstance(first, Marker):
                     if not isinstance(first.value, KeepAlive):  # (no stream to keep yet)
                         early.append(first)
                     if len(early) > MAX_EARLY_COMMANDS:
                         raise BadData(f"more than {MAX_EARLY_COMMANDS} commands before any audio")
-                    first = await self._decoded(decoder)
+                    first = await self._decoded_while_heard(decoder)
                 if isinstance(first, DecodedFormat):
                     self._use_format(first)
                     stream = await self._open_stream()
@@ -478,6 +497,27 @@ class ContainerRelay(DeepgramRelay):
                 upstream.cancel()
         finally:
             decoder.close()
+
+    async def _decoded_while_heard(self, decoder: ContainerDecoder) -> object:
+        """The decoder's next output before the stream is open, while the client keeps
+        sending (audio, KeepAlive, any message): NoAudio once it has been silent for
+        ``identify_idle_s``. A client that pauses before its container has said what it
+        is held its session, and a place under the bridge's limit, for ever."""
+        loop = asyncio.get_running_loop()
+        out = asyncio.ensure_future(self._decoded(decoder))
+        try:
+            while True:
+                quiet_until = self.heard_at + self.identify_idle_s
+                done, _ = await asyncio.wait({out}, timeout=max(0.0, quiet_until - loop.time()))
+                if done:
+                    return out.result()
+                if loop.time() >= self.heard_at + self.identify_idle_s:
+                    raise NoAudio(
+                        f"no audio the bridge could start a stream with in "
+                        f"{self.identify_idle_s:g} s: send audio, or KeepAlive while paused"
+                    )
+        finally:
+            out.cancel()
 
     async def _decoded(self, decoder: ContainerDecoder) -> object:
         try:

@@ -489,6 +489,44 @@ async def test_a_container_client_leaving_midway_frees_everything(make_server, m
     assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
 
 
+@pytest.mark.parametrize("sent", ["nothing", "a header", "keepalives, then the audio"])
+async def test_a_container_silent_before_its_audio_is_known_is_ended(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch, sent: str
+) -> None:
+    """Until FFmpeg has said what a container's audio is, no gRPC stream is open, so the
+    server's idle timeout cannot end a silent client: one that sent nothing, or the start
+    of a file and then paused, held its session (and a place under the bridge's limit)
+    for ever. It now gets Deepgram's NET-0001 and 1011; KeepAlive holds it."""
+    from asr_bridge.deepgram_session import ContainerRelay
+
+    monkeypatch.setattr(ContainerRelay, "identify_idle_s", 1.0)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    webm = encode_container(speech_pcm(1.0), 16_000, "webm", "libopus")
+    url = f"ws://127.0.0.1:{bridge.port}/v1/listen"
+    async with connect(url, additional_headers=auth()) as ws:
+        if sent == "a header":
+            await ws.send(webm[:100])
+        if sent.startswith("keepalives"):
+            for _ in range(6):  # 1.5 s: past the window, a message every 0.25 s
+                await ws.send(json.dumps({"type": "KeepAlive"}))
+                await asyncio.sleep(0.25)
+            await ws.send(webm)
+            await ws.send(json.dumps({"type": "CloseStream"}))
+        messages = await asyncio.wait_for(events_until_close(ws), 10)
+    if sent.startswith("keepalives"):
+        assert ws.close_code == 1000
+        finals = [m for m in messages if m["type"] == "Results" and m["is_final"]]
+        assert [f["channel"]["alternatives"][0]["transcript"] for f in finals] == ["w0 w1 w2 w3"]
+    else:
+        assert ws.close_code == 1011
+        assert ws.close_reason.startswith("NET-0001: no audio the bridge could start a stream")
+        errors = [m for m in messages if m["type"] == "Error"]
+        assert len(errors) == 1 and errors[0]["variant"] == "NET-0001", errors
+    await eventually(lambda: not [t for t in threading.enumerate() if t.name.startswith("decode-")])
+    assert json.loads(await asyncio.to_thread(_get, bridge.port, "/healthz"))["sessions"] == 0
+
+
 async def test_official_sdk_reports_a_wrong_key_as_401(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     from deepgram.core.api_error import ApiError
 

@@ -211,6 +211,26 @@ async def test_a_container_session_says_connected_before_its_audio(
     assert [e["transcript"] for e in ends] == ["w0 w1 w2 w3"]
 
 
+async def test_a_container_session_silent_before_its_audio_is_ended(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch
+) -> None:
+    """As on /v1/listen: no gRPC stream yet, so no server idle timeout; the session held
+    its place under the bridge's limit for ever. Flux's FatalError, then 1011 NET-0001."""
+    from asr_bridge.deepgram_session import ContainerRelay
+
+    monkeypatch.setattr(ContainerRelay, "identify_idle_s", 1.0)
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=TOKEN)
+    webm = encode_container(speech_pcm(1.0), 16_000, "webm", "libopus")
+    async with connect(  # type: ignore[list-item]
+        flux_url(bridge, "model=flux-general-en"), subprotocols=["token", TOKEN]
+    ) as ws:
+        await ws.send(webm[:100])  # the start of the file, then nothing
+        messages = await asyncio.wait_for(events_until_close(ws), 10)
+    assert ws.close_code == 1011 and ws.close_reason.startswith("NET-0001: no audio")
+    assert [m["type"] for m in messages] == ["Connected", "Error"], messages
+
+
 async def test_commands_before_any_container_audio_are_bounded(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
     """A container session holds the commands sent before its first audio until its stream
     opens: a client that sends only commands is ended, not given memory without end

@@ -129,6 +129,19 @@ async def test_lossless_containers_give_back_every_sample(fmt: str, codec: str) 
     np.testing.assert_array_equal(decoded, pcm)
 
 
+@pytest.mark.parametrize(("out_rate", "server_rate"), [(6_000, 8_000), (96_000, 48_000)])
+async def test_a_rate_outside_the_servers_range_is_resampled_into_it(
+    out_rate: int, server_rate: int
+) -> None:
+    """A 6 kHz WAV went to the server as a 6 kHz stream, and the client read a refusal
+    of a ``config.format`` it never sent; 96 kHz was resampled, 6 kHz now is too."""
+    pcm, rate = speech()
+    data = encode_container(pcm, rate, "wav", "pcm_s16le", out_rate=out_rate)
+    decoded_format, decoded, _ = await decode(data)
+    assert decoded_format == DecodedFormat(server_rate, 1)
+    assert len(decoded) / server_rate == pytest.approx(len(pcm) / rate, abs=0.02)
+
+
 async def test_stereo_keeps_its_channels() -> None:
     pcm, rate = speech()
     stereo = np.concatenate([pcm, pcm // 2], axis=1)  # the second channel at half level
