@@ -112,10 +112,11 @@ def parse_text(text: str) -> ClientMessage:
         return Stop()
     if kind == "input_audio_buffer.append":  # the OpenAI Realtime way to send audio
         try:
-            return parse_binary(base64.b64decode(message.get("audio", ""), validate=True))
+            pcm = base64.b64decode(message.get("audio", ""), validate=True)
         # (binascii.Error, and the ValueError of a non-ASCII string, are ValueErrors)
         except (ValueError, TypeError):
             raise ProtocolError('"audio" must be base64 of int16 PCM') from None
+        return parse_binary(pcm)  # (its size and length errors, as for a binary frame)
     raise ProtocolError(f"unknown message type {kind!r}")
 
 
@@ -353,7 +354,11 @@ class OpenAIEvents:
         return [self._events.error(message, kind=kind, code=code)]
 
     def resumed(self, info: ResumeInfo) -> list[Event]:
-        return []  # the Realtime protocol has no such event; the transcript simply goes on
+        # the Realtime protocol has no such event; the transcript simply goes on: what the
+        # new call hears again continues the items the client has (a committed one is
+        # completed by the new call's final, not told again as a new item)
+        self._events.resumed()
+        return []
 
     def closed(self) -> list[Event]:
         return self._events.finish()  # an item the audio ended inside of

@@ -144,6 +144,76 @@ async def test_openai_realtime_event_shape(make_server, make_bridge) -> None:  #
     assert all(e["event_id"] and e.get("item_id", done["item_id"]) for e in events)
 
 
+async def test_openai_shape_keeps_its_items_across_a_resume(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """The bridge's gRPC stream breaks after an item was committed, before its final: the
+    new call's final completes that item (as on /v1/realtime), not a second item of the
+    same speech while the committed one is never completed."""
+    from tests.faultproxy import FaultProxy
+    from tests.helpers import to_pcm16
+
+    gate = threading.Event()
+    gate.set()
+    server = await serve_fake(make_server, FakeEngine(gate=gate))
+    proxy = await FaultProxy(server.port).start()
+    bridge = await make_bridge(proxy.port)
+    events: list[dict[str, Any]] = []
+
+    async def until(kind: str) -> None:
+        while not events or events[-1]["type"] != kind:
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+
+    try:
+        async with connect(ws_url(bridge, "?events=openai")) as ws:
+            await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+            await ws.send(to_pcm16(tone(1.0)).tobytes())
+            await until("input_audio_buffer.speech_started")
+            gate.clear()  # the engine stalls: the speech ends, its final waits
+            await ws.send(to_pcm16(silence(1.0)).tobytes())
+            await until("conversation.item.created")
+            proxy.cut()
+            gate.set()
+            await until("conversation.item.input_audio_transcription.completed")
+            await ws.send(json.dumps({"type": "stop"}))
+            events.extend(await events_until_close(ws))
+    finally:
+        gate.set()
+        await proxy.close()
+    assert ws.close_code == 1000
+    kinds = [e["type"] for e in events]
+    assert kinds.count("input_audio_buffer.speech_started") == 1, kinds
+    assert kinds.count("input_audio_buffer.committed") == 1, kinds
+    items = {e["item_id"] for e in events if "item_id" in e}
+    (done,) = [e for e in events if e["type"].endswith("transcription.completed")]
+    assert items == {done["item_id"]} and done["transcript"] == "w0 w1 w2 w3"
+    assert bridge.metrics.registry.get_sample_value("asr_bridge_resumes_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        # over the frame limit, and an odd length: told as for a binary frame, not as bad
+        # base64 (an OpenAI-style client only sends audio this way)
+        (bytes(288_000), "audio frame of 288000 bytes is over 262144"),
+        (bytes(3), "bytes is odd"),
+    ],
+)
+async def test_an_appended_audio_error_says_what_is_wrong(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, message: bytes, error: str
+) -> None:
+    import base64
+
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with connect(ws_url(bridge, "?events=openai"), max_size=None) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        audio = base64.b64encode(message).decode()
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        events = await events_until_close(ws)
+    assert ws.close_code == 4400
+    (bad,) = [e for e in events if e["type"] == "error"]
+    assert error in bad["error"]["message"], bad
+
+
 @pytest.mark.parametrize(
     ("how", "accepted"),
     [
