@@ -155,9 +155,10 @@ class TranscriptionSession:
             fmt = _expect(given["format"], dict, "session.audio.input.format")
             name = fmt.get("type", "audio/pcm")
             self._set_format(name, "session.audio.input.format.type")
-            if name == "audio/pcm" and fmt.get("rate", 24_000) != 24_000:
+            rate = 24_000 if name == "audio/pcm" else 8_000  # G.711 is 8 kHz by definition
+            if fmt.get("rate", rate) != rate:
                 raise RealtimeError(
-                    "audio/pcm is 24000 Hz in this API", param="session.audio.input.format.rate"
+                    f"{name} is {rate} Hz in this API", param="session.audio.input.format.rate"
                 )
         if "transcription" in given:
             self._set_transcription(given["transcription"], "session.audio.input.transcription")
@@ -248,9 +249,16 @@ class TranscriptionSession:
                 param=f"{param}.silence_duration_ms",
             )
         threshold = merged.get("threshold", 0.5)
-        if not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        # (a bool is an int to isinstance: true was taken, and echoed)
+        if type(threshold) not in (int, float) or not 0 <= threshold <= 1:
             raise RealtimeError(
                 f"threshold must be from 0 to 1, got {threshold!r}", param=f"{param}.threshold"
+            )
+        padding = merged.get("prefix_padding_ms", 300)
+        if type(padding) is not int or not 0 <= padding <= MAX_SILENCE_MS:
+            raise RealtimeError(
+                f"prefix_padding_ms must be an integer from 0 to {MAX_SILENCE_MS}, got {padding!r}",
+                param=f"{param}.prefix_padding_ms",
             )
         merged["type"] = "server_vad"
         self.turn_detection = merged

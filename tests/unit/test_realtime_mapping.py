@@ -60,6 +60,16 @@ def test_the_beta_session_and_manual_turns() -> None:
             {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": 2}}}},
             "threshold",
         ),
+        # taken and echoed before: a bool threshold, a text padding, G.711 at 24 kHz
+        (
+            {"audio": {"input": {"turn_detection": {"type": "server_vad", "threshold": True}}}},
+            "threshold",
+        ),
+        (
+            {"audio": {"input": {"turn_detection": {"prefix_padding_ms": "abc"}}}},
+            "prefix_padding_ms",
+        ),
+        ({"audio": {"input": {"format": {"type": "audio/pcmu", "rate": 24000}}}}, "rate"),
         ({"audio": {"input": {"noise_reduction": {"type": "studio"}}}}, "noise_reduction.type"),
         ({"audio": {"input": {"transcription": {"languages": "de"}}}}, "languages"),
         ({"audio": "pcm"}, "session.audio"),
