@@ -442,11 +442,6 @@ async def _file_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[st
 async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     audio = _audio_for_the_server(args, stderr)
     data = audio.to_bytes()
-    if len(data) > MAX_RECOGNIZE_BYTES:
-        raise ClientError(
-            f"{args.path} is {len(data) >> 20} MiB as PCM, more than one call may carry "
-            f"({MAX_RECOGNIZE_BYTES >> 20} MiB); stream it instead: asr-client file --fast"
-        )
     config = audio_config(
         sample_rate_hz=audio.sample_rate_hz,
         channels=audio.channels,
@@ -455,6 +450,14 @@ async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: 
         interim_results=False,
         word_timestamps=args.word_timestamps,
     )
+    # the whole request, config and framing too: a file just under the limit as PCM was
+    # refused by grpc itself, an unreadable error with the server's exit status
+    size = asr_pb2.RecognizeRequest(config=config, audio=data).ByteSize()
+    if size > MAX_RECOGNIZE_BYTES:
+        raise ClientError(
+            f"{args.path} is {size / (1 << 20):.1f} MiB as a request, more than one call may "
+            f"carry ({MAX_RECOGNIZE_BYTES >> 20} MiB); stream it instead: asr-client file --fast"
+        )
     async with open_client(args) as client:
         await connect(client, args)
         response = await client.recognize(data, config)

@@ -75,6 +75,11 @@ class ConnectionOptions:
 
     def channel(self, options: list[tuple[str, object]]) -> grpc.aio.Channel:
         """A new channel to ``target`` with these channel arguments."""
+        if not _address_in(self.target).strip():
+            # grpc takes it, never connects, and its channel's shutdown then hangs
+            raise ConnectionConfigError(
+                f"no server address in {self.target!r}: give HOST:PORT (--server)"
+            )
         options = list(options)
         if self.server_name:
             options.append(("grpc.ssl_target_name_override", self.server_name))
@@ -86,6 +91,18 @@ class ConnectionOptions:
     def describe(self) -> str:
         """For messages: ``tls://host:port`` or ``host:port``."""
         return f"tls://{self.target}" if self.uses_tls else self.target
+
+
+#: target schemes grpc resolves itself; any other target is a DNS name (``dns:///target``)
+_SCHEMES = ("dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock")
+
+
+def _address_in(target: str) -> str:
+    """What ``target`` names past its scheme and authority (``dns://8.8.8.8/host:1``)."""
+    scheme, colon, rest = target.partition(":")
+    if not colon or scheme not in _SCHEMES:
+        return target
+    return rest[2:].partition("/")[2] if rest.startswith("//") else rest
 
 
 def token_from_env(explicit: str | None) -> str | None:

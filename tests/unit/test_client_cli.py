@@ -288,6 +288,30 @@ async def test_recognize_json(server: str, mono_wav: Path, capsys):
 # -- errors -------------------------------------------------------------------------------
 
 
+async def test_a_recognize_request_over_the_limit_is_told_before_it_is_sent(
+    tmp_path: Path, monkeypatch, capsys
+):
+    """The check counted the PCM alone: a file just under the limit as PCM made a request
+    over it (its config and framing), which grpc refused with an unreadable error and the
+    server's exit status."""
+    import asr_client.cli as cli
+
+    monkeypatch.setattr(cli, "MAX_RECOGNIZE_BYTES", 32_000)
+    path = tmp_path / "limit.wav"
+    soundfile.write(path, np.zeros(16_000, np.int16), 16_000)  # 32000 bytes as PCM
+    assert await run(["recognize", str(path), "--server", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert "more than one call may carry (0 MiB); stream it instead" in err, err
+
+
+@pytest.mark.parametrize("target", ["", "  ", "dns:///", "dns://8.8.8.8/", "ipv4:"])
+async def test_a_server_address_that_names_nothing_is_refused(mono_wav: Path, capsys, target: str):
+    """grpc took it, never connected, and the command hung in the channel's shutdown after
+    its "cannot connect" error (an unset variable: --server "$ASR_SERVER")."""
+    assert await asyncio.wait_for(run(["file", str(mono_wav), "--server", target]), 10) == 1
+    assert f"no server address in {target!r}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("pace", [[], ["--fast"]])
 async def test_server_rejection_exits_2(server: str, mono_wav: Path, capsys, pace):
     # with --fast a write is in flight as the server aborts: grpc.aio then reports
