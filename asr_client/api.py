@@ -15,7 +15,7 @@ from asr_client.connection import ConnectionOptions
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo, ResumePolicy
-from asr_client.retry import retry_service_config
+from asr_client.retry import retry_delay
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 CANCELLED = "the stream was cancelled"
@@ -307,19 +307,6 @@ class RecognitionStream:
             self.cancel()
 
 
-def _retry_options(max_message_bytes: int) -> list[tuple[str, object]]:
-    """Retry refused Recognize calls (retry.py). grpc core retries a call only while what
-    it sent (headers and messages) fits its per-RPC retry buffer, 256 KiB by default (8 s
-    of 16 kHz audio): this one holds the largest request the client may send. (The buffer
-    holds only what a call sent, until its response headers come; streams, having no
-    retry policy, keep nothing.)"""
-    buffer = min(max_message_bytes + (64 << 10), 2**31 - 1)  # grpc reads an int
-    return [
-        ("grpc.service_config", retry_service_config()),
-        ("grpc.per_rpc_retry_buffer_size", buffer),
-    ]
-
-
 def _is_finalized(response: object) -> bool:
     """A FINALIZED speech event (a call made without deserializers yields raw bytes)."""
     return (
@@ -355,8 +342,8 @@ class AsrClient:
         if resume == "default":
             resume = ResumePolicy()
         self.resume = resume
-        #: refused calls are made again: Recognize by grpc's retry policy, streams by
-        #: their resume policy (seat_wait_s for a full replica, give_up_after_s for a
+        #: refused calls are made again: Recognize after the server's pushback (retry.py),
+        #: streams by their resume policy (seat_wait_s for a full replica, give_up_after_s for a
         #: draining one); False = a call no server took fails at once, with its status
         self.retry = retry
         self.connection = (
@@ -372,10 +359,8 @@ class AsrClient:
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.enable_retries", int(retry)),
-                # grpc keeps the first of two equal channel arguments: the caller's service
-                # config (e.g. retry_service_config(load_balancing="round_robin")) comes first.
+                # the caller's (e.g. balancing_service_config())
                 *options,
-                *(_retry_options(max_message_bytes) if retry else []),
                 ("grpc.initial_reconnect_backoff_ms", min(1000, reconnect_ms)),
                 ("grpc.max_reconnect_backoff_ms", reconnect_ms),
                 # a connection whose other end vanished without a reset (a host's power,
@@ -433,16 +418,28 @@ class AsrClient:
     async def recognize(
         self, audio: bytes, config: asr_pb2.StreamingConfig, *, timeout_s: float | None = None
     ) -> asr_pb2.RecognizeResponse:
-        """Transcribe a whole recording in one call."""
+        """Transcribe a whole recording in one call; a call refused at admission (a full,
+        draining or loading replica) is made again after the server's pushback (retry.py)
+        unless the client was made with ``retry=False``. ``timeout_s`` bounds them all."""
         self._check_open()
-        try:
-            return await self._stub.Recognize(
-                asr_pb2.RecognizeRequest(config=config, audio=audio),
-                timeout=timeout_s,
-                metadata=self._metadata,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise StreamClosedError(exc.code(), exc.details() or "") from None
+        request = asr_pb2.RecognizeRequest(config=config, audio=audio)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        attempts = 0
+        while True:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                return await self._stub.Recognize(request, timeout=left, metadata=self._metadata)
+            except grpc.aio.AioRpcError as exc:
+                attempts += 1
+                delay = (
+                    retry_delay(exc.code(), exc.trailing_metadata(), attempts)
+                    if self.retry
+                    else None
+                )
+                if delay is None or (deadline is not None and loop.time() + delay >= deadline):
+                    raise StreamClosedError(exc.code(), exc.details() or "") from None
+            await asyncio.sleep(delay)
 
     async def close(self) -> None:
         self._closed = True

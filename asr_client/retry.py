@@ -1,53 +1,63 @@
-"""The client's gRPC retry policy: a ``Recognize`` call refused at admission is retried.
+"""The client's retries of a ``Recognize`` call refused at admission.
 
 A full, draining or still-loading replica refuses a new call before reading or writing
-anything (RESOURCE_EXHAUSTED or UNAVAILABLE, with ``grpc-retry-pushback-ms``). Until a call
-has received response headers, grpc core can replay it from its retry buffer: through an
-L7 proxy the retry is a new request that the proxy balances again; with client-side
-balancing (several addresses, ``round_robin``) it is the next pick. grpc core replays only
-a call whose request fits its per-RPC retry buffer (256 KiB by default, 8 s of 16 kHz
-audio), so ``AsrClient`` sets that buffer to its largest message.
+anything (RESOURCE_EXHAUSTED or UNAVAILABLE, with ``grpc-retry-pushback-ms``). The client
+makes such a call again after the pushback: through an L7 proxy the new call is a new
+request that the proxy balances again; with client-side balancing (several addresses,
+``round_robin``) it is the next pick. An UNAVAILABLE without pushback (a proxy's refusal, a
+replica that is not there) is made again after a short backoff.
 
-Only ``Recognize`` (one request message) is retried this way. A ``StreamingRecognize``
-call replayed by grpc core while its client kept writing lost audio in our tests (0.3 s
-of a stream, a few messages, with no error: tests/integration/test_resume.py), so streams
-are never given a retry policy; the stream itself makes a refused call again and replays
-what it sent (asr_client/resume.py, ``ResumePolicy.seat_wait_s``).
+These are the client's own retries, not grpc's retry policy: grpc's retries every
+RESOURCE_EXHAUSTED alike, and grpc itself answers a request over the server's message
+limit with RESOURCE_EXHAUSTED (no pushback), so a file too large for the server was sent
+five times before the error came. Without pushback, RESOURCE_EXHAUSTED is final.
+
+Streams are never retried here. A ``StreamingRecognize`` call replayed by grpc core while
+its client kept writing lost audio in our tests (0.3 s of a stream, a few messages, with
+no error: tests/integration/test_resume.py); the stream itself makes a refused call again
+and replays what it sent (asr_client/resume.py, ``ResumePolicy.seat_wait_s``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
-SERVICE = "asr.v1.Recognizer"
+import grpc
 
-#: grpc caps attempts at 5; with the server's 50-250 ms pushback that is about a second of
-#: trying before the caller sees RESOURCE_EXHAUSTED, i.e. the whole deployment is full.
+#: attempts in all; with the server's 50-250 ms pushback that is about a second of trying
+#: before the caller sees RESOURCE_EXHAUSTED, i.e. the whole deployment is full.
 MAX_ATTEMPTS = 5
+#: backoff before another attempt where no pushback came (doubling, capped)
+INITIAL_BACKOFF_S, MAX_BACKOFF_S = 0.1, 1.0
+PUSHBACK = "grpc-retry-pushback-ms"
 
 
-def retry_service_config(*, load_balancing: str | None = None) -> str:
-    """The ``grpc.service_config`` channel option (JSON).
+def retry_delay(
+    code: grpc.StatusCode, trailing: Iterable[tuple[str, str | bytes]] | None, attempt: int
+) -> float | None:
+    """Seconds to wait before making a refused call again (``attempt``: the attempts made
+    so far), or None when it must not be: not a refusal, the server said not to (a
+    negative pushback), or the attempts are spent."""
+    if attempt >= MAX_ATTEMPTS:
+        return None
+    if code not in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE):
+        return None
+    pushback = next((str(v) for k, v in trailing or () if k == PUSHBACK), None)
+    if pushback is not None:
+        try:
+            ms = int(pushback)
+        except ValueError:
+            return None  # (as grpc: an invalid pushback means do not retry)
+        return ms / 1000 if ms >= 0 else None
+    if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None  # not an admission refusal: grpc's message limit, the server's own
+    return min(MAX_BACKOFF_S, INITIAL_BACKOFF_S * 2 ** (attempt - 1))
 
-    ``load_balancing="round_robin"`` adds client-side balancing over every address the
-    target resolves to (a headless Kubernetes Service, ``ipv4:a:p,b:p``); a service config
-    replaces any other, so pass it here rather than as a second ``grpc.service_config``.
-    """
-    config: dict[str, object] = {
-        "methodConfig": [
-            {
-                "name": [{"service": SERVICE, "method": "Recognize"}],
-                "retryPolicy": {
-                    "maxAttempts": MAX_ATTEMPTS,
-                    # Used only when the server sends no pushback (e.g. a proxy refused).
-                    "initialBackoff": "0.1s",
-                    "maxBackoff": "1s",
-                    "backoffMultiplier": 2,
-                    "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"],
-                },
-            }
-        ]
-    }
-    if load_balancing:
-        config["loadBalancingConfig"] = [{load_balancing: {}}]
-    return json.dumps(config)
+
+def balancing_service_config(policy: str = "round_robin") -> str:
+    """The ``grpc.service_config`` channel option (JSON) for client-side balancing:
+    ``round_robin`` spreads calls over every address the target resolves to (a headless
+    Kubernetes Service, ``ipv4:a:p,b:p``); a refused call made again is the next pick. No
+    retry policy: the client makes refused calls again itself (above)."""
+    return json.dumps({"loadBalancingConfig": [{policy: {}}]})

@@ -23,7 +23,7 @@ import pytest
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, audio_config
 from asr_client.api import RecognitionStream
-from asr_client.retry import retry_service_config
+from asr_client.retry import balancing_service_config
 from tests.helpers import ROOT, read_pcm16
 from tests.processes import (
     NGINX,
@@ -175,7 +175,7 @@ async def test_twelve_simultaneous_streams_on_three_replicas_of_four(
     opened, refused = cluster.opened(), cluster.refused()
     if via == "direct":  # client-side balancing over the three addresses, client retries
         target = "ipv4:" + ",".join(f"127.0.0.1:{r.port}" for r in cluster.replicas)
-        lb = [("grpc.service_config", retry_service_config(load_balancing="round_robin"))]
+        lb = [("grpc.service_config", balancing_service_config())]
         client = AsrClient(target, options=lb)
     else:
         client = AsrClient(f"127.0.0.1:{getattr(cluster, via)}")
@@ -207,7 +207,7 @@ async def test_a_refused_stream_is_retried_on_a_replica_with_room(
         opened, refused = free.opened, sum(r.refused for r in full)
         if via == "direct":
             target = "ipv4:" + ",".join(f"127.0.0.1:{r.port}" for r in cluster.replicas)
-            lb = [("grpc.service_config", retry_service_config(load_balancing="round_robin"))]
+            lb = [("grpc.service_config", balancing_service_config())]
             client = AsrClient(target, options=lb)
         else:
             client = AsrClient(f"127.0.0.1:{getattr(cluster, via)}", retry=via != "envoy")

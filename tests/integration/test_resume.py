@@ -474,6 +474,41 @@ async def test_a_recognize_refused_for_capacity_is_retried_whatever_its_length(m
     assert refused(server) >= 1
 
 
+async def test_without_retry_a_refused_recognize_fails_at_once(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await serve_fake(make_server, max_streams=1)
+    holder, _held = await hold_the_only_seat(server)
+    try:
+        async with AsrClient(f"127.0.0.1:{server.port}", retry=False) as client:
+            with pytest.raises(StreamClosedError) as err:
+                await client.recognize(bytes(RATE * 2), audio_config())
+    finally:
+        await holder.close()
+    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused(server) == 1
+
+
+async def test_a_recognize_over_the_servers_message_limit_is_sent_once(make_server, caplog) -> None:  # type: ignore[no-untyped-def]
+    """grpc answers a request over the server's limit with RESOURCE_EXHAUSTED, as a full
+    server refuses, but with no pushback: grpc's retry policy sent it five times before
+    the error came (every attempt a whole upload, each a call the server saw)."""
+    import logging
+    import re
+
+    limit = 2 << 20
+    server = await serve_fake(
+        make_server, max_message_bytes=limit, streaming={"max_audio_message_bytes": 1 << 20}
+    )
+    with caplog.at_level(logging.INFO, logger="asr_server"):
+        async with AsrClient(f"127.0.0.1:{server.port}") as client:
+            with pytest.raises(StreamClosedError) as err:
+                await client.recognize(bytes(2 * limit), audio_config())
+        await eventually(lambda: server.servicer.active == 0)
+    assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in err.value.details
+    calls = [r for r in caplog.records if re.fullmatch(r"call \S+ finished", r.getMessage())]
+    assert len(calls) == 1, [r.getMessage() for r in caplog.records]
+
+
 async def test_refusals_without_end_give_up_in_bounded_time(make_server) -> None:  # type: ignore[no-untyped-def]
     """Every replica left refuses: the stream fails within give_up_after_s (plus one backoff),
     not after endless tries."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 
+import grpc
 import pytest
 
 from asr_client import api
 from asr_client.connection import ConnectionOptions
 from asr_client.resume import ResumePolicy
-from asr_client.retry import retry_service_config
+from asr_client.retry import balancing_service_config, retry_delay
 from asr_server.transport import servicer
 
 
@@ -18,13 +19,36 @@ def test_client_and_server_name_the_admission_header_alike() -> None:
     assert api.ADMITTED_HEADER == servicer.ADMITTED_HEADER
 
 
-def test_grpc_retries_only_the_one_message_call() -> None:
-    # grpc core's replay of a bidi stream lost messages (see retry.py): streams are retried
-    # by the resume layer, never by a retry policy
-    config = json.loads(retry_service_config(load_balancing="round_robin"))
-    names = [name for method in config["methodConfig"] for name in method["name"]]
-    assert names == [{"service": "asr.v1.Recognizer", "method": "Recognize"}]
-    assert config["loadBalancingConfig"] == [{"round_robin": {}}]
+def test_grpc_retries_nothing_itself() -> None:
+    # grpc core's replay of a bidi stream lost messages, and its retry policy retried a
+    # request over the server's message limit five times (see retry.py): no retry policy
+    config = json.loads(balancing_service_config())
+    assert config == {"loadBalancingConfig": [{"round_robin": {}}]}
+
+
+@pytest.mark.parametrize(
+    ("code", "trailing", "attempt", "delay"),
+    [
+        # an admission refusal: after the server's pushback
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, [("grpc-retry-pushback-ms", "235")], 1, 0.235),
+        (grpc.StatusCode.UNAVAILABLE, [("grpc-retry-pushback-ms", "50")], 4, 0.05),
+        # grpc's own "message larger than max", or the server's: final
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, [], 1, None),
+        # a proxy's refusal, no replica there: backoff, doubling to 1 s
+        (grpc.StatusCode.UNAVAILABLE, None, 1, 0.1),
+        (grpc.StatusCode.UNAVAILABLE, [], 3, 0.4),
+        (grpc.StatusCode.UNAVAILABLE, [], 4, 0.8),
+        # the server says no, the attempts are spent, or it is no refusal
+        (grpc.StatusCode.UNAVAILABLE, [("grpc-retry-pushback-ms", "-1")], 1, None),
+        (grpc.StatusCode.UNAVAILABLE, [("grpc-retry-pushback-ms", "soon")], 1, None),
+        (grpc.StatusCode.UNAVAILABLE, [("grpc-retry-pushback-ms", "50")], 5, None),
+        (grpc.StatusCode.INVALID_ARGUMENT, [("grpc-retry-pushback-ms", "50")], 1, None),
+    ],
+)
+def test_a_refused_recognize_is_made_again_only_after_an_admission_refusal(
+    code: grpc.StatusCode, trailing: list[tuple[str, str]] | None, attempt: int, delay: float | None
+) -> None:
+    assert retry_delay(code, trailing, attempt) == delay
 
 
 def test_a_stream_update_names_only_what_changes_and_a_new_call_starts_from_it() -> None:
@@ -64,13 +88,6 @@ async def channel_arguments(monkeypatch: pytest.MonkeyPatch, **client: object) -
     for name, value in given:
         first.setdefault(name, value)
     return first
-
-
-async def test_grpc_can_retry_a_recognize_of_any_size_the_client_sends(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # grpc core retries only a request that fits its per-RPC retry buffer (256 KiB)
-    args = await channel_arguments(monkeypatch, max_message_bytes=8 << 20)
-    assert args["grpc.per_rpc_retry_buffer_size"] >= 8 << 20  # type: ignore[operator]
-    assert "grpc.per_rpc_retry_buffer_size" not in await channel_arguments(monkeypatch, retry=False)
 
 
 async def test_the_channel_reconnects_at_least_as_often_as_a_resume_tries(monkeypatch) -> None:  # type: ignore[no-untyped-def]
