@@ -54,7 +54,7 @@ logger = logging.getLogger(__name__)
 RECOGNIZE_CHUNK_S = 1.0
 #: response header sent the moment a stream is admitted (its value: the server's stream id,
 #: as in its logs). A stream ended without it was refused and can be made again as it was;
-#: it also commits the call, so grpc's retry policy never replays an admitted stream.
+#: it also commits the call: no retry (grpc's, or a proxy's) ever replays an admitted stream.
 ADMITTED_HEADER = "asr-stream-id"
 
 
