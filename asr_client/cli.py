@@ -181,7 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="playback speed: 1 = real time (default), 2 = twice as fast",
     )
     pace.add_argument(
-        "--fast", action="store_true", help="send as fast as the server's backpressure allows"
+        "--fast",
+        action="store_true",
+        help="send as fast as the server's backpressure allows (with --endpointing semantic "
+        "the turn model's answers come after the audio has moved past the pause, so turns "
+        "end only at the longest pause: pace it with --speed to see live turns)",
     )
     r = sub.add_parser(
         "recognize", parents=[path, common, files], help="transcribe a whole file in one call"
