@@ -241,7 +241,8 @@ async def connect(client: AsrClient, args: argparse.Namespace) -> None:
         await client.wait_ready(args.connect_timeout)
     except TimeoutError:
         hint = (
-            " (is asr-server running there, and does it speak TLS as --tls says?)"
+            " (is asr-server running there, and does it speak TLS as --tls says? does --ca "
+            "trust its certificate, and does it ask for a client certificate, --cert/--key?)"
             if client.connection.uses_tls
             else " (is asr-server running there? add --tls if it serves TLS)"
         )

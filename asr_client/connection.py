@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,11 +54,34 @@ class ConnectionOptions:
             return None
         if (self.cert_file is None) != (self.key_file is None):
             raise ConnectionConfigError("a client certificate needs both --cert and --key")
-        return grpc.ssl_channel_credentials(
+        credentials = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file, "CA bundle"),
             private_key=_read(self.key_file, "client key"),
             certificate_chain=_read(self.cert_file, "client certificate"),
         )
+        self._check_pem()
+        return credentials
+
+    def _check_pem(self) -> None:
+        """grpc takes any bytes here and fails only in the handshake, where its reason
+        reaches its log and the caller sees a connection that never becomes ready: a CA
+        bundle that is no PEM, or a key that is not the certificate's, is told now."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        if self.ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=str(self.ca_file))
+            except ssl.SSLError as exc:
+                raise ConnectionConfigError(
+                    f"the CA bundle {self.ca_file} holds no PEM certificate ({exc.reason})"
+                ) from None
+        if self.cert_file is not None and self.key_file is not None:
+            try:
+                context.load_cert_chain(str(self.cert_file), str(self.key_file))
+            except ssl.SSLError as exc:
+                raise ConnectionConfigError(
+                    f"the client certificate {self.cert_file} and key {self.key_file} are not "
+                    f"a PEM certificate and its private key ({exc.reason})"
+                ) from None
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
         """The token's header. Whitespace around it (a token read from a file ends in a
