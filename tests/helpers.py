@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import csv
 import dataclasses
+import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -282,3 +285,24 @@ async def status_of(stream) -> tuple[grpc.StatusCode, str]:  # type: ignore[no-u
     except StreamClosedError as exc:
         return exc.code, exc.details
     return grpc.StatusCode.OK, ""
+
+
+async def bridge_with_a_cut(make_server, make_bridge):  # type: ignore[no-untyped-def]
+    """A bridge reaching a fake server through a FaultProxy (``proxy.cut()`` breaks its
+    gRPC stream) whose engine stalls while ``gate`` is clear: (gate, proxy, bridge)."""
+    from tests.faultproxy import FaultProxy
+
+    gate = threading.Event()
+    gate.set()
+    server = await serve_fake(make_server, FakeEngine(gate=gate))
+    proxy = await FaultProxy(server.port).start()
+    return gate, proxy, await make_bridge(proxy.port)
+
+
+class SocketEvents(list[dict[str, Any]]):
+    """The JSON events a WebSocket client has read, in order."""
+
+    async def until(self, ws: Any, kind: str, timeout_s: float = 10.0) -> None:
+        """Read until an event of ``kind`` has come."""
+        while not self or self[-1]["type"] != kind:
+            self.append(json.loads(await asyncio.wait_for(ws.recv(), timeout_s)))

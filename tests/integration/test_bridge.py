@@ -148,31 +148,22 @@ async def test_openai_shape_keeps_its_items_across_a_resume(make_server, make_br
     """The bridge's gRPC stream breaks after an item was committed, before its final: the
     new call's final completes that item (as on /v1/realtime), not a second item of the
     same speech while the committed one is never completed."""
-    from tests.faultproxy import FaultProxy
-    from tests.helpers import to_pcm16
+    from tests.helpers import SocketEvents, bridge_with_a_cut, to_pcm16
 
-    gate = threading.Event()
-    gate.set()
-    server = await serve_fake(make_server, FakeEngine(gate=gate))
-    proxy = await FaultProxy(server.port).start()
-    bridge = await make_bridge(proxy.port)
-    events: list[dict[str, Any]] = []
-
-    async def until(kind: str) -> None:
-        while not events or events[-1]["type"] != kind:
-            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+    gate, proxy, bridge = await bridge_with_a_cut(make_server, make_bridge)
+    events = SocketEvents()
 
     try:
         async with connect(ws_url(bridge, "?events=openai")) as ws:
             await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
             await ws.send(to_pcm16(tone(1.0)).tobytes())
-            await until("input_audio_buffer.speech_started")
+            await events.until(ws, "input_audio_buffer.speech_started")
             gate.clear()  # the engine stalls: the speech ends, its final waits
             await ws.send(to_pcm16(silence(1.0)).tobytes())
-            await until("conversation.item.created")
+            await events.until(ws, "conversation.item.created")
             proxy.cut()
             gate.set()
-            await until("conversation.item.input_audio_transcription.completed")
+            await events.until(ws, "conversation.item.input_audio_transcription.completed")
             await ws.send(json.dumps({"type": "stop"}))
             events.extend(await events_until_close(ws))
     finally:

@@ -522,35 +522,24 @@ async def test_a_broken_grpc_stream_resumes_without_the_client_noticing(  # type
     """The bridge's gRPC stream breaks in the middle of speech, or after its end (the item
     committed) and before its final: the bridge goes on on a new call, and the client sees
     one speech_started and one commit, and its item completed."""
-    import threading
+    from tests.helpers import SocketEvents, bridge_with_a_cut
 
-    from asr_server.engine.fake import FakeEngine
-    from tests.faultproxy import FaultProxy
-
-    gate = threading.Event()
-    gate.set()
-    server = await serve_fake(make_server, FakeEngine(gate=gate))
-    proxy = await FaultProxy(server.port).start()
-    bridge = await make_bridge(proxy.port)
-    events: list[dict[str, Any]] = []
-
-    async def until(kind: str) -> None:
-        while not events or events[-1]["type"] != kind:
-            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+    gate, proxy, bridge = await bridge_with_a_cut(make_server, make_bridge)
+    events = SocketEvents()
 
     try:
         async with await open_session(bridge.port) as ws:
             await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
-            await until("input_audio_buffer.speech_started")
+            await events.until(ws, "input_audio_buffer.speech_started")
             if cut == "after_speech_end":
                 gate.clear()  # the engine stalls: the speech ends, its final waits
                 await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(1.0))))
-                await until("conversation.item.added")
+                await events.until(ws, "conversation.item.added")
             proxy.cut()
             gate.set()
             if cut == "mid_speech":
                 await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(1.0))))
-            await until("conversation.item.done")
+            await events.until(ws, "conversation.item.done")
     finally:
         gate.set()
         await proxy.close()
