@@ -344,6 +344,7 @@ class ChannelRecognizer:
         if self._utt is not None and self._utt.pause_heard:
             self._client_finalize_pause = self._utt.pause_heard
         await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
+        self._settle()  # the acknowledgement's progress: past the final it follows
         await self._emit(
             Finalized(self.position / SAMPLE_RATE, self.channel, max(0, self._next_id - 1))
         )
@@ -677,6 +678,9 @@ class ChannelRecognizer:
         try:
             await self._decode_final(utt)
         finally:
+            # what was settled while it was decoded stays settled (settled_s never goes
+            # back): the idle bound had not moved since before the utterance began
+            self._idle_bound = max(self._idle_bound, self._finalizing_from)
             self._finalizing_from = None
 
     async def _decode_final(self, utt: UtteranceState) -> None:

@@ -1950,6 +1950,29 @@ async def test_settled_time_never_passes_an_unfinished_utterance(channels: int) 
     assert during and 5.1 < min(during) and max(during) < 15.3, during
 
 
+@pytest.mark.parametrize("max_utterance_ms", [15_000, 2_000])
+async def test_settled_time_never_goes_back_at_a_finalize(max_utterance_ms: int) -> None:
+    """The acknowledgement of a FINALIZE carried the settled time from before its
+    utterance began (0 after a chain of length-limit splits): a client that trusts each
+    value would be told to keep audio it had been allowed to drop."""
+    speech = pcm16(np.concatenate([silence(1.0), tone(0.8 if max_utterance_ms > 2000 else 4.6)]))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in chunks(speech):
+            yield c
+        yield Finalize()
+        async for c in chunks(pcm16(silence(1.0))):
+            yield c
+
+    h = Harness()
+    events = await h.run(h.lockstep(source()), max_utterance_ms=max_utterance_ms)
+    assert any(isinstance(e, Finalized) for e in events)
+    settled = [p.settled_s for p in h.progress]
+    names = [type(e).__name__ for e in events]
+    assert settled == sorted(settled), list(zip(names, settled, strict=True))
+    assert_settled_never_runs_ahead(h)
+
+
 class _TimesEveryPartialWordAtZero(FakeEngine):
     """Its partials time every word at 0.0 s, as tiny.en's aligner did for speech after a
     long stretch of music the voice detector took for speech."""
