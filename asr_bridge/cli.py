@@ -247,5 +247,8 @@ def main(argv: list[str] | None = None) -> None:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
-        sys.exit(f"asr-bridge needs {exc.name}: pip install 'streamasr[bridge]'")
+        sys.exit(
+            f"asr-bridge needs {exc.name}: pip install -e '.[bridge]' in a checkout "
+            "(scripts/serve.sh's .venv has it), or pip install 'streamasr[bridge]'"
+        )
     asyncio.run(run(a))

@@ -21,6 +21,17 @@ def _normalizer():  # type: ignore[no-untyped-def]
     return EnglishTextNormalizer()
 
 
+def can_score() -> bool:
+    """Whether word error rates can be computed here (the ``eval`` extra: jiwer and
+    Whisper's normaliser)."""
+    try:
+        import jiwer  # noqa: F401
+        import whisper_normalizer  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def normalize(text: str) -> str:
     return " ".join(_normalizer()(_TAGS.sub(" ", text)).split())
 

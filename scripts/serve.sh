@@ -5,10 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if [[ ! -x .venv/bin/asr-server ]]; then
-  "$PY" -m venv .venv
+# the server, and what the README's next commands use: the browser bridge (asr-bridge) and
+# the word error rate that `asr-client load` reports (a .venv from before they were
+# installed here gets them too)
+if [[ ! -x .venv/bin/asr-server ]] || ! .venv/bin/python -c "import jiwer, starlette" 2>/dev/null; then
+  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e .
+  .venv/bin/python -m pip install --quiet -e '.[bridge,eval]'
 fi
 # SEMANTIC endpointing's model (from the pinned pipecat-ai wheel), tried once per .venv,
 # older ones included; without it the server still runs, refusing SEMANTIC streams with

@@ -29,6 +29,7 @@ from asr_client.connection import (
 from asr_client.load.calls import Call, build_call, clips_from_files, clips_from_manifest
 from asr_client.load.report import render_text, stream_record, summarize
 from asr_client.load.runner import LoadOptions, StreamOutcome, run_load
+from asr_client.scoring import can_score
 
 ENCODINGS = {"linear16": "LINEAR16", "mulaw": "MULAW", "alaw": "ALAW"}
 
@@ -97,7 +98,8 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         type=seconds_at_least(0.1),  # (an infinite call was built in memory without end)
         default=60.0,
         metavar="S",
-        help="seconds per call (60)",
+        help="seconds per call (60); its last turn plays whole, so a call may run longer, "
+        "by up to one clip (30 s at most)",
     )
     p.add_argument(
         "--pause",
@@ -276,6 +278,13 @@ async def load_command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=stderr)
         return 1
+    if any(call.has_references for call, _silent in calls) and not can_score():
+        # said now, not as a traceback after the whole run
+        print(
+            "note: no WER in this report: it needs the eval extra (pip install -e '.[eval]' "
+            "in a checkout, or 'streamasr[eval]')",
+            file=stderr,
+        )
     options = default_options(
         len(calls),
         chunk_ms=args.chunk_ms,

@@ -62,3 +62,27 @@ async def test_calls_past_the_limit_are_reported_rejected(make_server, tmp_path:
     assert (overall["completed"], overall["rejected"], overall["failed"]) == (1, 2, 0)
     statuses = sorted(s["status"] for s in json.loads(report.read_text())["streams"])
     assert statuses == ["OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+
+
+async def test_without_the_eval_extra_the_report_comes_without_wer(  # type: ignore[no-untyped-def]
+    make_server, tmp_path: Path, capsys, monkeypatch
+):
+    """scripts/serve.sh's .venv had no jiwer: the README's load example ran its whole
+    simulation and then ended in a traceback, its report lost."""
+    import asr_client.load.command as command
+    import asr_client.scoring as scoring
+
+    monkeypatch.setattr(scoring, "can_score", lambda: False)
+    monkeypatch.setattr(command, "can_score", lambda: False)
+    server = await make_server(fake_factory(FakeEngine()))
+    report = tmp_path / "report.json"
+    code = await run(
+        ["load", "--server", f"127.0.0.1:{server.port}", "--corpus", str(ROOT / "audio_samples"),
+         "--language", "en", "--streams", "1", "--duration", "4", "--speed", "20",
+         "--json", str(report), "--quiet"]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "note: no WER in this report: it needs the eval extra" in err
+    overall = json.loads(report.read_text())["overall"]
+    assert overall["completed"] == 1 and overall["wer"] is None
