@@ -71,6 +71,9 @@ SET_ASIDE_MAX_S = 1.0
 #: Silero judges a frame by what it heard before, and with only a quarter second of the
 #: word before it, it took a word's fading end (0.7–0.9 in context) for silence
 SECOND_OPINION_LEAD_IN_S = 1.0
+#: a length-limit split after the committed words cuts where they end only if that is at
+#: least this far into the utterance (_split); earlier, the whole utterance is decoded
+MIN_SPLIT_S = 1.0
 #: a long utterance is split at a pause (see _splits_at_pause) only if the pause lasted
 #: this much longer than the final's trailing pad: the voice detector hears a word's
 #: unvoiced onset ("th", "s") late, and a cut just before the voiced part left that onset
@@ -558,9 +561,9 @@ class ChannelRecognizer:
         assert utt is not None
         committed = utt.agreement.committed
         committed_end_s = utt.agreement.committed_end_s
-        if committed and committed_end_s is not None:
+        if committed and committed_end_s is not None and committed_end_s >= MIN_SPLIT_S:
+            # the committed words are the final, and the cut goes where they end
             cut = utt.audio.start_sample + int(committed_end_s * SAMPLE_RATE)
-            cut = max(cut, utt.audio.start_sample + SAMPLE_RATE)  # never an empty first part
             rest = utt.audio.split_off(cut)
             await self._emit_final(
                 utt, Hypothesis(utt.agreement.committed_text, utt.partial_language)
@@ -568,7 +571,9 @@ class ChannelRecognizer:
         elif committed:
             # Committed words without timing (no partial near the limit came back in time)
             # or with timing that cannot be right: any earlier cut could leave committed
-            # words' audio to the next utterance too.
+            # words' audio to the next utterance too. Or words that end within the first
+            # second (partials that kept revising the rest): the cut was pushed to that
+            # second, and the speech between was in no final; the whole is decoded.
             rest = utt.audio.split_off(utt.audio.end_sample)
             await self._decode_final(utt)
         else:

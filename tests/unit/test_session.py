@@ -1985,6 +1985,37 @@ class _TimesEveryPartialWordAtZero(FakeEngine):
         return hyp
 
 
+class _PartialsAgreeOnTheFirstWordOnly(FakeEngine):
+    """Its partials change every word but the first from one answer to the next, so
+    only that word is ever committed (real speech whose partials keep revising)."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        if req.kind is not DecodeKind.PARTIAL or len(hyp.words) < 2:
+            return hyp
+        self.revisions = getattr(self, "revisions", 0) + 1
+        words = [hyp.words[0]] + [
+            WordTiming(f"r{self.revisions}x{i}", w.start_s, w.end_s, w.probability)
+            for i, w in enumerate(hyp.words[1:])
+        ]
+        return dataclasses.replace(hyp, text=" ".join(w.word for w in words), words=words)
+
+
+async def test_a_split_after_under_a_second_of_committed_words_loses_none() -> None:
+    """The cut after the committed words was pushed to at least 1 s into the utterance,
+    but the final was their text alone: the speech between their end and that second was
+    in no final (a reviewer saw "gives his sitter" come out as "Give")."""
+    audio = np.concatenate([silence(0.5), tone(4.0), silence(1.5)])
+    h = Harness(_PartialsAgreeOnTheFirstWordOnly(), commit_partials=True)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), max_utterance_ms=3_000)
+    finals = results(events, final=True)
+    assert len(finals) >= 2, finals  # split at the limit
+    assert finals[0].text.split()[0] == "w0"  # the committed word, kept
+    # the tone's 16 words (0.25 s each), every one in some final (a part's words are named
+    # from w0 by the fake: counted, not compared; a cut inside a word may count it twice)
+    assert 16 <= sum(len(f.text.split()) for f in finals) <= 16 + len(finals), finals
+
+
 async def test_a_length_limit_split_does_not_trust_committed_words_timed_at_zero() -> None:
     """Committed words whose timing cannot be right (all at 0.0 s) are not cut after: that
     sent them as a final of the utterance's first second, and again in the next one."""
