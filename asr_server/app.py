@@ -40,13 +40,7 @@ from asr_server.transport.servicer import RecognizerServicer
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.silero import load_silero, silero_hears_speech
-from asr_server.vad.turn import (
-    INSTALL_HINT,
-    MODEL_FILE,
-    TurnDetection,
-    TurnModelError,
-    load_turn_detection,
-)
+from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
 
 logger = logging.getLogger(__name__)
 
@@ -327,20 +321,11 @@ def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]
     Not installed where it is looked for by default: SEMANTIC streams are refused and the
     server serves the rest. A path the operator gave that does not load is a mistake in
     the configuration: the server does not start (TurnModelError)."""
-    configured = settings.turn.model_path
-    if configured is not None and not configured.is_file():
-        raise TurnModelError(
-            f"the semantic end-of-turn model: turn.model_path (ASR_TURN__MODEL_PATH) is "
-            f"{configured}, which is not a file; point it at {MODEL_FILE}, or unset it to use "
-            f"the one `{INSTALL_HINT}` puts in the cache"
-        )
     try:
         turn = load_turn_detection(settings)
     except TurnModelError as exc:
-        if configured is not None:
-            raise TurnModelError(
-                f"the semantic end-of-turn model at turn.model_path (ASR_TURN__MODEL_PATH): {exc}"
-            ) from None
+        if settings.turn.model_path is not None:
+            raise
         logger.info("SEMANTIC endpointing is off: %s", exc)
         return None, str(exc)
     kernels = (

@@ -46,7 +46,13 @@ INSTALL_HINT = "asr-server turn-model"
 
 
 class TurnModelError(RuntimeError):
-    """The model is missing or not the pinned one; the message says what to run."""
+    """The model is missing or not the pinned one; the message says what to run, and
+    ``reason`` what is wrong with the file alone (for a path the operator chose, where
+    installing into the cache is no remedy)."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def default_model_path(cache_dir: Path) -> Path:
@@ -122,14 +128,13 @@ class TurnModel:
             raise TurnModelError(
                 f"the semantic end-of-turn model is not installed ({path} is missing): run "
                 f"`{INSTALL_HINT}` once (it fetches {MODEL_FILE} from the pinned "
-                f"{PACKAGE}=={PACKAGE_VERSION} wheel on the package index)"
+                f"{PACKAGE}=={PACKAGE_VERSION} wheel on the package index)",
+                reason=f"{path} is not a file",
             )
         digest = sha256_of(path)
         if digest != MODEL_SHA256:
-            raise TurnModelError(
-                f"{path} is not the pinned {MODEL_FILE} (SHA-256 {digest}); run "
-                f"`{INSTALL_HINT}` again"
-            )
+            mismatch = f"{path} is not the pinned {MODEL_FILE} (SHA-256 {digest})"
+            raise TurnModelError(f"{mismatch}; run `{INSTALL_HINT}` again", reason=mismatch)
         import onnxruntime as ort
         from faster_whisper.feature_extractor import FeatureExtractor
 
@@ -241,11 +246,22 @@ class TurnDetection:
 
 
 def load_turn_detection(settings: Settings) -> TurnDetection:
-    """The configured model, or TurnModelError saying how to install it."""
+    """The configured model, or TurnModelError saying what to do: install it where it is
+    looked for by default, or mend the path the operator gave."""
     t = settings.turn
-    path = t.model_path or default_model_path(settings.engine.cache_dir)
+    if t.model_path is None:
+        model = TurnModel(default_model_path(settings.engine.cache_dir))
+    else:
+        try:
+            model = TurnModel(t.model_path)
+        except TurnModelError as exc:
+            raise TurnModelError(
+                "the semantic end-of-turn model at turn.model_path (ASR_TURN__MODEL_PATH): "
+                f"{exc.reason}; point it at {MODEL_FILE}, or unset it to use the one "
+                f"`{INSTALL_HINT}` puts in the cache"
+            ) from None
     return TurnDetection(
-        TurnModel(path),
+        model,
         t.threshold,
         t.probe_ms,
         t.second_probe_ms,
