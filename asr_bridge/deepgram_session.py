@@ -506,16 +506,15 @@ class ContainerRelay(DeepgramRelay):
         loop = asyncio.get_running_loop()
         out = asyncio.ensure_future(self._decoded(decoder))
         try:
-            while True:
-                quiet_until = self.heard_at + self.identify_idle_s
-                done, _ = await asyncio.wait({out}, timeout=max(0.0, quiet_until - loop.time()))
-                if done:
-                    return out.result()
-                if loop.time() >= self.heard_at + self.identify_idle_s:
+            while not out.done():  # (each message the client sends moves heard_at on)
+                quiet_left = self.heard_at + self.identify_idle_s - loop.time()
+                if quiet_left <= 0:
                     raise NoAudio(
                         f"no audio the bridge could start a stream with in "
                         f"{self.identify_idle_s:g} s: send audio, or KeepAlive while paused"
                     )
+                await asyncio.wait({out}, timeout=quiet_left)
+            return out.result()
         finally:
             out.cancel()
 
