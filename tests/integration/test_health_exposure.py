@@ -226,7 +226,7 @@ async def test_a_drain_ends_once_its_streams_have_left_though_watches_are_open(m
         await stream.send_audio(speech_pcm(0.5).tobytes())
         # the call's start reaches the server's handler in its own time: a drain begun
         # before that refuses the stream instead of waiting for it
-        await eventually(lambda: server.metrics.active_streams._value.get() == 1)
+        await eventually(lambda: server.servicer.active == 1)
         drained = asyncio.create_task(server.drain_and_stop(60.0))
         assert (await watch.read()).status == health_pb2.HealthCheckResponse.NOT_SERVING
         assert not drained.done()  # the stream is still there
