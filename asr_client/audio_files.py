@@ -51,20 +51,29 @@ class PcmAudio:
         return len(self.frames) / self.sample_rate_hz
 
     def mixed(self) -> PcmAudio:
-        """One channel: the mean of all of them."""
+        """One channel: the mean of all of them, each channel that carries the first's
+        signal upside down (a wiring slip, a balanced line's other leg) turned over first:
+        averaged as it is, it would cancel the first to silence."""
         if self.channels == 1:
             return self
-        mean = self.frames.astype(np.int32).mean(axis=1, keepdims=True)
+        polarity = np.where(self._similarity_to_first() <= -SAME_SIGNAL_CORRELATION, -1, 1)
+        mean = (self.frames.astype(np.int32) * polarity).mean(axis=1, keepdims=True)
         return PcmAudio(np.round(mean).astype(np.int16), self.sample_rate_hz)
 
     def channels_alike(self, threshold: float = SAME_SIGNAL_CORRELATION) -> bool:
         """Do all channels carry the same signal (a plain stereo recording of one scene:
-        correlation at least ``threshold`` with the first, at the best lag within
-        MAX_CHANNEL_LAG_S, since spaced microphones hear a sound at slightly different
-        times)? A call recorded agent/customer on two channels does not: each hears
-        mostly its own side."""
+        correlation at least ``threshold`` with the first, or at most ``-threshold`` for a
+        channel wired with its polarity reversed, at the best lag within MAX_CHANNEL_LAG_S,
+        since spaced microphones hear a sound at slightly different times)? A call
+        recorded agent/customer on two channels does not: each hears mostly its own side."""
+        return bool(np.all(np.abs(self._similarity_to_first()) >= threshold))
+
+    def _similarity_to_first(self) -> np.ndarray:
+        """Per channel, its correlation with the first at the lag within MAX_CHANNEL_LAG_S
+        where it is strongest, with its sign: 1 the same signal, -1 the same upside down,
+        0 unrelated. Silence is like silence (1) and like nothing else (0)."""
         if self.channels == 1:
-            return True
+            return np.ones(1)
         lags = max(1, round(MAX_CHANNEL_LAG_S * self.sample_rate_hz))
         windows = self._correlation_windows()
         # window by window, in two passes (the means, then the centred sums): a float64
@@ -86,12 +95,14 @@ class PcmAudio:
                 circular = np.fft.irfft(spectrum * np.fft.rfft(x, size), size)
                 with_first[c] += np.concatenate([circular[-lags:], circular[: lags + 1]])
         energy = np.sqrt(squares)
-        if energy[0] == 0:
-            return bool(np.all(energy == 0))
+        similarity = np.ones(self.channels)
         for c in range(1, self.channels):
-            if energy[c] == 0 or with_first[c].max() / (energy[0] * energy[c]) < threshold:
-                return False
-        return True
+            if energy[0] == 0 or energy[c] == 0:
+                similarity[c] = float(energy[0] == energy[c])
+                continue
+            strongest = with_first[c][np.argmax(np.abs(with_first[c]))]
+            similarity[c] = strongest / (energy[0] * energy[c])
+        return similarity
 
     def _correlation_windows(self) -> list[slice]:
         """The stretches of the file whose channels are compared: all of it in windows,

@@ -138,6 +138,7 @@ async def test_stereo_results_carry_their_channel(
     assert finals[0]["text"].startswith("w0")
 
 
+@pytest.mark.parametrize("right_gain", [0.8, -0.8])
 @pytest.mark.parametrize(("option", "channels"), [(None, {0}), ("mix", {0}), ("separate", {0, 1})])
 async def test_a_plain_stereo_recording_is_transcribed_once(
     server: str,
@@ -145,12 +146,15 @@ async def test_a_plain_stereo_recording_is_transcribed_once(
     capsys: pytest.CaptureFixture[str],
     option: str | None,
     channels: set[int],
+    right_gain: float,
 ) -> None:
     """The same signal on both channels (a stereo copy of a mono recording, as
-    audio_samples/jfk.flac is): one transcript unless asked, not every line twice."""
+    audio_samples/jfk.flac is): one transcript unless asked, not every line twice. A
+    right channel wired upside down (-0.8) is the same signal too, and mixing it must not
+    cancel the left to silence."""
     left = speech_like()
     path = tmp_path / "same.wav"  # the same signal, a little quieter on the right
-    soundfile.write(path, np.stack([left, 0.8 * left], axis=1), RATE, subtype="PCM_16")
+    soundfile.write(path, np.stack([left, right_gain * left], axis=1), RATE, subtype="PCM_16")
     out = tmp_path / "events.jsonl"
     argv = ["file", str(path), "--server", server, "--fast", "--json-out", str(out)]
     assert await run([*argv, *(["--channels", option] if option else [])]) == 0
@@ -168,6 +172,14 @@ def test_channels_alike_tells_one_recording_from_a_call() -> None:
     other = (rng.normal(0, 3000, 16_000)).astype(np.int16)
     assert PcmAudio(np.stack([speech, speech], axis=1), RATE).channels_alike()
     assert not PcmAudio(np.stack([speech, other], axis=1), RATE).channels_alike()
+    # the same signal with one channel's polarity reversed: alike, and mixed right side up
+    inverted = PcmAudio(np.stack([speech, -speech], axis=1), RATE)
+    assert inverted.channels_alike()
+    assert np.array_equal(inverted.mixed().frames[:, 0], speech)
+    # silence on both is alike; silence beside speech is not
+    silent = np.zeros_like(speech)
+    assert PcmAudio(np.stack([silent, silent], axis=1), RATE).channels_alike()
+    assert not PcmAudio(np.stack([silent, speech], axis=1), RATE).channels_alike()
     # a call: each side mostly silent while the other talks, a little echo across
     agent = np.concatenate([speech, np.zeros(16_000, np.int16)])
     customer = np.concatenate([np.zeros(16_000, np.int16), other])
