@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 from asr_api.v1 import asr_pb2
 from asr_bridge.realtime import ServerEvents
 from asr_bridge.wire import json_message
-from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
+from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS, speech_event_utterance
 from asr_server.audio.decode import MAX_RATE_HZ, MIN_RATE_HZ
 
 if TYPE_CHECKING:
@@ -259,7 +259,8 @@ class StreamasrEvents:
             return [
                 {
                     "type": SPEECH_EVENT_TYPES.get(e.type, "speech_event"),
-                    "utterance_id": e.utterance_id,
+                    # null: a finalized on a session that has had no utterance yet
+                    "utterance_id": speech_event_utterance(e),
                     "offset_s": round(e.offset_s, 3),
                     "lag_s": lag,
                 }

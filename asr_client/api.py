@@ -45,6 +45,15 @@ TURN_END_REASONS = {
 }
 
 
+def speech_event_utterance(event: asr_pb2.SpeechEvent) -> int | None:
+    """The utterance a speech event names; None for a FINALIZED on a channel that has
+    had none yet (its utterance_id unset). Other events name one even when a server that
+    predates the field's presence left 0 unset."""
+    if event.type == asr_pb2.SpeechEvent.FINALIZED and not event.HasField("utterance_id"):
+        return None
+    return event.utterance_id
+
+
 class StreamClosedError(RuntimeError):
     """The server ended the stream with an error; ``code`` and ``details`` say why."""
 

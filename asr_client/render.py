@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.text import Text
 
 from asr_api.v1 import asr_pb2
-from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS
+from asr_client.api import SPEECH_EVENT_TYPES, TURN_END_REASONS, speech_event_utterance
 
 Response = asr_pb2.StreamingRecognizeResponse
 
@@ -114,9 +114,9 @@ def event_record(response: Response, *, recv_time: float, t: float) -> dict[str,
     event = response.WhichOneof("event")
     if event in ("speech_event", "end_of_turn"):
         ev = getattr(response, event)
-        record.update(
-            offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=ev.utterance_id
-        )
+        # null: a FINALIZED on a channel that has had no utterance yet
+        utterance = speech_event_utterance(ev) if event == "speech_event" else ev.utterance_id
+        record.update(offset_s=round(ev.offset_s, 3), channel=ev.channel, utterance_id=utterance)
         if event == "end_of_turn":
             record["probability"] = round(ev.probability, 4)
             record["reason"] = TURN_END_REASONS.get(ev.reason, "")

@@ -39,7 +39,13 @@ if TYPE_CHECKING:
     from asr_client.api import AsrClient, RecognitionStream
 
 from asr_client.acks import FinalizeAck, PendingFinalizes
-from asr_client.api import CANCELLED, NOT_READ, StreamClosedError, updated_config
+from asr_client.api import (
+    CANCELLED,
+    NOT_READ,
+    StreamClosedError,
+    speech_event_utterance,
+    updated_config,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -452,7 +458,9 @@ class ResumableStream:
         if kind == "speech_event":
             ev = response.speech_event
             ch = min(ev.channel, len(self._speaking) - 1)
-            self._seen_utterance(ch, ev.utterance_id)
+            utterance = speech_event_utterance(ev)
+            if utterance is not None:  # None: a FINALIZED before any utterance
+                self._seen_utterance(ch, utterance)
             if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                 self._utterance_open(ch, ev.utterance_id)
             elif ev.type == asr_pb2.SpeechEvent.NO_WORDS:

@@ -348,9 +348,8 @@ class ChannelRecognizer:
             self._client_finalize_pause = self._utt.pause_heard
         await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
         self._settle()  # the acknowledgement's progress: past the final it follows
-        await self._emit(
-            Finalized(self.position / SAMPLE_RATE, self.channel, max(0, self._next_id - 1))
-        )
+        latest = self._next_id - 1 if self._next_id > 0 else None
+        await self._emit(Finalized(self.position / SAMPLE_RATE, self.channel, latest))
         self.metrics.speech_events.labels("finalized").inc()
         self.metrics.finalize_answer.observe(now() - request.arrived)
 

@@ -120,7 +120,7 @@ class Finalized:
 
     offset_s: float  # where the finalize came in the channel's audio
     channel: int
-    utterance_id: int  # the channel's latest utterance (0: none yet)
+    utterance_id: int | None  # the channel's latest utterance (None: none yet)
 
 
 @dataclass(frozen=True)

@@ -170,6 +170,11 @@ def test_a_finalize_and_its_acknowledgement_reach_the_browser() -> None:
     )
     (d,) = events.response(done)
     assert d == {"type": "finalized", "utterance_id": 4, "offset_s": 2.75, "lag_s": 0.0}
+    # the first utterance is 0; a finalize before any utterance names none
+    done.speech_event.utterance_id = 0
+    assert events.response(done)[0]["utterance_id"] == 0
+    done.speech_event.ClearField("utterance_id")
+    assert events.response(done)[0]["utterance_id"] is None
 
 
 def test_eager_finals_are_asked_for_and_reach_the_browser() -> None:

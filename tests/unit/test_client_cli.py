@@ -829,6 +829,12 @@ def test_json_lines_carry_the_documented_fields_of_each_event() -> None:
     assert records[2]["type"] == "speech_ended" and records[2]["from_finalize"] is True
     assert records[3]["type"] == "going_away"
     assert (records[3]["deadline_s"], records[3]["reason"]) == (25.0, "draining")
+    # the first utterance is 0; a FINALIZED before any utterance names none (null)
+    finalized = Response(speech_event=asr_pb2.SpeechEvent(type=asr_pb2.SpeechEvent.FINALIZED))
+    assert event_record(finalized, recv_time=0.0, t=0.0)["utterance_id"] is None
+    finalized.speech_event.utterance_id = 0
+    assert event_record(finalized, recv_time=0.0, t=0.0)["utterance_id"] == 0
+    assert records[2]["utterance_id"] == 0  # unset on another event: 0, as servers sent it
     # a going-away is not a speech event to show
     out = io.StringIO()
     PlainRenderer(out, verbose=True).event(going)

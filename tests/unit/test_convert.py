@@ -126,3 +126,19 @@ def test_a_resumes_previous_final_is_carried_only_when_replayed_whole() -> None:
     msg.resume.channels[0].previous_text = " "
     config = stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=None)
     assert config.resume is not None and config.resume.channels[0].previous_samples is None
+
+
+def test_a_finalized_before_any_utterance_names_none_and_utterance_0_is_named() -> None:
+    """Utterance ids start at 0, so 0 cannot also mean "none yet": a FINALIZED on a
+    channel that has had no utterance leaves utterance_id unset; every other event sets
+    it, 0 included."""
+    from asr_server.session.types import Finalized, Progress, SpeechBoundary
+    from asr_server.transport.convert import event_to_proto
+
+    progress = Progress(1.0, 1.0)
+    none_yet = event_to_proto(Finalized(0.0, 0, None), progress).speech_event
+    assert none_yet.type == asr_pb2.SpeechEvent.FINALIZED
+    assert not none_yet.HasField("utterance_id")
+    for event in (Finalized(1.0, 0, 0), SpeechBoundary(0.5, True, 0, 0)):
+        named = event_to_proto(event, progress).speech_event
+        assert named.HasField("utterance_id") and named.utterance_id == 0

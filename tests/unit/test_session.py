@@ -1217,7 +1217,7 @@ async def test_a_finalize_with_nothing_open_is_acknowledged_at_once() -> None:
         "StreamDone",
     ]
     first, second = (e for e in events if isinstance(e, Finalized))
-    assert first == Finalized(0.0, 0, 0)
+    assert first == Finalized(0.0, 0, None)  # no utterance yet: none to name
     assert second == Finalized(pytest.approx(2.0, abs=1e-3), 0, 0)
     assert not results(events, final=True)[0].from_finalize
     # how long each finalizing client waited for its answer
