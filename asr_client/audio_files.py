@@ -159,6 +159,8 @@ def load_audio(path: str | Path) -> PcmAudio:
         raise AudioFileError(f"{path}: no such file")
     try:
         return _load_soundfile(path)
+    except AudioFileError:  # decoded, and found wanting (no audio in it): PyAV would agree
+        raise
     except Exception as sf_error:  # soundfile raises several unrelated types for "can't read"
         try:
             return _load_pyav(path)
@@ -183,8 +185,10 @@ def _load_soundfile(path: Path) -> PcmAudio:
 
 
 def to_int16(samples: np.ndarray) -> np.ndarray:
-    """Float samples in [-1, 1] to int16, rounded, with full scale clipped rather than wrapped."""
-    return np.clip(np.rint(samples * 32768.0), -32768, 32767).astype(np.int16)
+    """Float samples in [-1, 1] to int16, rounded, with full scale clipped rather than
+    wrapped; a NaN (a float file's broken sample) is silence, an infinity full scale."""
+    finite = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+    return np.clip(np.rint(finite * 32768.0), -32768, 32767).astype(np.int16)
 
 
 def _load_pyav(path: Path) -> PcmAudio:

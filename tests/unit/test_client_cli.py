@@ -10,6 +10,7 @@ import re
 import socket
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -472,6 +473,26 @@ def test_load_audio_converts_to_int16(tmp_path: Path, subtype: str):
     assert audio.sample_rate_hz == 8000 and audio.channels == 1
     assert audio.frames.dtype == np.int16
     assert audio.frames[:, 0].tolist() == [0, 16384, -16384, 32767]
+
+
+def test_a_float_files_broken_samples_are_silence_or_full_scale(tmp_path: Path):
+    # NaN used to reach numpy's int cast: a RuntimeWarning on the user's terminal and
+    # whatever integer the cast made of it
+    path = tmp_path / "broken.wav"
+    samples = np.array([0.25, np.nan, np.inf, -np.inf, -0.25], dtype=np.float32)
+    soundfile.write(path, samples, 8000, subtype="FLOAT")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        audio = load_audio(path)
+    assert audio.frames[:, 0].tolist() == [8192, 0, 32767, -32768, -8192]
+
+
+def test_an_empty_file_is_said_to_be_empty_once(tmp_path: Path):
+    path = tmp_path / "empty.wav"
+    soundfile.write(path, np.zeros(0, np.int16), 16_000, subtype="PCM_16")
+    with pytest.raises(AudioFileError) as caught:
+        load_audio(path)
+    assert str(caught.value) == f"{path}: the file holds no audio"
 
 
 def test_load_audio_keeps_stereo_interleaved(stereo_wav: Path):
