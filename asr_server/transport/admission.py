@@ -1,9 +1,11 @@
 """Admission: how many calls may be open, in total, per client, and before their config.
 
 A call is *pending* from its first byte until its config arrives, then holds a *seat*
-(one of ``max_streams``). Seats are only taken by configured streams, so calls that open
-and never send a config cannot keep a legitimate stream out: they hold pending slots
-(bounded separately, and ended by the config timeout) instead. One client identity may
+(one of ``max_streams``). A call that comes while every seat is taken is refused at once,
+and one whose config finds them all taken (they filled while it was pending) then. Seats
+are only taken by configured streams, so calls that open and never send a config cannot
+keep a legitimate stream out: they hold pending slots (bounded separately, and ended by
+the config timeout) instead. One client identity may
 hold at most half the pending pool (``max_pending_streams_per_client``), so calls that
 never send a config cannot lock other clients out either, and at most
 ``max_streams_per_client`` calls, pending or seated.
@@ -70,6 +72,10 @@ class Admission:
     def call(self, identity: Identity) -> Iterator[Ticket]:
         """Admit a new call as pending for the ``with`` block; raises RESOURCE_EXHAUSTED."""
         s = self.settings
+        # full now: refused at once rather than once its config has come (the config would
+        # find no seat either, unless one frees meanwhile), so a proxy or a client tries
+        # another replica without waiting on this one
+        self._check_capacity()
         per_client = s.max_streams_per_client
         if per_client and self._per_client[identity.name] >= per_client:
             self._refuse(
@@ -108,12 +114,7 @@ class Admission:
     def _seat(self, ticket: Ticket) -> None:
         if ticket.seated:
             return
-        limit = self.settings.max_streams
-        if self.seated >= limit:
-            self._refuse(
-                "capacity",
-                f"server is at its limit of {limit} concurrent streams; retry later",
-            )
+        self._check_capacity()
         ticket.seated = True
         self.metrics.client_streams.labels(ticket.identity.label).inc()  # admitted
         self.pending -= 1
@@ -121,6 +122,14 @@ class Admission:
         self.seated += 1
         self.metrics.pending_streams.set(self.pending)
         self.metrics.active_streams.set(self.seated)
+
+    def _check_capacity(self) -> None:
+        limit = self.settings.max_streams
+        if self.seated >= limit:
+            self._refuse(
+                "capacity",
+                f"server is at its limit of {limit} concurrent streams; retry later",
+            )
 
     def _refuse(self, reason: str, message: str) -> None:
         self.metrics.refused_streams.labels(reason).inc()
