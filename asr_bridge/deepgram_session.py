@@ -192,6 +192,7 @@ class DeepgramRelay:
         # the upstream's writes: bounded by the server's pace, and ended by the client leaving
         self.writes = ClientWrites(websocket)
         self._opened_told = False  # the opening message (Flux's Connected) has gone out
+        self._heard_from_server = False  # a response came: a later failure was no refusal
         self.heard_at = asyncio.get_running_loop().time()  # the client's last message
         # both tasks write (upstream answers Configure and bad messages): one message at a time
         self._send_lock = asyncio.Lock()
@@ -278,6 +279,7 @@ class DeepgramRelay:
             error = group.exceptions[0]
             assert isinstance(error, StreamClosedError)
             self.metrics.session_errors.labels(error.code.name).inc()
+            self.metrics.stream_failed(error.code, answered=self._heard_from_server)
             level = logging.WARNING if error.code == grpc.StatusCode.UNAVAILABLE else logging.INFO
             logger.log(level, "session %s: server error %s", self.session_id, error)
             close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
@@ -346,6 +348,7 @@ class DeepgramRelay:
 
     async def _downstream(self, stream: RecognitionStream) -> None:
         async for response in stream:
+            self._heard_from_server = True
             if response.HasField("progress"):
                 self.metrics.server_lag.observe(response.progress.lag_s)
             await self._send(self._messages(response))

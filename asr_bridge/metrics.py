@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import grpc
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
@@ -34,6 +35,14 @@ REFUSAL_REASONS: tuple[RefusalReason, ...] = (
     "server_auth",
     "server_capacity",
 )
+
+#: a stream the server ends with one of these before its first response was refused by it
+SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
+    grpc.StatusCode.UNAUTHENTICATED: "server_auth",
+    grpc.StatusCode.PERMISSION_DENIED: "server_auth",
+    grpc.StatusCode.UNAVAILABLE: "server_unavailable",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "server_capacity",
+}
 
 #: the server's lag stays well under a second when it keeps up; the tail shows overload
 LAG_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -91,3 +100,10 @@ class BridgeMetrics:
 
     def refused(self, reason: RefusalReason) -> None:
         self.refusals.labels(reason).inc()
+
+    def stream_failed(self, code: grpc.StatusCode, *, answered: bool) -> None:
+        """A session's gRPC stream ended with ``code``: a refusal of the session if the
+        server never ``answered`` it (down, full, the bridge's credentials refused), on
+        every protocol the bridge speaks. The caller counts the session's error event."""
+        if code in SERVER_REFUSALS and not answered:
+            self.refused(SERVER_REFUSALS[code])

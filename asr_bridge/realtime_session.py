@@ -84,6 +84,8 @@ class RealtimeSession:
     _downstream: asyncio.Task[None] | None = field(default=None, init=False)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
+    #: a response came: a later failure of the stream was no refusal
+    _heard_from_server: bool = field(default=False, init=False)
     #: writes on the stream, and KEEPALIVEs between presses of push-to-talk clients
     _keeper: StreamKeeper | None = field(default=None, init=False)
     _keeping: asyncio.Task[None] | None = field(default=None, init=False)
@@ -244,6 +246,7 @@ class RealtimeSession:
         """Responses → server events; the stream's end or failure ends the session."""
         try:
             async for response in stream:
+                self._heard_from_server = True
                 if response.HasField("progress"):
                     self.metrics.server_lag.observe(response.progress.lag_s)
                 await self._send(
@@ -262,6 +265,7 @@ class RealtimeSession:
         kind = "invalid_request_error" if exc.code.name in CLIENT_FAULTS else "server_error"
         logger.info("session %s: stream failed: %s", self.session_id, exc)
         self.metrics.session_errors.labels(exc.code.name).inc()
+        self.metrics.stream_failed(exc.code, answered=self._heard_from_server)
         details, close_code = exc.details, close_code_for(exc.code.name)
         if exc.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             # the server refused the bridge's own credentials, not the client's key: 1011,
@@ -273,8 +277,8 @@ class RealtimeSession:
         await self._close(close_code, close_reason(details))
 
     async def _client_error(self, exc: RealtimeError, event_id: str | None) -> None:
+        # the session goes on: not a session that ended with an error
         logger.info("session %s: client error: %s", self.session_id, exc)
-        self.metrics.session_errors.labels("INVALID_ARGUMENT").inc()
         await self._send(
             [self.events.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)]
         )

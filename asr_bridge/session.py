@@ -35,7 +35,7 @@ from starlette.websockets import WebSocket
 
 from asr_api.v1 import asr_pb2
 from asr_bridge.keepalive import StreamKeeper
-from asr_bridge.metrics import BridgeMetrics, RefusalReason
+from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import (
     CLOSE_NORMAL,
     CLOSE_SERVER_ERROR,
@@ -60,14 +60,6 @@ from asr_client import AsrClient, RecognitionStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
 logger = logging.getLogger(__name__)
-
-#: a stream the server ends with one of these before its first response was refused by it
-_SERVER_REFUSALS: dict[grpc.StatusCode, RefusalReason] = {
-    grpc.StatusCode.UNAUTHENTICATED: "server_auth",
-    grpc.StatusCode.PERMISSION_DENIED: "server_auth",
-    grpc.StatusCode.UNAVAILABLE: "server_unavailable",
-    grpc.StatusCode.RESOURCE_EXHAUSTED: "server_capacity",
-}
 
 #: the longest one write to the server may wait on its backpressure before the session
 #: ends, and how far all writes together may fall behind the audio's own time;
@@ -323,8 +315,7 @@ class BridgeSession:
 
     async def _server_failed(self, events: EventWriter, error: StreamClosedError) -> None:
         code = error.code
-        if code in _SERVER_REFUSALS and not self._heard_from_server:
-            self.metrics.refused(_SERVER_REFUSALS[code])
+        self.metrics.stream_failed(code, answered=self._heard_from_server)
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             # The bridge's own credentials were refused, not the browser's token: 1011, not
             # 4401, so that a page does not ask its user for a token they got right.

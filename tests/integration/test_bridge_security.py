@@ -346,6 +346,40 @@ async def test_a_wrong_server_token_on_the_realtime_route_is_not_the_clients_fau
     assert ws.close_code == 1011
 
 
+@pytest.mark.parametrize(
+    "route",
+    [
+        "/v1/listen?encoding=linear16&sample_rate=16000",
+        "/v2/listen?model=flux-general-en&encoding=linear16&sample_rate=16000",
+        "/v1/realtime?intent=transcription",
+    ],
+)
+async def test_every_route_counts_the_servers_refusal_of_the_bridge(
+    make_bridge,  # type: ignore[no-untyped-def]
+    tls_server: tuple[int, TinyRecognizer, Pki],
+    route: str,
+) -> None:
+    """The operator's alert on asr_bridge_refusals_total{reason="server_auth"} (deploy/
+    README.md) must fire for Deepgram, Flux and OpenAI clients too, not for /ws alone."""
+    import base64
+
+    bridge, _ = await bridge_with_a_wrong_server_token(make_bridge, tls_server)
+    url = f"ws://127.0.0.1:{bridge.port}{route}"
+    async with connect(url, additional_headers={"Authorization": "Bearer any"}) as ws:
+        if "realtime" in route:
+            audio = base64.b64encode(bytes(4800)).decode()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": audio}))
+        else:
+            await ws.send(bytes(3200))
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == 1011
+    m = await asyncio.to_thread(scrape, bridge)
+    assert m["asr_bridge_refusals_total{reason=server_auth}"] == 1
+    assert m["asr_bridge_session_errors_total{code=UNAUTHENTICATED}"] == 1
+
+
 async def test_the_wrong_ca_fails_readably_as_unavailable(
     make_bridge,  # type: ignore[no-untyped-def]
     tls_server: tuple[int, TinyRecognizer, Pki],

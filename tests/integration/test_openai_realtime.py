@@ -378,6 +378,11 @@ async def test_client_mistakes_are_error_events_and_the_session_goes_on(  # type
         completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
         assert completed["transcript"] == "w0 w1 w2 w3"
     await eventually(lambda: server.servicer.active == 0)
+    # a session that went on did not end with an error: a chatty client cannot inflate it
+    errors = bridge.metrics.registry.get_sample_value(
+        "asr_bridge_session_errors_total", {"code": "INVALID_ARGUMENT"}
+    )
+    assert not errors, errors
 
 
 async def test_settings_cannot_change_once_audio_flows_but_binary_frames_are_refused(  # type: ignore[no-untyped-def]
@@ -459,6 +464,10 @@ async def test_a_server_that_cannot_be_reached_is_an_error_event_and_a_close(mak
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 10)
         assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    refusals = bridge.metrics.registry.get_sample_value(
+        "asr_bridge_refusals_total", {"reason": "server_unavailable"}
+    )
+    assert refusals == 1
 
 
 async def test_an_append_of_seconds_in_one_event_is_taken(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
