@@ -276,6 +276,12 @@ class ResumableStream:
         self._language = [""] * channels  # of the last final: the language the channel keeps
         self._speaking = [False] * channels
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
+        # per channel, the utterance of an eager result not yet confirmed by its final nor
+        # withdrawn by SPEECH_RESUMED: a new call hears that speech again under a new id,
+        # so the resume withdraws it (_withdrawn_eagers), keeping the proto's promise
+        self._open_eager: list[asr_pb2.Result | None] = [None] * channels
+        self._last_progress = asr_pb2.Progress()
+        self._notices: list[asr_pb2.StreamingRecognizeResponse] = []  # made here, to yield
         # per channel, the FINALIZEs sent and not yet acknowledged, with where each came
         # and the futures finalize() returned: a replay sends again those among the kept
         # audio, and those trimmed before their acknowledgement, whose acknowledgement then
@@ -394,11 +400,15 @@ class ResumableStream:
             try:
                 if self._outage_since is not None and await call.admitted():
                     self._resumed()  # a server has taken the stream (again)
+                while self._notices:
+                    yield self._notices.pop(0)
                 async for response in call:
                     if self._outage_since is not None:
                         # a server that predates the admission header: its first answer
                         # is the sign that it took the stream
                         self._resumed()
+                    while self._notices:
+                        yield self._notices.pop(0)
                     self._admitted = True
                     if self._observe(response):
                         yield response
@@ -448,6 +458,7 @@ class ResumableStream:
         """Note what ``response`` says of the stream; False: it repeats what the caller
         has had (the acknowledgement of a FINALIZE replayed after a resume)."""
         progress = response.progress
+        self._last_progress = progress
         self._processed_s = max(self._processed_s, progress.audio_processed_s)
         if progress.HasField("settled_s"):
             # each value is a lower bound that stays true, so the largest one holds
@@ -463,6 +474,10 @@ class ResumableStream:
                 self._seen_utterance(ch, utterance)
             if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                 self._utterance_open(ch, ev.utterance_id)
+            elif ev.type == asr_pb2.SpeechEvent.SPEECH_RESUMED:
+                eager = self._open_eager[ch]
+                if eager is not None and ev.utterance_id == eager.utterance_id:
+                    self._open_eager[ch] = None
             elif ev.type == asr_pb2.SpeechEvent.NO_WORDS:
                 # over, with no final to say so: a boundary as a final is
                 if ev.utterance_id >= self._open_utterance[ch]:
@@ -481,6 +496,11 @@ class ResumableStream:
             r = response.result
             ch = min(r.channel, len(self._speaking) - 1)
             self._seen_utterance(ch, r.utterance_id)
+            eager = self._open_eager[ch]
+            if r.eager:
+                self._open_eager[ch] = r
+            elif r.is_final and eager is not None and r.utterance_id >= eager.utterance_id:
+                self._open_eager[ch] = None
             if not r.is_final:
                 # an utterance split at the length limit goes on under the next id with
                 # no SPEECH_STARTED; its partials show it is open
@@ -667,6 +687,7 @@ class ResumableStream:
         self.resumes += 1
         info = dataclasses.replace(self._resuming, count=self.resumes, outage_s=outage_s)
         self._resuming = None
+        self._notices.extend(self._withdrawn_eagers())
         logger.info(
             "stream %s resumed (%s) at %.2f s, replaying %.2f s",
             self.session_id,
@@ -676,6 +697,29 @@ class ResumableStream:
         )
         if self._on_resume is not None:
             self._on_resume(info)
+
+    def _withdrawn_eagers(self) -> list[asr_pb2.StreamingRecognizeResponse]:
+        """SPEECH_RESUMED for each eager result the broken call left open: its utterance
+        is heard again on the new call under a new id, so this one gets neither its final
+        nor a withdrawal from the server, and a caller that began answering on it would
+        wait for one forever."""
+        notices = []
+        for channel, eager in enumerate(self._open_eager):
+            if eager is None:
+                continue
+            event = asr_pb2.SpeechEvent(
+                type=asr_pb2.SpeechEvent.SPEECH_RESUMED,
+                offset_s=eager.end_s,  # the eager text went this far; no further
+                channel=channel,
+                utterance_id=eager.utterance_id,
+            )
+            progress = asr_pb2.Progress()
+            progress.CopyFrom(self._last_progress)
+            notices.append(
+                asr_pb2.StreamingRecognizeResponse(speech_event=event, progress=progress)
+            )
+            self._open_eager[channel] = None
+        return notices
 
     async def _replay(self, call: RecognitionStream, items: list[bytes | FinalizeRequest]) -> None:
         try:

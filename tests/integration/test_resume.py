@@ -969,3 +969,58 @@ async def test_a_cancelled_stream_stays_ended_even_in_the_middle_of_a_resume(mak
     finally:
         await client.close()
         await proxy.close()
+
+
+async def test_an_eager_result_the_break_left_open_is_withdrawn(make_server) -> None:  # type: ignore[no-untyped-def]
+    """The proto promises each eager result exactly one of: its final, or SPEECH_RESUMED.
+    A break between the two makes the new call hear that speech again under a new id, so
+    the server can send neither for the old id: the client withdraws it, before the new
+    call's events, and the utterance's final comes under the new id."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    pcm = utterances(2, gap=1.5)
+    responses: list[asr_pb2.StreamingRecognizeResponse] = []
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            config = audio_config(interim_results=False, eager_finals=True)
+            async with client.stream(config, resume=ResumePolicy()) as stream:
+
+                async def send() -> None:
+                    for i in range(0, len(pcm), CHUNK // 2):  # 50 ms, at 2x real time
+                        await stream.send_audio(pcm[i : i + CHUNK // 2].tobytes())
+                        await asyncio.sleep(0.025)
+                    await stream.end()
+
+                sender = asyncio.create_task(send())
+                async for response in stream:
+                    responses.append(response)
+                    if response.HasField("result") and response.result.eager:
+                        if sum(r.HasField("result") and r.result.eager for r in responses) == 1:
+                            proxy.cut()  # before the first eager result's final
+                await sender
+                assert stream.resumes == 1  # type: ignore[attr-defined]
+    finally:
+        await proxy.close()
+    events = [
+        (kind, getattr(r, kind))
+        for r in responses
+        if (kind := r.WhichOneof("event")) in ("result", "speech_event")
+    ]
+    eagers = [e for kind, e in events if kind == "result" and e.eager]
+    first = eagers[0].utterance_id
+
+    def withdraws(kind: str, e) -> bool:  # type: ignore[no-untyped-def]
+        return kind == "speech_event" and e.type == asr_pb2.SpeechEvent.SPEECH_RESUMED
+
+    answers = [
+        i
+        for i, (kind, e) in enumerate(events)
+        if e.utterance_id == first and (withdraws(kind, e) or (kind == "result" and e.is_final))
+    ]
+    assert len(answers) == 1 and withdraws(*events[answers[0]]), events
+    # ... before anything of the new call, which hears the utterance again
+    later = [e.utterance_id for _, e in events[answers[0] + 1 :]]
+    assert later and min(later) > first, events
+    texts = [e.text for kind, e in events if kind == "result" and e.is_final]
+    assert texts == ["w0 w1 w2 w3"] * 2
+    utterance_ids_never_repeat(responses)
