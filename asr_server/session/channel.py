@@ -219,6 +219,16 @@ class ChannelRecognizer:
         return self._late_speculation
 
     @property
+    def _eager_after(self) -> int:
+        """The pause at which the early final is offered as an eager result: in SEMANTIC
+        streams at the turn model's first ask (it decides), else at the pause the proto
+        promises (about 200 ms), also where a finalizing client has it decoded sooner:
+        offered sooner, it would be withdrawn at far more of a sentence's short pauses."""
+        if self._turns.semantic:
+            return self._early_speculation
+        return self._late_speculation
+
+    @property
     def _held_pause(self) -> int:
         """SEMANTIC: a pause this long is held open on purpose, never split at (the
         silence that would have ended the utterance in a SILENCE stream)."""
@@ -440,9 +450,13 @@ class ChannelRecognizer:
         else:
             utt.pause_heard = silence
             if silence >= self._speculate_after and utt.speculation is None:
-                self._speculate(utt, ev.last_voiced_end)
+                utt.speculation = self._early_final(utt, ev.last_voiced_end, "speculative-final")
             elif self._needs_split_final(utt, silence):
                 utt.split_final = self._early_final(utt, ev.last_voiced_end, "split-final")
+            speculation = utt.speculation
+            if speculation is not None and not speculation.offered and silence >= self._eager_after:
+                speculation.offered = True
+                self._turns.speculated(utt)
             self._turns.at_pause(utt, silence, ev.last_voiced_end)
         if (
             self.config.interim_results
@@ -460,10 +474,6 @@ class ChannelRecognizer:
             self._finals.decode(utt, *self._finals.request(utt, end), early), name=name
         )
         return early
-
-    def _speculate(self, utt: UtteranceState, last_voiced_end: int) -> None:
-        utt.speculation = self._early_final(utt, last_voiced_end, "speculative-final")
-        self._turns.speculated(utt)
 
     def _queue_turn_complete(self, ev: TurnComplete) -> None:
         """The turn model's yes, behind the audio not yet handled (speech may resume in it)."""

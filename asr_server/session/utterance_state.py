@@ -34,6 +34,7 @@ class EarlyFinal:
     task: asyncio.Task[Hypothesis | None] = field(init=False)
     started: bool = False  # the engine is decoding it: it costs nothing more to keep
     set_aside: bool = False  # see UtteranceState.set_aside
+    offered: bool = False  # offered as an eager result (TurnTaking.speculated)
 
     def mark_started(self) -> None:
         self.started = True

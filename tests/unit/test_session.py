@@ -2220,3 +2220,18 @@ async def test_the_length_limit_in_a_pause_cuts_at_the_pauses_final() -> None:
     ends = [e for e in events if isinstance(e, SpeechBoundary) and not e.started]
     assert ends[0].utterance_id == 1 and ends[0].offset_s == pytest.approx(2.9, abs=0.02)
     assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
+
+
+async def test_eager_results_wait_for_the_promised_pause_after_a_client_finalize() -> None:
+    """A client's finalize makes the channel decode finals 60 ms into each pause, for
+    speed; the eager result still waits for the ~200 ms pause the proto promises. Sent
+    60 ms in, it came at a sentence's short pauses (0.15 s here), only to be withdrawn."""
+    h = Harness()
+    short = [silence(0.15), tone(0.5), silence(0.25)]
+    events = await a_turn_ended_by_the_client(h, short, eager_finals=True)
+    second = [e for e in events if getattr(e, "utterance_id", None) == 1]
+    eager = [e for e in second if isinstance(e, RecognitionResult) and e.eager]
+    assert not [e for e in second if isinstance(e, SpeechResumed)], second
+    # one eager result, in the 0.25 s pause; its audio ends with the second tone
+    assert len(eager) == 1, second
+    assert eager[0].end_s == pytest.approx(3.3 + 2.0 + 0.15 + 0.5 + 0.06, abs=0.035)
