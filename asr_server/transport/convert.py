@@ -83,7 +83,7 @@ def stream_config_from_proto(
             f"config.model {_quote(msg.model)} is not served here; this server runs {model_name!r} "
             "(leave model empty to use it)"
         )
-    language = msg.language.strip().lower() or None
+    language = language_code(msg.language) or None
     if language is not None and languages is not None and language not in languages:
         allowed = _known_languages(languages, "a Whisper language code")
         raise AsrError.invalid(
@@ -240,6 +240,13 @@ def _check_prompt(
 MAX_ALLOWED_LANGUAGES = 20
 
 
+def language_code(tag: str) -> str:
+    """A BCP-47 tag as the model's language code: its primary subtag, so ``en-US`` (what
+    clients of Google's, Riva's and Deepgram's APIs send) is ``en``; Whisper's own codes
+    (``en``, ``haw``) are primary subtags already."""
+    return tag.strip().replace("_", "-").split("-")[0].lower()
+
+
 def _known_languages(languages: frozenset[str], many: str) -> str:
     """What a refusal suggests: the model's own codes when they are few (an English-only
     model: en), else ``many``."""
@@ -256,7 +263,7 @@ def _allowed_languages(
         )
     allowed: list[str] = []
     for code in msg.languages:
-        lang = code.strip().lower()
+        lang = language_code(code)
         if languages is not None and lang not in languages:
             known = _known_languages(languages, "Whisper language codes such as en, de, es")
             raise AsrError.invalid(

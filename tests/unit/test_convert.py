@@ -65,6 +65,19 @@ def test_a_language_list_an_english_only_model_refuses_names_what_it_knows() -> 
         stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=frozenset({"en"}))
 
 
+def test_a_bcp47_tag_names_its_language() -> None:
+    """Clients of Google's, Riva's and Deepgram's APIs send en-US; the proto says BCP-47."""
+    known = frozenset({"en", "de", "pt", "zh"})
+    msg = audio_config(language="en-US", languages=["de-CH", "pt_BR", "zh-Hant-TW", "EN"])
+    config = stream_config_from_proto(msg, Settings(), model_name="base", languages=known)
+    assert config.language == "en"
+    assert config.languages == ("de", "pt", "zh", "en")
+    with pytest.raises(AsrError, match=r"config.language 'xx-US' is not supported"):
+        stream_config_from_proto(
+            audio_config(language="xx-US"), Settings(), model_name="base", languages=known
+        )
+
+
 def test_only_languages_the_models_tokenizer_has_are_offered() -> None:
     class BaseTokenizer:  # base and small have no token for large-v3's Cantonese
         def token_to_id(self, token: str) -> int | None:
