@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -506,11 +507,24 @@ async def run(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, kill, a process manager), ended as Ctrl-C is: every ``async with``
+    closes (the terminal gets its cursor back, the call is cancelled), exit status 143."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> None:
+    previous = signal.signal(signal.SIGTERM, _terminate)  # (mic stops gracefully on it)
     try:
         # asyncio.run turns Ctrl-C into cancellation of run(), so every ``async with``
         # above cancels its call and closes its channel before we get here
         code = asyncio.run(run(argv))
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        code = 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
@@ -521,4 +535,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         # stdout at /dev/null: the flush at exit would fail again (Python's "Note on SIGPIPE")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    mic = sys.modules.get("asr_client.mic")
+    if mic is not None and mic.devices_left_stuck():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # see devices_left_stuck
     sys.exit(code)

@@ -13,8 +13,11 @@ PortAudio library or a missing device each become one plain :class:`MicError` li
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
+import logging
 import math
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -29,6 +32,13 @@ PREFERRED_RATE = 16_000
 COMMON_RATES = (48_000, 44_100, 32_000, 22_050, 24_000, 11_025, 8_000)
 #: the floor of the level meter; digital silence would otherwise be -inf
 SILENCE_DBFS = -96.0
+#: the longest stopping or closing the input device may take: PortAudio's stop waits for
+#: the last block's callback (at most a chunk, 5 s at --chunk-ms's limit); a device that
+#: stopped sending without an error (an idle pipe or virtual source under ALSA) makes it
+#: wait for good, and the command must still end
+DEVICE_STOP_TIMEOUT_S = 6.0
+
+logger = logging.getLogger(__name__)
 
 
 class MicError(Exception):
@@ -219,6 +229,7 @@ class MicCapture:
         self._on_chunk = on_chunk
         self._stream: Any = None
         self._stopping = False
+        self._device_stopped: asyncio.Future[None] | None = None  # PortAudio's stop returned
         self._ended = False
         self.dropped = 0
         self.overflows = 0
@@ -229,11 +240,15 @@ class MicCapture:
     def _callback(self, indata: np.ndarray, frames: int, time: object, status: Any) -> None:
         mono = indata[:, 0] if indata.shape[1] == 1 else indata.mean(axis=1).astype(np.int16)
         chunk = Chunk(mono.astype("<i2", copy=False).tobytes(), level_dbfs(mono))
-        self._loop.call_soon_threadsafe(self._put, chunk, bool(status and status.input_overflow))
+        overflow = bool(status and status.input_overflow)
+        with contextlib.suppress(RuntimeError):  # the loop has closed (a device left stuck)
+            self._loop.call_soon_threadsafe(self._put, chunk, overflow)
 
     def _finished(self) -> None:
-        # called when the stream becomes inactive, by our stop() or by the device going away
-        self._loop.call_soon_threadsafe(self._end)
+        # called when the stream becomes inactive, by our stop() or by the device going
+        # away; a device left stuck may call it once the command's loop has closed
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._end)
 
     # -- the event loop ----------------------------------------------------------------------
 
@@ -276,7 +291,15 @@ class MicCapture:
             return
         self._stopping = True
         # stop() waits for the last callback to return, which can take a block's duration
-        await asyncio.to_thread(self._stream.stop)
+        self._device_stopped = in_daemon_thread(self._stream.stop)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._device_stopped), DEVICE_STOP_TIMEOUT_S)
+        except TimeoutError:
+            logger.warning(
+                "the input device %r did not stop within %g s; leaving it",
+                self.format.device.name,
+                DEVICE_STOP_TIMEOUT_S,
+            )
         # PortAudio calls finished_callback on stop too; this covers a backend that does not
         self._end()
 
@@ -295,6 +318,53 @@ class MicCapture:
     async def __aexit__(self, *exc: object) -> None:
         if self._stream is None:
             return
-        await self.stop()
-        self._stream.close()
-        self._stream = None
+        stream = self._stream
+        try:
+            await self.stop()
+        finally:
+            # also when the command is cancelled (a second Ctrl-C) while stopping: never
+            # on the event loop (a stuck device would block it, and the signal handlers
+            # with it, for good), and not at all while stopping has not returned
+            self._stream = None
+            stopped = self._device_stopped
+            if stopped is not None and stopped.done():
+                closed = in_daemon_thread(stream.close)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(closed), DEVICE_STOP_TIMEOUT_S)
+            else:
+                _stuck_devices.add(self.format.device.name)
+
+
+#: input devices whose stop never returned: a thread is still blocked in PortAudio
+_stuck_devices: set[str] = set()
+
+
+def devices_left_stuck() -> bool:
+    """Was an input device left stuck? The process must then end without the
+    interpreter's usual exit: sounddevice's exit handler stops the stream again (and
+    blocks as the stop did), and tearing down around the blocked thread crashed."""
+    return bool(_stuck_devices)
+
+
+def in_daemon_thread(call: Callable[[], object]) -> asyncio.Future[None]:
+    """Run the blocking ``call`` in a daemon thread; the future is done when it returns.
+    Not asyncio's executor: asyncio.run waits for its threads at the end, so one stuck in
+    PortAudio would keep the command from ever exiting; a daemon thread does not."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            call()
+        except Exception:  # a PortAudio error while stopping: stopped all the same
+            logger.debug("stopping the input device failed", exc_info=True)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=run, name="mic-device", daemon=True).start()
+    return done

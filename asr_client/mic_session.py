@@ -91,13 +91,20 @@ class TranscriptFile(Renderer):
             self._out.flush()
 
 
+#: what stops a recording as Ctrl-C does: SIGTERM is how timeout, kill and process
+#: managers ask, and a recording cut off by it lost its last final and left --save-audio
+#: without its header's sizes (a WAV that Python's wave module refuses)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def on_interrupt(callback: Callable[[], None]) -> Iterator[None]:
-    """Call ``callback`` on Ctrl-C instead of cancelling the command."""
+    """Call ``callback`` on Ctrl-C or SIGTERM instead of cancelling the command."""
     loop = asyncio.get_running_loop()
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     try:
-        loop.add_signal_handler(signal.SIGINT, callback)
+        for signum in STOP_SIGNALS:
+            loop.add_signal_handler(signum, callback)
     except (ValueError, RuntimeError, NotImplementedError):
         # not the main thread, or no signal support: Ctrl-C keeps its usual meaning
         yield
@@ -105,8 +112,9 @@ def on_interrupt(callback: Callable[[], None]) -> Iterator[None]:
     try:
         yield
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            loop.remove_signal_handler(signum)
+            signal.signal(signum, handler)
 
 
 def list_devices(stdout: IO[str]) -> int:

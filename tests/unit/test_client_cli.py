@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -860,3 +861,46 @@ def test_json_lines_carry_the_documented_fields_of_each_event() -> None:
     out = io.StringIO()
     PlainRenderer(out, verbose=True).event(going)
     assert out.getvalue() == ""
+
+
+async def test_sigterm_ends_the_file_command_and_gives_the_terminal_back(
+    server: str, mono_wav: Path
+) -> None:
+    """SIGTERM (timeout, kill) used to kill the command where it stood: on a terminal the
+    live view had hidden the cursor and never showed it again. It ends now as Ctrl-C
+    does, with 143."""
+    import pty
+    import signal
+
+    leader, follower = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "asr_client",
+        "file",
+        str(mono_wav),
+        "--server",
+        server,
+        stdin=follower,
+        stdout=follower,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "80"},
+    )
+    os.close(follower)
+    screen = b""
+    try:
+        while b"\x1b[?25l" not in screen:  # the live view is up: the cursor hidden
+            screen += await asyncio.wait_for(asyncio.to_thread(os.read, leader, 4096), 20)
+        process.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(process.communicate(), 20)
+        with contextlib.suppress(OSError):  # (EIO once the child has gone)
+            while chunk := os.read(leader, 4096):
+                screen += chunk
+    finally:
+        os.close(leader)
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 143, err
+    assert err.decode().splitlines()[-1] == "terminated"
+    assert screen.rfind(b"\x1b[?25h") > screen.rfind(b"\x1b[?25l"), screen[-200:]

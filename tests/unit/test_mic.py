@@ -10,6 +10,7 @@ import importlib.abc
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -466,3 +467,97 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     err = capsys.readouterr().err
     assert "stream resumed (" in err
     assert err.splitlines()[-1].endswith("; the stream resumed 1 time(s)"), err
+
+
+def a_device_that_never_stops(monkeypatch) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """PortAudio's stop (and close, behind the same lock) never returning: what an ALSA
+    source that stopped sending without an error does. Released when the test ends."""
+    import asr_client.mic as mic
+
+    release = threading.Event()
+    seen: dict[str, Any] = {"closed": False, "release": release}
+
+    def stop(stream: FakeStream) -> None:
+        stream._stopped.set()  # the feeder ends; PortAudio's stop does not return
+        release.wait(30)
+
+    def close(stream: FakeStream) -> None:
+        seen["closed"] = True
+        release.wait(30)
+
+    monkeypatch.setattr(FakeStream, "stop", stop)
+    monkeypatch.setattr(FakeStream, "close", close)
+    monkeypatch.setattr(mic, "DEVICE_STOP_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(mic, "_stuck_devices", set())  # (main() then ends with os._exit)
+    return seen
+
+
+async def test_a_device_that_never_stops_does_not_keep_the_command_from_ending(
+    server: str, monkeypatch, capsys
+):
+    """Ctrl-C: stopping the device is given a bound, the last final still comes, and the
+    stuck device is left alone (closing it would block as well)."""
+    seen = a_device_that_never_stops(monkeypatch)
+    sd = FakeSoundDevice(
+        DEVICES, script=speech_like(16_000), when_done=lambda: signal.raise_signal(signal.SIGINT)
+    )
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    try:
+        assert await asyncio.wait_for(run(["mic", "--server", server]), 20) == 0
+    finally:
+        seen["release"].set()
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1].endswith("ch0  w0 w1 w2 w3 w4 w5"), out
+    assert not seen["closed"]
+    import asr_client.mic as mic
+
+    assert mic.devices_left_stuck()
+
+
+async def test_a_second_ctrl_c_quits_while_the_device_will_not_stop(
+    server: str, monkeypatch, capsys
+):
+    """The second Ctrl-C used to do nothing: the device's close ran on the event loop,
+    behind the stuck stop, and the loop never saw the signal again."""
+    import asr_client.mic as mic
+
+    seen = a_device_that_never_stops(monkeypatch)
+    monkeypatch.setattr(mic, "DEVICE_STOP_TIMEOUT_S", 30.0)
+
+    def user() -> None:
+        signal.raise_signal(signal.SIGINT)
+        time.sleep(0.5)  # stopping, and stuck
+        signal.raise_signal(signal.SIGINT)
+
+    sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    started = time.monotonic()
+    try:
+        assert await asyncio.wait_for(run(["mic", "--server", server]), 20) == 130
+    finally:
+        seen["release"].set()
+    assert time.monotonic() - started < 10  # not the 30 s the device would hold it
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted"
+
+
+async def test_sigterm_stops_a_recording_as_ctrl_c_does(
+    server: str, tmp_path: Path, monkeypatch, capsys
+):
+    """timeout, kill and process managers send SIGTERM: it used to kill the command,
+    losing the last final and leaving --save-audio's WAV header without its sizes."""
+    script = speech_like(16_000)
+    sd = FakeSoundDevice(
+        DEVICES, script=script, when_done=lambda: signal.raise_signal(signal.SIGTERM)
+    )
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    audio = tmp_path / "audio.wav"
+    before = signal.getsignal(signal.SIGTERM)
+    assert await run(["mic", "--server", server, "--save-audio", str(audio)]) == 0
+    out, err = capsys.readouterr()
+    assert "stopping: finishing the last utterance" in err
+    assert out.splitlines()[-1].endswith("ch0  w0 w1 w2 w3 w4 w5"), out
+    import wave
+
+    with wave.open(str(audio)) as saved:  # the header's sizes were written
+        assert saved.getnframes() == len(script)
+    assert signal.getsignal(signal.SIGTERM) == before
