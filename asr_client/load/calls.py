@@ -22,6 +22,9 @@ from asr_server.audio.g711 import alaw_encode, mulaw_encode
 
 #: the longest clip used: longer recordings would make one turn the whole call
 MAX_CLIP_S = 30.0
+#: the most silence after a call's last turn past --duration: enough for the server's
+#: endpointing (0.5 s by default) to end that turn as a real call's would
+FINAL_PAUSE_S = 1.5
 TELEPHONE_BAND_HZ = (300.0, 3400.0)
 
 
@@ -185,11 +188,13 @@ def build_call(
     silent: bool = False,
 ) -> Call:
     """Turns of random clips separated by pauses until ``duration_s`` is reached (the last
-    turn is played whole). ``silent``: the whole call is silence (an open line on hold)."""
+    turn is played whole, then at most FINAL_PAUSE_S of silence). ``silent``: the whole
+    call is silence (an open line on hold)."""
     rate = sample_rate_hz
     turns: list[Turn] = []
     pieces: list[tuple[int, int, np.ndarray]] = []  # (channel, start sample, samples)
     position = int(lead_in_s * rate)
+    last_turn_end = 0
     if not silent:
         order = rng.permutation(len(clips))
         k = 0
@@ -206,9 +211,13 @@ def build_call(
                     clip.transcript,
                 )
             )
-            position += clip.samples.size + int(rng.uniform(*pause_s) * rate)
+            last_turn_end = position + clip.samples.size
+            position = last_turn_end + int(rng.uniform(*pause_s) * rate)
             k += 1
-    total = max(position, int(duration_s * rate))
+    # past the duration only the last turn and a short pause: the whole drawn pause after
+    # it (up to --pause's longest, 30 s) made calls mostly silence at long pauses
+    tail = min(position, last_turn_end + int(FINAL_PAUSE_S * rate))
+    total = max(tail, int(duration_s * rate))
     frames = np.zeros((total, channels), dtype=np.int16)
     for channel, start, samples in pieces:
         frames[start : start + samples.size, channel] = samples

@@ -99,7 +99,7 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
         default=60.0,
         metavar="S",
         help="seconds per call (60); its last turn plays whole, so a call may run longer, "
-        "by up to one clip (30 s at most)",
+        "by up to one clip (30 s at most) and 1.5 s of pause",
     )
     p.add_argument(
         "--pause",

@@ -39,7 +39,8 @@ FEW_PHASES = 8
 #: the most phases a filter is designed for. Every common rate needs at most 640
 #: (11.025 kHz); an odd one such as 8001 Hz needs 16,000, a 3-10 MB table that takes
 #: 0.3-0.8 s to design, on the event loop, at the stream's start. Those go to soxr's
-#: stream instead, whose 20-60 ms block delay is the lesser cost (see resampler_for).
+#: stream instead, whose block delay (a mean of 20-65 ms, more at low rates) is the lesser
+#: cost (see resampler_for).
 MAX_PHASES = 640
 #: outputs computed together on the gathered path (at 44.1 kHz, 2.4 MB of windows)
 GATHER_BLOCK = 4096

@@ -199,3 +199,22 @@ def test_manifest_rows_short_of_fields_are_read_as_empty(tmp_path) -> None:  # t
     assert [(c.id, c.transcript, len(c.samples)) for c in clips] == [
         ("b", "hello there", int(1.5 * rate))
     ]
+
+
+def test_a_call_ends_soon_after_its_last_turn_whatever_the_pauses() -> None:
+    """Past --duration only the last turn and a short pause are added: with --pause 20:30
+    a 5 s call used to run 27-35 s, the last turn followed by a whole drawn pause."""
+    rate = 8000
+    for seed in range(5):
+        call = build_call(
+            0,
+            clips(rate),
+            rng=np.random.default_rng(seed),
+            duration_s=5,
+            channels=1,
+            sample_rate_hz=rate,
+            encoding="LINEAR16",
+            pause_s=(20.0, 30.0),
+        )
+        (turn,) = call.turns
+        assert call.duration_s == pytest.approx(max(5.0, turn.end_s + 1.5))
