@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import shutil
 import subprocess
@@ -242,3 +243,11 @@ def main(argv: list[str] | None = None) -> None:
     except StartupError as exc:
         print(f"asr-server: error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
+    from asr_server.engine.scheduler import engine_calls_left_running
+
+    if engine_calls_left_running():
+        # the interpreter's exit would join the engine's threads and so wait on the stuck
+        # call for good. The streams are gone and the logs written: end here.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(0)

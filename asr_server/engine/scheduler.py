@@ -27,13 +27,28 @@ import logging
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Engine, Hypothesis
 from asr_server.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+#: how long closing waits for the engine calls under way (their streams are gone; a decode
+#: is bounded by its length, seconds at most, unless the engine is stuck: a wedged GPU)
+ENGINE_CLOSE_GRACE_S = 10.0
+
+#: schedulers closed with an engine call still running: its thread never returned
+_left_running: set[int] = set()
+
+
+def engine_calls_left_running() -> bool:
+    """Did a closed scheduler leave an engine call running? The process must then end
+    without the interpreter's usual exit, which joins the engine's threads and would
+    wait on that call for good."""
+    return bool(_left_running)
 
 
 class EngineError(RuntimeError):
@@ -80,6 +95,8 @@ class EngineScheduler:
         self._anonymous = 0
         self._wakeup = asyncio.Event()
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="asr-engine")
+        self._in_engine: set[Future[list[Hypothesis]]] = set()  # engine calls under way
+        self._abandon = asyncio.Event()  # close() waits for no engine call
         self._tasks: list[asyncio.Task[None]] = []
         self.calls = 0
         self.running = 0  # requests inside the engine right now
@@ -91,7 +108,10 @@ class EngineScheduler:
             for i in range(self.workers)
         ]
 
-    async def close(self) -> None:
+    async def close(self, grace_s: float = ENGINE_CLOSE_GRACE_S) -> None:
+        """Stop the workers and wait, up to ``grace_s`` or until ``abandon()``, for the
+        engine calls under way; never blocking the event loop (the server's second
+        SIGTERM must still be heard while an engine call will not return)."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -100,7 +120,38 @@ class EngineScheduler:
         self._finals.clear()
         self._urgent.clear()
         self._partials.clear()
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        calls = [call for call in list(self._in_engine) if not call.done()]
+        if not calls:
+            return
+        waiting: list[asyncio.Future[Any]] = [
+            asyncio.gather(*map(asyncio.wrap_future, calls), return_exceptions=True),
+            asyncio.create_task(self._abandon.wait()),
+        ]
+        await asyncio.wait(waiting, timeout=grace_s, return_when="FIRST_COMPLETED")
+        for future in waiting:
+            future.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        still = sum(not call.done() for call in calls)
+        if still:
+            logger.error(
+                "%d engine call(s) still running at shutdown (a stuck engine?): leaving them",
+                still,
+            )
+            _left_running.add(id(self))
+
+    async def _call_engine(self, requests: list[DecodeRequest]) -> Sequence[Hypothesis | None]:
+        """One engine call on a worker thread; kept in _in_engine while it runs, so that
+        close() knows what it waits for."""
+        call = self._executor.submit(self.engine.transcribe, requests)
+        self._in_engine.add(call)
+        call.add_done_callback(self._in_engine.discard)
+        return await asyncio.wrap_future(call)
+
+    def abandon(self) -> None:
+        """close() stops waiting for the engine calls under way (the operator asked to
+        end now)."""
+        self._abandon.set()
 
     @property
     def queued(self) -> int:
@@ -233,7 +284,6 @@ class EngineScheduler:
         return self._pop(DecodeKind.PARTIAL, self._share(DecodeKind.PARTIAL))
 
     async def _worker(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             batch = self._take_batch()
             if not batch:
@@ -245,14 +295,18 @@ class EngineScheduler:
             self._partial_calls += partial
             self._busy_workers += 1
             try:
-                await self._run(batch, loop)
+                await self._run(batch)
+            except asyncio.CancelledError:
+                for job in batch:  # closing: no result will come (_run may have added jobs)
+                    job.future.cancel()
+                raise
             finally:
                 self._busy_workers -= 1
                 if partial:
                     self._partial_calls -= 1
                     self._wakeup.set()  # a worker held back from partials may take one now
 
-    async def _run(self, batch: list[_Job], loop: asyncio.AbstractEventLoop) -> None:
+    async def _run(self, batch: list[_Job]) -> None:
         """One engine call for ``batch`` (topped up while others run); results to callers."""
         kind = batch[0].request.kind
         if len(batch) < self.max_batch_size and self.batch_wait_s > 0 and self.running:
@@ -273,9 +327,7 @@ class EngineScheduler:
         self.metrics.engine_busy_workers.inc()
         hyps: Sequence[Hypothesis | None]
         try:
-            hyps = await loop.run_in_executor(
-                self._executor, self.engine.transcribe, [j.request for j in batch]
-            )
+            hyps = await self._call_engine([j.request for j in batch])
         except Exception as exc:
             if len(batch) == 1:
                 logger.exception("engine call failed")
@@ -289,9 +341,7 @@ class EngineScheduler:
             alone_hyps: list[Hypothesis | None] = []
             for job in batch:
                 try:
-                    (hyp,) = await loop.run_in_executor(
-                        self._executor, self.engine.transcribe, [job.request]
-                    )
+                    (hyp,) = await self._call_engine([job.request])
                 except Exception as alone:
                     logger.exception("engine call failed")
                     self._fail(job, alone)

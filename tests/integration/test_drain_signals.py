@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import signal
 import time
 
@@ -9,7 +11,7 @@ import grpc
 import pytest
 
 from asr_client import AsrClient, StreamClosedError
-from tests.helpers import audio_config, silence
+from tests.helpers import audio_config, silence, speech_pcm
 from tests.processes import start_replica, wait_for, wait_started
 
 pytestmark = pytest.mark.timeout(60)
@@ -36,6 +38,59 @@ async def test_a_second_signal_ends_the_drain_at_once(second: signal.Signals) ->
                 async for _ in stream:
                     pass
             assert ended.value.code is grpc.StatusCode.UNAVAILABLE
+    finally:
+        replica.stop()
+    assert replica.proc.returncode == 0
+
+
+STUCK_ENGINE_SERVER = """
+import sys, threading
+from asr_server.engine import factory
+from asr_server.engine.fake import FakeEngine
+
+never = threading.Event()  # every engine call waits on it: a wedged GPU
+factory.BACKENDS["fake"] = lambda settings: FakeEngine(gate=never, record_calls=False)
+from asr_server.cli import main
+
+main(sys.argv[1:])
+"""
+
+
+def test_a_stuck_engine_call_does_not_keep_the_server_from_exiting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An engine call that never returns used to block the event loop at shutdown (a
+    blocking wait for the engine's threads): the second SIGTERM went unheard, and only
+    SIGKILL ended the server. Now the second signal ends it at once, the call left."""
+    import subprocess
+    import sys
+
+    from tests.processes import ROOT, Replica
+
+    script = tmp_path / "stuck_server.py"
+    script.write_text(STUCK_ENGINE_SERVER)
+    env = {**os.environ, "ASR_ENGINE__MODEL": "fake", "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, str(script), "--port", "0", "--metrics-port", "0"]
+    replica = Replica(
+        subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    )
+    wait_started(replica)
+    try:
+
+        async def a_stream_that_reaches_the_engine() -> None:
+            async with AsrClient(f"127.0.0.1:{replica.port}", resume=None) as client:
+                async with client.stream(audio_config()) as stream:
+                    await stream.send_audio(speech_pcm(1.0).tobytes())
+                    # its partial is in the engine, for good; the client leaves
+                    await asyncio.sleep(1.0)
+                    stream.cancel()
+
+        asyncio.run(a_stream_that_reaches_the_engine())
+        replica.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: replica.count("draining:"), 10, "the drain to begin")
+        started = time.monotonic()
+        replica.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: replica.proc.poll() is not None, 10, "the server to exit")
+        assert time.monotonic() - started < 10
+        assert replica.count("engine call\\(s\\) still running at shutdown") == 1
     finally:
         replica.stop()
     assert replica.proc.returncode == 0

@@ -453,3 +453,82 @@ async def test_a_request_that_fails_its_batch_fails_alone(gate: threading.Event)
     finally:
         gate.set()
         await sched.close()
+
+
+async def test_closing_with_a_stuck_engine_call_leaves_it_and_keeps_the_loop_free(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine call that never returns (a wedged GPU) used to hold close() in a blocking
+    executor shutdown: the event loop stopped, and with it the server's second SIGTERM.
+    Now close() waits for it on the loop, up to its grace or abandon(), then says so."""
+    from asr_server.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "_left_running", set())
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    stuck = asyncio.create_task(sched.decode(req(DecodeKind.FINAL)))
+    try:
+        await started(engine, 1)
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(tick())
+        began = asyncio.get_running_loop().time()
+        await sched.close(grace_s=0.3)
+        took = asyncio.get_running_loop().time() - began
+        ticking.cancel()
+        assert 0.3 <= took < 2.0
+        assert ticks >= 5  # the loop ran meanwhile
+        assert scheduler.engine_calls_left_running()
+    finally:
+        gate.set()
+        stuck.cancel()
+        await asyncio.gather(stuck, return_exceptions=True)
+
+
+async def test_abandon_ends_the_wait_for_a_stuck_engine_call(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from asr_server.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "_left_running", set())
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    stuck = asyncio.create_task(sched.decode(req(DecodeKind.FINAL)))
+    try:
+        await started(engine, 1)
+        closing = asyncio.create_task(sched.close(grace_s=60))
+        await asyncio.sleep(0.1)
+        assert not closing.done()
+        sched.abandon()  # the operator's second signal
+        await asyncio.wait_for(closing, 2)
+        assert scheduler.engine_calls_left_running()
+    finally:
+        gate.set()
+        stuck.cancel()
+        await asyncio.gather(stuck, return_exceptions=True)
+
+
+async def test_closing_waits_for_an_engine_call_that_returns(gate: threading.Event) -> None:
+    from asr_server.engine import scheduler
+
+    engine = FakeEngine(gate=gate)
+    sched = EngineScheduler(engine, Metrics())
+    await sched.start()
+    running = asyncio.create_task(sched.decode(req(DecodeKind.FINAL)))
+    await started(engine, 1)
+    closing = asyncio.create_task(sched.close(grace_s=10))
+    await asyncio.sleep(0.1)
+    gate.set()  # the call returns: close() ends, with nothing left behind
+    await asyncio.wait_for(closing, 5)
+    assert not scheduler.engine_calls_left_running()
+    # its caller is told no result comes (it used to wait on it for good)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(running, 5)
