@@ -18,6 +18,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 
 from asr_api.v1 import asr_pb2
 from asr_client import audio_config
@@ -118,3 +119,42 @@ def _drain(sock: socket.socket, conn: h2.connection.H2Connection, report: BurstR
         return True
     finally:
         sock.setblocking(True)
+
+
+def unread_health_checks(port: int, calls: int, *, listen_s: float) -> tuple[int, int]:
+    """Blocking: ``calls`` Health.Check calls, each with its request, on one connection
+    whose client never reads (its HTTP/2 receive window is 0), so no answer with a body
+    can reach it; PINGs are answered, as a live client's are. Listens ``listen_s``, then
+    closes. Returns (calls answered with a status, calls still open)."""
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/grpc.health.v1.Health/Check"),
+        (":authority", f"127.0.0.1:{port}"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        for _ in range(calls):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, headers)
+            conn.send_data(sid, grpc_frame(b""), end_stream=True)
+        sock.sendall(conn.data_to_send())
+        ended: set[int] = set()
+        sock.settimeout(0.05)
+        deadline = time.monotonic() + listen_s
+        while time.monotonic() < deadline:
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.StreamEnded | h2.events.StreamReset):
+                    ended.add(event.stream_id)
+            sock.sendall(conn.data_to_send())  # PING acks, SETTINGS acks: a live client
+    return len(ended), calls - len(ended)

@@ -237,7 +237,10 @@ class HealthCheckOnly(grpc.aio.ServerInterceptor):
 class InFlight:
     """Calls that anyone may make, in flight by peer address: at most OPEN_CALLS_PER_PEER
     from one address and OPEN_CALLS in all, so that no caller can hold them by the
-    thousand, and one address cannot take them all."""
+    thousand, and one address cannot take them all. A call counts until it has ended,
+    not until its handler has returned: a client that never reads (an HTTP/2 receive
+    window of 0) keeps a call whose answer cannot be sent open, with its tasks, for as
+    long as its connection lives, and such calls piled up by the thousand uncounted."""
 
     def __init__(self) -> None:
         self.per_peer = OPEN_CALLS_PER_PEER
@@ -264,11 +267,24 @@ class InFlight:
             )
         self._by_peer[peer] += 1
         self.calls += 1
+        released = False
+
+        def release(*_: object) -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.calls -= 1
+                _release(self._by_peer, peer)
+
         try:
-            yield
-        finally:
-            self.calls -= 1
-            _release(self._by_peer, peer)
+            context.add_done_callback(release)
+        except Exception:  # no callback to be had: counted while its handler runs
+            try:
+                yield
+            finally:
+                release()
+            return
+        yield
 
 
 Gate = Callable[[grpc.aio.ServicerContext], AbstractAsyncContextManager[None]]

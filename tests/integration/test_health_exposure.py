@@ -146,6 +146,30 @@ async def test_checks_held_open_are_capped_per_address(make_server, monkeypatch)
     assert (sample(server, "asr_refused_streams_total", reason="open_call_limit") or 0) >= 1
 
 
+async def test_checks_whose_answer_cannot_be_sent_stay_capped(make_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A client that never reads (HTTP/2 receive window 0) sends Check calls with their
+    request: each answer waits for window forever, and the call stays open with its
+    tasks. They counted only while their handler ran, so they piled up by the thousand
+    with no credentials; now each counts until it has ended."""
+    from tests.rapid_reset import unread_health_checks
+
+    monkeypatch.setattr(interceptors, "OPEN_CALLS_PER_PEER", 5)
+    server = await serve_fake(make_server)
+    answered, open_calls = await asyncio.to_thread(
+        unread_health_checks, server.port, 20, listen_s=2.0
+    )
+    assert (answered, open_calls) == (15, 5)  # the rest refused: a status has no body
+    assert (sample(server, "asr_refused_streams_total", reason="open_call_limit") or 0) == 15
+    # its connection gone, its calls have ended: the address may check again
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        for _ in range(100):
+            if await _check(channel) == grpc.StatusCode.OK:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("Check was still refused")
+
+
 async def _hold(channel: grpc.aio.Channel, n: int) -> tuple[list[Any], grpc.aio.AioRpcError]:
     """``n`` Checks held without their request, once all are in: a further Check is then
     refused, with this refusal."""
