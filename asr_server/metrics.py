@@ -213,8 +213,9 @@ class Metrics:
         self.refused_streams = Counter(
             "asr_refused_streams_total",
             "Calls refused at admission, by reason (draining, loading, capacity, client_limit, "
-            "client_pending_limit, pending_limit; open_call_limit and lasting_call_limit: "
-            "health checks and Watch or reflection calls past their caps).",
+            "client_pending_limit, pending_limit, client_unanswered_limit; open_call_limit "
+            "and lasting_call_limit: health checks and Watch or reflection calls past their "
+            "caps).",
             ["reason"],
             registry=r,
         )

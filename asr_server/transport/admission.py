@@ -8,7 +8,8 @@ keep a legitimate stream out: they hold pending slots (bounded separately, and e
 the config timeout) instead. One client identity may
 hold at most half the pending pool (``max_pending_streams_per_client``), so calls that
 never send a config cannot lock other clients out either, and at most
-``max_streams_per_client`` calls, pending or seated.
+``max_streams_per_client`` calls, pending or seated, and at most
+UNANSWERED_CALLS_PER_CLIENT calls that have ended but whose answer it has not read.
 
 Every refusal here happens before anything is written back, so gRPC may retry the call
 transparently: grpc core clients do so when their service config has a ``retryPolicy``
@@ -20,13 +21,20 @@ from __future__ import annotations
 
 import collections
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+import grpc
 
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.settings import Settings
 from asr_server.transport.interceptors import Identity
+
+#: calls of one client that have ended while their answer could not be sent (a client
+#: that does not read: an HTTP/2 window of 0); each keeps its tasks and buffers until the
+#: client's connection goes, outside every other limit, since it holds no seat
+UNANSWERED_CALLS_PER_CLIENT = 100
 
 PUSHBACK_KEY = "grpc-retry-pushback-ms"
 #: A short wait: another replica likely has room now. Jittered so that streams refused
@@ -63,6 +71,7 @@ class Admission:
         self.seated = 0
         self._per_client: collections.Counter[str] = collections.Counter()
         self._pending_per_client: collections.Counter[str] = collections.Counter()
+        self._unanswered: collections.Counter[str] = collections.Counter()
 
     @property
     def open_calls(self) -> int:
@@ -88,6 +97,12 @@ class Admission:
                 "pending_limit",
                 f"too many streams ({self.pending}) are waiting to send their config; retry later",
             )
+        if self._unanswered[identity.name] >= UNANSWERED_CALLS_PER_CLIENT:
+            self._refuse(
+                "client_unanswered_limit",
+                f"client {identity.name} has {UNANSWERED_CALLS_PER_CLIENT} ended calls whose "
+                "answers it has not read; read them, or close their connection",
+            )
         pending_per_client = s.pending_limit_per_client
         if self._pending_per_client[identity.name] >= pending_per_client:
             self._refuse(
@@ -110,6 +125,28 @@ class Admission:
                 _release(self._pending_per_client, identity.name)
             _release(self._per_client, identity.name)
             self._publish(identity, -1)
+
+    def until_answered(
+        self, identity: Identity, context: grpc.aio.ServicerContext
+    ) -> Callable[[], None]:
+        """For a call whose handler is running: the function to call when the handler has
+        ended. From then until gRPC has sent the call's status (at once, unless the client
+        does not read) the call counts among the client's unanswered ones."""
+        name = identity.name
+        state = {"ended": False, "answered": False}
+
+        def answered(_: object) -> None:
+            state["answered"] = True
+            if state["ended"]:
+                _release(self._unanswered, name)
+
+        def ended() -> None:
+            state["ended"] = True
+            if not state["answered"]:
+                self._unanswered[name] += 1
+
+        context.add_done_callback(answered)
+        return ended
 
     def _seat(self, ticket: Ticket) -> None:
         if ticket.seated:

@@ -225,6 +225,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         identity = identity_var.get() or Identity(f"ip:{context.peer()}", ANONYMOUS, False)
         client_var.set(identity.name)
         error: AsrError | None = None
+        handler_ended = self.admission.until_answered(identity, context)
         try:
             services = self._ready_services()
             with self.admission.call(identity) as ticket:
@@ -242,6 +243,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         except Exception:
             error = self._internal("unexpected server error")
         self.admission.metrics.streams.labels(error.status.value if error else "OK").inc()
+        handler_ended()  # (the abort below only raises, to end the call with its status)
         if error is not None:
             # refused before anything was written back: the client may retry elsewhere
             trailing = retry_pushback() if isinstance(error, AdmissionRefused) else ()

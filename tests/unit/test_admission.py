@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 
 import pytest
@@ -76,3 +77,50 @@ def test_a_full_server_refuses_a_call_before_its_config() -> None:
     assert metrics.registry.get_sample_value("asr_refused_streams_total", labels) == 2
     with admission.call(who("c")) as ticket:  # the seat is free again
         ticket.seat()
+
+
+class CallContext:
+    """What Admission.until_answered uses of a gRPC call's context."""
+
+    def __init__(self) -> None:
+        self.callbacks: list[Callable[[object], None]] = []
+
+    def add_done_callback(self, callback: Callable[[object], None]) -> None:
+        self.callbacks.append(callback)
+
+    def answered(self) -> None:  # gRPC has sent the call's status
+        for callback in self.callbacks:
+            callback(self)
+
+
+def test_calls_ended_but_unanswered_are_capped_per_client(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A client that does not read keeps each call the server ended open until its status
+    can be sent, with its tasks, though it holds no seat: past its cap it is refused; a
+    call answered at once (the usual case) never counts; others are not affected."""
+    from asr_server.transport import admission as module
+
+    monkeypatch.setattr(module, "UNANSWERED_CALLS_PER_CLIENT", 2)
+    metrics = Metrics()
+    admission = Admission(settings(), metrics)
+    quick = CallContext()
+    admission.until_answered(who("mallory"), quick)()  # its handler ended ...
+    quick.answered()  # ... and its status went out
+    stuck = [CallContext(), CallContext()]
+    for context in stuck:
+        admission.until_answered(who("mallory"), context)()
+    with pytest.raises(AdmissionRefused, match="mallory has 2 ended calls whose answers"):
+        with admission.call(who("mallory")):
+            pass  # pragma: no cover
+    with admission.call(who("alice")):
+        pass
+    stuck[0].answered()  # (or its connection went)
+    with admission.call(who("mallory")):
+        pass
+    labels = {"reason": "client_unanswered_limit"}
+    assert metrics.registry.get_sample_value("asr_refused_streams_total", labels) == 1
+    # a call cancelled by its client is done before its handler ends: never counted
+    cancelled = CallContext()
+    ended = admission.until_answered(who("bob"), cancelled)
+    cancelled.answered()
+    ended()
+    assert admission._unanswered["bob"] == 0
