@@ -62,10 +62,28 @@ def _bind(server: grpc.aio.Server, address: str, credentials=None) -> int:  # ty
             else server.add_insecure_port(address)
         )
     except RuntimeError:  # grpc's "Failed to bind to address ...", the reason only logged
-        raise StartupError(f"cannot listen on {address}: {_why_not_bound(address)}") from None
+        raise StartupError(_not_bound(address, credentials is not None)) from None
     if port == 0:
-        raise StartupError(f"cannot listen on {address}: {_why_not_bound(address)}")
+        raise StartupError(_not_bound(address, credentials is not None))
     return port
+
+
+#: what _why_not_bound says when the operating system sees nothing wrong with the address
+_NO_REASON_FOUND = "is the port in use?"
+
+
+def _not_bound(address: str, tls: bool) -> str:
+    reason = _why_not_bound(address)
+    if tls and reason == _NO_REASON_FOUND:
+        # the address is free: gRPC refused the certificate or key itself. Its BoringSSL
+        # takes fewer key types than the OpenSSL that checked the pair (e.g. no Brainpool
+        # curves, no secp256k1, no Ed448)
+        return (
+            f"cannot listen on {address}: gRPC could not use the TLS certificate and key "
+            "(its BoringSSL takes RSA, ECDSA P-256/P-384/P-521 and Ed25519 keys; its log "
+            "line above says more)"
+        )
+    return f"cannot listen on {address}: {reason}"
 
 
 def _why_not_bound(address: str) -> str:
@@ -87,7 +105,7 @@ def _why_not_bound(address: str) -> str:
             if exc.errno == errno.EADDRNOTAVAIL:
                 return f"{host} is not an address of this machine ({exc.strerror})"
             return exc.strerror or str(exc)
-    return "is the port in use?"  # free again by now, or in use in a way a probe misses
+    return _NO_REASON_FOUND  # free again by now, or in use in a way a probe misses
 
 
 def grpc_options(settings: Settings) -> list[tuple[str, int]]:
