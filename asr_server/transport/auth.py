@@ -71,7 +71,13 @@ def parse_token_file(path: Path) -> list[_Entry]:
         name, digest = name.strip(), digest.strip().lower()
         where = f"token file {path} line {number}"
         if not sep or not NAME_RE.match(name):
-            raise TokenFileError(f"{where}: expected NAME:SHA256_HEX (got {line[:40]!r})")
+            # the line itself is never shown: it may be a token pasted in by mistake, and
+            # this message is logged (a reload's) and printed
+            what = "no ':'" if not sep else "a name that is not 1-64 of A-Z a-z 0-9 . _ @ -"
+            raise TokenFileError(
+                f"{where}: expected NAME:SHA256_HEX, the line has {what} (a token pasted in? "
+                "the file holds hashes: `asr-server token NAME` prints a line for it)"
+            )
         if not HASH_RE.match(digest):
             raise TokenFileError(
                 f"{where}: {name}'s hash must be 64 hex digits (the SHA-256 of the token, "

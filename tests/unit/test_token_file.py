@@ -97,3 +97,19 @@ def test_a_deleted_file_is_a_failed_reload_once_and_read_when_back(
     path.unlink()  # after a reload that was taken, too
     assert registry.identify(bob_token) == "bob"
     assert outcomes == [False, True, False]
+
+
+@pytest.mark.parametrize("pasted", ["{token}", "alice {token}", "Bearer {token}"])
+def test_a_token_pasted_into_the_file_is_not_repeated_in_the_error(
+    tmp_path: Path, pasted: str
+) -> None:
+    """The error is printed at start and logged at a reload: it quoted the line's first 40
+    characters, most of a token pasted in instead of its NAME:HASH line."""
+    token, _ = new_token("alice")
+    path = tmp_path / "tokens"
+    path.write_text(pasted.format(token=token) + "\n")
+    with pytest.raises(auth.TokenFileError) as err:
+        auth.parse_token_file(path)
+    message = str(err.value)
+    assert "expected NAME:SHA256_HEX" in message and "asr-server token NAME" in message
+    assert token[:8] not in message, message
