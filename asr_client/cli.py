@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
@@ -485,6 +485,49 @@ async def run(argv: Sequence[str] | None = None) -> int:
     """The whole command; returns the exit status. Output goes to the current sys.stdout/stderr."""
     args = build_parser().parse_args(argv)
     stdout, stderr = sys.stdout, sys.stderr
+    with _terminated_as_cancelled() as terminated:
+        try:
+            code = await _command(args, stdout, stderr)
+        except asyncio.CancelledError:
+            if not terminated():
+                raise
+            code = 143
+    if terminated():  # (also where the cancellation was turned into an error on the way)
+        print("terminated", file=stderr)
+        return 143
+    return code
+
+
+@contextlib.contextmanager
+def _terminated_as_cancelled() -> Iterator[Callable[[], bool]]:
+    """SIGTERM (timeout, kill, a process manager) cancels the command, as Ctrl-C does:
+    every ``async with`` closes on the way out (the terminal gets its cursor back, the
+    call is cancelled). mic replaces this with its own handler, which stops recording
+    gracefully. Yields: did SIGTERM come?"""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    came = False
+
+    def on_sigterm() -> None:
+        nonlocal came
+        came = True
+        if task is not None:
+            task.cancel()
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+        yield lambda: came
+        return
+    try:
+        yield lambda: came
+    finally:
+        if not loop.remove_signal_handler(signal.SIGTERM):  # mic's own took its place
+            signal.signal(signal.SIGTERM, previous)
+
+
+async def _command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:
     try:
         if args.command == "mic":
             from asr_client.mic import MicError
@@ -507,24 +550,11 @@ async def run(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (timeout, kill, a process manager), ended as Ctrl-C is: every ``async with``
-    closes (the terminal gets its cursor back, the call is cancelled), exit status 143."""
-
-
-def _terminate(signum: int, frame: object) -> None:
-    raise Terminated
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    previous = signal.signal(signal.SIGTERM, _terminate)  # (mic stops gracefully on it)
     try:
         # asyncio.run turns Ctrl-C into cancellation of run(), so every ``async with``
         # above cancels its call and closes its channel before we get here
         code = asyncio.run(run(argv))
-    except Terminated:
-        print("terminated", file=sys.stderr)
-        code = 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
@@ -535,8 +565,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         # stdout at /dev/null: the flush at exit would fail again (Python's "Note on SIGPIPE")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 141
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     mic = sys.modules.get("asr_client.mic")
     if mic is not None and mic.devices_left_stuck():
         sys.stdout.flush()
