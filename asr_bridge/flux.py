@@ -571,7 +571,8 @@ class FluxTurns:
             o,
             eot_threshold=eot,
             eager_eot_threshold=eager,
-            eot_timeout_ms=None if timeout is None else int(timeout),
+            # capped as a query's is: ConfigureSuccess echoes what is in effect
+            eot_timeout_ms=None if timeout is None else min(MAX_TIMEOUT_MS, int(timeout)),
             hotwords=keyterms,
         )
         update = asr_pb2.StreamingUpdate(

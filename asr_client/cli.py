@@ -385,9 +385,12 @@ def _channels_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str
         return audio.mixed()
     if audio.channels_alike():
         if not getattr(args, "quiet", False):
+            apart = (
+                " (--channels separate keeps them apart)" if audio.channels <= MAX_CHANNELS else ""
+            )
             print(
                 f"the {audio.channels} channels carry the same signal: transcribing them as "
-                "one (--channels separate keeps them apart)",
+                f"one{apart}",
                 file=stderr,
             )
         return audio.mixed()

