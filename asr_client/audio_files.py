@@ -159,8 +159,14 @@ def load_audio(path: str | Path) -> PcmAudio:
         raise AudioFileError(f"{path}: no such file")
     try:
         return _load_soundfile(path)
-    except AudioFileError:  # decoded, and found wanting (no audio in it): PyAV would agree
-        raise
+    except AudioFileError as empty:
+        # no frames: an empty file, or a WAV whose header sizes were never written (its
+        # recorder was killed), which libsndfile reads as empty and ffmpeg reads whole.
+        # Said once if PyAV finds nothing either, not once per decoder.
+        try:
+            return _load_pyav(path)
+        except Exception:
+            raise empty from None
     except Exception as sf_error:  # soundfile raises several unrelated types for "can't read"
         try:
             return _load_pyav(path)

@@ -240,11 +240,25 @@ def _check_prompt(
 MAX_ALLOWED_LANGUAGES = 20
 
 
+#: BCP-47 primary subtags Whisper spells otherwise (Google's Mandarin tag, Norwegian
+#: Bokmål, the legacy ISO 639 codes, Javanese, Filipino)
+WHISPER_SPELLING = {
+    "cmn": "zh",
+    "nb": "no",
+    "iw": "he",
+    "ji": "yi",
+    "in": "id",
+    "jv": "jw",
+    "fil": "tl",
+}
+
+
 def language_code(tag: str) -> str:
     """A BCP-47 tag as the model's language code: its primary subtag, so ``en-US`` (what
-    clients of Google's, Riva's and Deepgram's APIs send) is ``en``; Whisper's own codes
-    (``en``, ``haw``) are primary subtags already."""
-    return tag.strip().replace("_", "-").split("-")[0].lower()
+    clients of Google's, Riva's and Deepgram's APIs send) is ``en``, in Whisper's spelling
+    (``cmn-Hans-CN`` is ``zh``); Whisper's own codes (``en``, ``haw``, ``jw``) stay."""
+    primary = tag.strip().replace("_", "-").split("-")[0].lower()
+    return WHISPER_SPELLING.get(primary, primary)
 
 
 def _known_languages(languages: frozenset[str], many: str) -> str:

@@ -488,6 +488,19 @@ def test_a_float_files_broken_samples_are_silence_or_full_scale(tmp_path: Path):
     assert audio.frames[:, 0].tolist() == [8192, 0, 32767, -32768, -8192]
 
 
+def test_a_wav_whose_header_sizes_were_never_written_is_read_whole(tmp_path: Path):
+    """A recorder killed before it wrote its header's sizes leaves them 0: libsndfile reads
+    no frames, ffmpeg (PyAV) reads them all; it must not be called empty."""
+    path = tmp_path / "cut.wav"
+    soundfile.write(path, speech_like(), RATE, subtype="PCM_16")
+    raw = bytearray(path.read_bytes())
+    data = raw.index(b"data")
+    raw[4:8] = raw[data + 4 : data + 8] = bytes(4)  # RIFF and data sizes: 0
+    path.write_bytes(bytes(raw))
+    audio = load_audio(path)
+    assert len(audio.frames) == len(speech_like())
+
+
 def test_an_empty_file_is_said_to_be_empty_once(tmp_path: Path):
     path = tmp_path / "empty.wav"
     soundfile.write(path, np.zeros(0, np.int16), 16_000, subtype="PCM_16")

@@ -72,6 +72,10 @@ def test_a_bcp47_tag_names_its_language() -> None:
     config = stream_config_from_proto(msg, Settings(), model_name="base", languages=known)
     assert config.language == "en"
     assert config.languages == ("de", "pt", "zh", "en")
+    for tag, code in [("cmn-Hans-CN", "zh"), ("nb-NO", "no"), ("iw-IL", "he"), ("jv-ID", "jw")]:
+        msg = audio_config(language=tag)
+        config = stream_config_from_proto(msg, Settings(), model_name="base", languages=None)
+        assert config.language == code, tag
     with pytest.raises(AsrError, match=r"config.language 'xx-US' is not supported"):
         stream_config_from_proto(
             audio_config(language="xx-US"), Settings(), model_name="base", languages=known
