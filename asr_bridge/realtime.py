@@ -110,6 +110,15 @@ class TranscriptionSession:
     def server_vad(self) -> bool:
         return self.turn_detection is not None
 
+    @property
+    def speech_margins_ms(self) -> tuple[int, int]:
+        """What OpenAI's speech_started/stopped times include around the speech: server_vad's
+        prefix_padding_ms before and silence_duration_ms after (semantic_vad has neither)."""
+        td = self.turn_detection
+        if td is None or td.get("type") != "server_vad":
+            return 0, 0
+        return int(td.get("prefix_padding_ms", 300)), int(td.get("silence_duration_ms", 500))
+
     def streaming_config(self) -> asr_pb2.StreamingConfig:
         td = self.turn_detection
         semantic = td is not None and td.get("type") == "semantic_vad"
@@ -479,10 +488,15 @@ class ServerEvents:
         )
 
     def response(
-        self, response: asr_pb2.StreamingRecognizeResponse, *, server_vad: bool
+        self,
+        response: asr_pb2.StreamingRecognizeResponse,
+        *,
+        server_vad: bool,
+        margins_ms: tuple[int, int] = (0, 0),
     ) -> list[Event]:
+        """``margins_ms``: added before speech_started's and after speech_stopped's time."""
         if response.HasField("speech_event"):
-            return self._speech(response.speech_event, server_vad)
+            return self._speech(response.speech_event, server_vad, margins_ms)
         if response.HasField("result"):
             return self._result(response.result)
         return []
@@ -520,7 +534,9 @@ class ServerEvents:
                 self._open = item
         return out
 
-    def _speech(self, e: asr_pb2.SpeechEvent, server_vad: bool) -> list[Event]:
+    def _speech(
+        self, e: asr_pb2.SpeechEvent, server_vad: bool, margins_ms: tuple[int, int] = (0, 0)
+    ) -> list[Event]:
         if e.type == asr_pb2.SpeechEvent.FINALIZED:
             return self._finalized()
         ms = round(e.offset_s * 1000)
@@ -530,7 +546,11 @@ class ServerEvents:
             if not server_vad or started:  # (started: heard again after a resume)
                 return []
             return [
-                self.event("input_audio_buffer.speech_started", audio_start_ms=ms, item_id=item.id)
+                self.event(
+                    "input_audio_buffer.speech_started",
+                    audio_start_ms=max(0, ms - margins_ms[0]),
+                    item_id=item.id,
+                )
             ]
         if e.utterance_id in self._cleared:
             if e.type == asr_pb2.SpeechEvent.NO_WORDS:
@@ -552,7 +572,11 @@ class ServerEvents:
         out = []
         if server_vad:
             out.append(
-                self.event("input_audio_buffer.speech_stopped", audio_end_ms=ms, item_id=item.id)
+                self.event(
+                    "input_audio_buffer.speech_stopped",
+                    audio_end_ms=ms + margins_ms[1],
+                    item_id=item.id,
+                )
             )
         return [*out, *self._commit(item)]
 

@@ -250,7 +250,11 @@ class RealtimeSession:
                 if response.HasField("progress"):
                     self.metrics.server_lag.observe(response.progress.lag_s)
                 await self._send(
-                    self.events.response(response, server_vad=self.settings.server_vad)
+                    self.events.response(
+                        response,
+                        server_vad=self.settings.server_vad,
+                        margins_ms=self.settings.speech_margins_ms,
+                    )
                 )
         except StreamClosedError as exc:
             if exc.code == grpc.StatusCode.CANCELLED:

@@ -492,3 +492,30 @@ def test_a_sessions_audio_length_follows_its_format(fmt: str, second: int) -> No
     s = TranscriptionSession()
     s.update_ga({"type": "transcription", "audio": {"input": {"format": {"type": fmt}}}})
     assert s.seconds(bytes(second)) == pytest.approx(1.0)
+
+
+def test_speech_times_include_server_vads_padding_and_silence_as_openais_do() -> None:
+    """OpenAI: audio_start_ms "includes the prefix_padding_ms", audio_end_ms "includes the
+    min_silence_duration_ms". A client that cuts its recording by them got a clip 300 ms
+    short at the start and a silence short at the end."""
+    from asr_bridge.realtime import TranscriptionSession
+
+    session = TranscriptionSession()
+    assert session.speech_margins_ms == (300, 500)
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+    margins = session.speech_margins_ms
+    (started,) = ev.response(
+        _speech(SpeechEvent.SPEECH_STARTED, 0.87, 0), server_vad=True, margins_ms=margins
+    )
+    assert started["audio_start_ms"] == 570
+    stopped = ev.response(
+        _speech(SpeechEvent.SPEECH_ENDED, 3.42, 0), server_vad=True, margins_ms=margins
+    )[0]
+    assert stopped["audio_end_ms"] == 3920
+    early = ServerEvents("t").response(
+        _speech(SpeechEvent.SPEECH_STARTED, 0.1, 0), server_vad=True, margins_ms=margins
+    )
+    assert early[0]["audio_start_ms"] == 0  # never before the session's audio
+    session.turn_detection = {"type": "semantic_vad", "eagerness": "auto"}
+    assert session.speech_margins_ms == (0, 0)
