@@ -314,6 +314,19 @@ async def start_server(
         except Exception:
             logger.exception("model %r failed to load", settings.engine.model)
             raise
+
+        async def not_serving() -> None:
+            for name in ("", SERVICE_NAME):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+
+        def engine_stuck() -> None:
+            # an orchestrator's probe now takes the replica out (and restarts it); the
+            # streams whose call is stuck have failed, and others may still be served
+            report = asyncio.create_task(not_serving())
+            stuck_reports.add(report)
+            report.add_done_callback(stuck_reports.discard)
+
+        stuck_reports: set[asyncio.Task[None]] = set()
         scheduler = EngineScheduler(
             engine,
             metrics,
@@ -321,6 +334,8 @@ async def start_server(
             max_batch_size=engine.max_batch_size,
             batch_wait_s=settings.engine.batch_wait_ms / 1000,
             partial_workers=settings.engine.partial_workers,
+            call_timeout_s=settings.engine.call_timeout_s,
+            on_stuck=engine_stuck,
         )
         await scheduler.start()
         running._scheduler = scheduler

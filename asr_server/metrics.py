@@ -156,6 +156,12 @@ class Metrics:
             "engine utilisation.",
             registry=r,
         )
+        self.engine_timeouts = Counter(
+            "asr_engine_timeouts_total",
+            "Engine calls that had not returned within engine.call_timeout_s (a stuck "
+            "engine: the replica reports NOT_SERVING from the first).",
+            registry=r,
+        )
         self.engine_queue_depth = Gauge(
             "asr_engine_queue_depth", "Requests waiting for the engine.", registry=r
         )

@@ -70,6 +70,13 @@ class EngineSettings(BaseModel):
     final_beam_size: int = Field(
         5, ge=1, le=10, description="Beam for finals (partials are greedy); 5 measured best."
     )
+    call_timeout_s: float = Field(
+        120.0,
+        ge=0,
+        description="An engine call still running after this long fails its streams "
+        "(INTERNAL) and turns health NOT_SERVING, so that an orchestrator replaces the "
+        "replica: a stuck engine (a wedged GPU); 0 = no limit. A decode takes seconds.",
+    )
     cache_dir: Path = Field(
         Path.home() / ".cache" / "streamasr",
         description="Where models shipped in split packages are assembled.",

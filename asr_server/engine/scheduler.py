@@ -55,6 +55,10 @@ class EngineError(RuntimeError):
     """The engine failed on a request."""
 
 
+class EngineStuck(EngineError):
+    """An engine call did not return within its time limit."""
+
+
 @dataclass
 class _Job:
     request: DecodeRequest
@@ -74,8 +78,13 @@ class EngineScheduler:
         max_batch_size: int | None = None,
         batch_wait_s: float = 0.0,
         partial_workers: int = 0,
+        call_timeout_s: float = 0.0,
+        on_stuck: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
+        # an engine call past this fails its batch, and on_stuck is told (0: no limit)
+        self.call_timeout_s = call_timeout_s
+        self._on_stuck = on_stuck
         self.metrics = metrics
         self.workers = workers
         self.max_batch_size = max(
@@ -146,7 +155,25 @@ class EngineScheduler:
         call = self._executor.submit(self.engine.transcribe, requests)
         self._in_engine.add(call)
         call.add_done_callback(self._in_engine.discard)
-        return await asyncio.wrap_future(call)
+        returned = asyncio.wrap_future(call)
+        if not self.call_timeout_s:
+            return await returned
+        try:
+            # (shielded: a timeout must not cancel the wrapper; the thread runs on anyway)
+            return await asyncio.wait_for(asyncio.shield(returned), self.call_timeout_s)
+        except TimeoutError:
+            self.metrics.engine_timeouts.inc()
+            logger.error(
+                "an engine call of %d request(s) has not returned in %g s: the engine looks "
+                "stuck; failing its streams and reporting NOT_SERVING",
+                len(requests),
+                self.call_timeout_s,
+            )
+            if self._on_stuck is not None:
+                self._on_stuck()
+            raise EngineStuck(
+                f"the engine did not answer within {self.call_timeout_s:g} s"
+            ) from None
 
     def abandon(self) -> None:
         """close() stops waiting for the engine calls under way (the operator asked to
@@ -328,6 +355,10 @@ class EngineScheduler:
         hyps: Sequence[Hypothesis | None]
         try:
             hyps = await self._call_engine([j.request for j in batch])
+        except EngineStuck as exc:
+            for job in batch:  # not one request's fault: no request is tried alone
+                self._fail(job, exc)
+            return
         except Exception as exc:
             if len(batch) == 1:
                 logger.exception("engine call failed")

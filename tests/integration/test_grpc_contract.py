@@ -420,3 +420,36 @@ async def test_an_engine_the_pipeline_cannot_feed_keeps_the_server_not_serving()
         assert server.metrics.registry.get_sample_value("asr_model_loaded") == 0
     finally:
         await server.close()
+
+
+async def test_a_stuck_engine_fails_its_streams_and_turns_health_not_serving(make_server) -> None:  # type: ignore[no-untyped-def]
+    """An engine call that never returns (a wedged GPU) left its streams waiting with no
+    error, and health said SERVING. Past engine.call_timeout_s the streams end INTERNAL,
+    and health says NOT_SERVING, so that an orchestrator replaces the replica."""
+    import dataclasses
+
+    from asr_server.vad.energy import EnergyVoiceDetector
+    from tests.helpers import fake_factory
+
+    gate = threading.Event()  # never set until the end: the engine is stuck
+    server = await make_server(fake_factory(FakeEngine(gate=gate)), engine={"call_timeout_s": 0.5})
+    server.servicer.services = dataclasses.replace(
+        server.servicer.services, vad_factory=EnergyVoiceDetector
+    )
+    try:
+        async with AsrClient(f"127.0.0.1:{server.port}", resume=None) as client:
+            with pytest.raises(StreamClosedError) as ended:
+                async with client.stream(audio_config()) as stream:
+                    await stream.send_audio(speech_pcm(1.0).tobytes())
+                    await stream.end()
+                    async for _ in stream:
+                        pass
+        assert ended.value.code == grpc.StatusCode.INTERNAL
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            for service in ("", "asr.v1.Recognizer"):
+                reply = await health.Check(health_pb2.HealthCheckRequest(service=service))
+                assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
+        assert (sample(server, "asr_engine_timeouts_total") or 0) >= 1
+    finally:
+        gate.set()

@@ -532,3 +532,39 @@ async def test_closing_waits_for_an_engine_call_that_returns(gate: threading.Eve
     # its caller is told no result comes (it used to wait on it for good)
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(running, 5)
+
+
+async def test_an_engine_call_past_its_time_limit_fails_its_batch_and_says_so(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stuck engine (a wedged GPU) held its streams with no error, for good. Past
+    call_timeout_s the batch fails, on_stuck is told (the server turns NOT_SERVING), the
+    engine is not asked for each request alone, and the other worker still serves."""
+    from asr_server.engine import scheduler as module
+
+    monkeypatch.setattr(module, "_left_running", set())
+    stuck: list[bool] = []
+    engine = FakeEngine(gate=gate)
+    metrics = Metrics()
+    sched = EngineScheduler(
+        engine,
+        metrics,
+        workers=2,
+        max_batch_size=2,
+        call_timeout_s=0.3,
+        on_stuck=lambda: stuck.append(True),
+    )
+    await sched.start()
+    try:
+        first = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="a")))
+        second = asyncio.create_task(sched.decode(req(DecodeKind.FINAL, tag="b")))
+        for job in (first, second):
+            with pytest.raises(EngineError, match="did not answer within 0.3 s"):
+                await asyncio.wait_for(job, 5)
+        assert stuck and len(engine.calls) <= 2  # no one-at-a-time retry of a stuck batch
+        assert metrics.registry.get_sample_value("asr_engine_timeouts_total") == len(stuck)
+        gate.set()  # the engine comes back: later calls are served
+        assert await asyncio.wait_for(sched.decode(req(DecodeKind.FINAL)), 5) is not None
+    finally:
+        gate.set()
+        await sched.close()
