@@ -341,3 +341,32 @@ def _check_model_dir(path: Path, source: str) -> None:
             raise ModelLoadError(f"{source}: {path / name} is not valid JSON: {exc}") from exc
         if name == "config.json" and not isinstance(value, dict):
             raise ModelLoadError(f"{source}: {path / name} is not a JSON object")
+        if name == "config.json":
+            _check_vocabulary(path, value, source)
+
+
+def _check_vocabulary(path: Path, config: dict[str, object], source: str) -> None:
+    """The vocabulary holds every token id config.json names (languages, suppressed
+    tokens). A truncated one loads, and CTranslate2 then reads past its end while decoding:
+    the process crashed (a segmentation fault) rather than raising an error."""
+    ids = [
+        token
+        for key in ("lang_ids", "suppress_ids", "suppress_ids_begin")
+        for token in (config.get(key) or [])  # type: ignore[attr-defined]
+        if isinstance(token, int)
+    ]
+    for name in ("vocabulary.json", "vocabulary.txt"):
+        vocabulary = path / name
+        if not vocabulary.is_file():
+            continue
+        try:
+            text = vocabulary.read_text(encoding="utf-8")
+            entries = len(json.loads(text)) if name.endswith(".json") else len(text.splitlines())
+        except (OSError, ValueError, TypeError) as exc:
+            raise ModelLoadError(f"{source}: {vocabulary} cannot be read: {exc}") from exc
+        if ids and max(ids) >= entries:
+            raise ModelLoadError(
+                f"{source}: {vocabulary} has {entries} entries, but config.json names token "
+                f"{max(ids)}: the vocabulary is truncated or from another model"
+            )
+        return
