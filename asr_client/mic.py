@@ -293,7 +293,9 @@ class MicCapture:
         # stop() waits for the last callback to return, which can take a block's duration
         self._device_stopped = in_daemon_thread(self._stream.stop)
         try:
-            await asyncio.wait_for(asyncio.shield(self._device_stopped), DEVICE_STOP_TIMEOUT_S)
+            # (asyncio.timeout, not wait_for, which on 3.11 may drop a second Ctrl-C's cancel)
+            async with asyncio.timeout(DEVICE_STOP_TIMEOUT_S):
+                await asyncio.shield(self._device_stopped)
         except TimeoutError:
             logger.warning(
                 "the input device %r did not stop within %g s; leaving it",
@@ -330,7 +332,8 @@ class MicCapture:
             if stopped is not None and stopped.done():
                 closed = in_daemon_thread(stream.close)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(closed), DEVICE_STOP_TIMEOUT_S)
+                    async with asyncio.timeout(DEVICE_STOP_TIMEOUT_S):
+                        await asyncio.shield(closed)
             else:
                 _stuck_devices.add(self.format.device.name)
 

@@ -159,8 +159,11 @@ class EngineScheduler:
         if not self.call_timeout_s:
             return await returned
         try:
-            # (shielded: a timeout must not cancel the wrapper; the thread runs on anyway)
-            return await asyncio.wait_for(asyncio.shield(returned), self.call_timeout_s)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for drops a cancellation
+            # that comes as the call returns, and close() then waited on a worker for good.
+            # Shielded: the thread runs on anyway, and its result must not be cancelled.
+            async with asyncio.timeout(self.call_timeout_s):
+                return await asyncio.shield(returned)
         except TimeoutError:
             self.metrics.engine_timeouts.inc()
             logger.error(
