@@ -42,6 +42,9 @@ from asr_client.load.command import default_options, make_calls  # noqa: E402
 from asr_client.load.report import summarize  # noqa: E402
 from asr_client.load.runner import run_load  # noqa: E402
 
+#: the silent calls' CPU is sampled from this far in (all calls open by then)
+SILENT_WARM_UP_S = 8.0
+
 SHARED = Path(os.environ.get("ASR_SHARED_AUDIO", ROOT.parent / "shared" / "audio"))
 
 
@@ -144,7 +147,7 @@ async def silent_level(server: Server, m: int, args: argparse.Namespace) -> dict
     mine: list[float] = []
 
     def tick(outcomes: Any, elapsed: float) -> None:
-        if elapsed >= 8.0 and elapsed <= args.silent_duration:  # all open, none finished
+        if elapsed >= SILENT_WARM_UP_S and elapsed <= args.silent_duration:  # all open, none ended
             samples.append((time.monotonic(), server.cpu_s()))
             mine.append(sum(me.cpu_times()[:2]))
 
@@ -228,7 +231,13 @@ def main() -> None:
     parser.add_argument("--concurrency", default="4,8,12,16")
     parser.add_argument("--silent", default="100,500")
     parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--silent-duration", type=float, default=40.0)
+    parser.add_argument(
+        "--silent-duration",
+        type=float,
+        default=40.0,
+        help=f"seconds per silent call (40); CPU is sampled from {SILENT_WARM_UP_S:g} s in, "
+        "once all are open, so it must be longer",
+    )
     parser.add_argument("--chunk-ms", type=int, default=100)
     parser.add_argument("--silent-chunk-ms", type=int, default=100)
     parser.add_argument("--telephone", action="store_true")
@@ -239,6 +248,11 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--plot")
     args = parser.parse_args()
+    if args.silent and args.silent_duration <= SILENT_WARM_UP_S + 1:
+        parser.error(
+            f"--silent-duration must be more than {SILENT_WARM_UP_S + 1:g} s: the silent calls' "
+            f"CPU is sampled from {SILENT_WARM_UP_S:g} s in"
+        )
     levels, silent = asyncio.run(measure(args))
     ok = [
         lv["concurrency"]

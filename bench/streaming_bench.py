@@ -579,38 +579,40 @@ async def main() -> None:
     spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
     client_ends = {i.id: client_vad_speech_ends(i) for i in items} if a.finalize_at_vad_stop else {}
     proc, port, metrics_port = await start_server(a.model, a.server_args)
-    server = psutil.Process(proc.pid)
-    cpu0 = server.cpu_times()
-    outcomes = []
-    t_start = time.monotonic()
-    for item in items:
-        outcomes.append(
-            await stream_one(
-                port,
-                item,
-                a.speed,
-                a.chunk_ms,
-                a.telephone,
-                a.endpointing,
-                a.eager,
-                {ch: w for (i, ch), w in spoken.items() if i == item.id},
-                a.language,
-                client_ends.get(item.id),
-                a.resampled,
+    try:  # the server goes with the script, also when a stream fails
+        server = psutil.Process(proc.pid)
+        cpu0 = server.cpu_times()
+        outcomes = []
+        t_start = time.monotonic()
+        for item in items:
+            outcomes.append(
+                await stream_one(
+                    port,
+                    item,
+                    a.speed,
+                    a.chunk_ms,
+                    a.telephone,
+                    a.endpointing,
+                    a.eager,
+                    {ch: w for (i, ch), w in spoken.items() if i == item.id},
+                    a.language,
+                    client_ends.get(item.id),
+                    a.resampled,
+                )
             )
-        )
-        print(
-            f"  {item.id:40s} {item.duration_s:6.1f}s  "
-            f"{' | '.join(outcomes[-1].hypothesis.values())[:70]}",
-            file=sys.stderr,
-        )
-    wall_s = time.monotonic() - t_start
-    cpu1 = server.cpu_times()
-    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    peak_mb = peak_rss_mb(proc.pid)
-    engine = engine_times(metrics_port)
-    proc.terminate()
-    await proc.wait()
+            print(
+                f"  {item.id:40s} {item.duration_s:6.1f}s  "
+                f"{' | '.join(outcomes[-1].hypothesis.values())[:70]}",
+                file=sys.stderr,
+            )
+        wall_s = time.monotonic() - t_start
+        cpu1 = server.cpu_times()
+        cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+        peak_mb = peak_rss_mb(proc.pid)
+        engine = engine_times(metrics_port)
+    finally:
+        proc.terminate()
+        await proc.wait()
 
     refs, hyps, sources = scored(outcomes)
     audio_s = sum(o.item.duration_s for o in outcomes)
