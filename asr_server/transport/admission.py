@@ -1,8 +1,7 @@
 """Admission: how many calls may be open, in total, per client, and before their config.
 
 A call is *pending* from its first byte until its config arrives, then holds a *seat*
-(one of ``max_streams``). A call that comes while every seat is taken is refused at once,
-and one whose config finds them all taken (they filled while it was pending) then. Seats
+(one of ``max_streams``); a config that finds every seat taken is refused. Seats
 are only taken by configured streams, so calls that open and never send a config cannot
 keep a legitimate stream out: they hold pending slots (bounded separately, and ended by
 the config timeout) instead. One client identity may
@@ -81,10 +80,10 @@ class Admission:
     def call(self, identity: Identity) -> Iterator[Ticket]:
         """Admit a new call as pending for the ``with`` block; raises RESOURCE_EXHAUSTED."""
         s = self.settings
-        # full now: refused at once rather than once its config has come (the config would
-        # find no seat either, unless one frees meanwhile), so a proxy or a client tries
-        # another replica without waiting on this one
-        self._check_capacity()
+        # (not refused here when full: the refusal waits for the config, which a client
+        # has usually sent with the call; refused before that, its write of the config
+        # failed instead of its read, and the client's retry on another replica, which
+        # reads the refusal from the response stream, missed about one in three)
         per_client = s.max_streams_per_client
         if per_client and self._per_client[identity.name] >= per_client:
             self._refuse(

@@ -49,7 +49,10 @@ async def test_speech_becomes_partials_finals_and_a_clean_close(make_server, mak
     async with connect(ws_url(bridge), subprotocols=["streamasr.v1"]) as ws:  # type: ignore[list-item]
         assert ws.subprotocol == "streamasr.v1"
         await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
-        await send_pcm(ws, speech_pcm(2.0).tobytes())
+        pcm = speech_pcm(2.0).tobytes()
+        for i in range(0, len(pcm), FRAME):  # at 4x real time, as a page streams (paced):
+            await ws.send(pcm[i : i + FRAME])  # sent at once under load, the final could
+            await asyncio.sleep(0.0125)  # overtake every partial, which is then not shown
         await ws.send(json.dumps({"type": "stop"}))
         events = await events_until_close(ws)
     assert ws.close_code == 1000

@@ -162,26 +162,6 @@ async def test_stream_limit_rejects_at_once_and_spares_open_streams(make_server)
     assert sample(server, "asr_client_streams_total", client="anonymous") == 1
 
 
-async def test_a_full_server_refuses_a_call_before_it_sends_its_config(make_server) -> None:  # type: ignore[no-untyped-def]
-    """A proxy or client learns at once that a full replica has no seat: the refusal
-    does not wait for the call's config (up to config_timeout_s, 10 s)."""
-    server = await serve_fake(make_server, max_streams=1)
-    async with AsrClient(f"127.0.0.1:{server.port}") as client:
-        async with client.stream(audio_config()) as holder:
-            await holder.send_audio(speech_pcm(0.5).tobytes())
-            await eventually(lambda: server.servicer.active == 1)
-            async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-                call = asr_pb2_grpc.RecognizerStub(channel).StreamingRecognize()
-                code = await asyncio.wait_for(call.code(), 5)  # nothing sent on it
-                assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert "limit of 1" in await call.details()
-                pushback = dict(await call.trailing_metadata())["grpc-retry-pushback-ms"]
-                assert 50 <= int(pushback) <= 250
-            await holder.end()
-            async for _ in holder:
-                pass
-
-
 async def test_health_and_reflection(make_server) -> None:  # type: ignore[no-untyped-def]
     server = await serve_fake(make_server)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:

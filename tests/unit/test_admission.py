@@ -59,26 +59,6 @@ def test_the_per_client_pending_share_can_be_set() -> None:
             pass  # pragma: no cover
 
 
-def test_a_full_server_refuses_a_call_before_its_config() -> None:
-    """With every seat taken a new call is refused as it comes, not left pending until
-    its config arrives to be refused then; a call pending when the seats filled is
-    refused at its config."""
-    metrics = Metrics()
-    admission = Admission(settings(max_streams=1), metrics)
-    with admission.call(who("a")) as early, admission.call(who("b")) as seated:
-        seated.seat()
-        with pytest.raises(AdmissionRefused, match="at its limit of 1 concurrent streams"):
-            with admission.call(who("c")):
-                pass  # pragma: no cover
-        assert (admission.pending, admission.seated) == (1, 1)  # c was never pending
-        with pytest.raises(AdmissionRefused, match="at its limit of 1"):
-            early.seat()
-    labels = {"reason": "capacity"}
-    assert metrics.registry.get_sample_value("asr_refused_streams_total", labels) == 2
-    with admission.call(who("c")) as ticket:  # the seat is free again
-        ticket.seat()
-
-
 class CallContext:
     """What Admission.until_answered uses of a gRPC call's context."""
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -455,12 +457,11 @@ async def test_a_request_that_fails_its_batch_fails_alone(gate: threading.Event)
         await sched.close()
 
 
-async def test_closing_with_a_stuck_engine_call_leaves_it_and_keeps_the_loop_free(
+@contextlib.asynccontextmanager
+async def a_stuck_engine_call(
     gate: threading.Event, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An engine call that never returns (a wedged GPU) used to hold close() in a blocking
-    executor shutdown: the event loop stopped, and with it the server's second SIGTERM.
-    Now close() waits for it on the loop, up to its grace or abandon(), then says so."""
+) -> AsyncIterator[EngineScheduler]:
+    """A scheduler whose engine is inside a call that does not return until the end."""
     from asr_server.engine import scheduler
 
     monkeypatch.setattr(scheduler, "_left_running", set())
@@ -470,6 +471,22 @@ async def test_closing_with_a_stuck_engine_call_leaves_it_and_keeps_the_loop_fre
     stuck = asyncio.create_task(sched.decode(req(DecodeKind.FINAL)))
     try:
         await started(engine, 1)
+        yield sched
+    finally:
+        gate.set()
+        stuck.cancel()
+        await asyncio.gather(stuck, return_exceptions=True)
+
+
+async def test_closing_with_a_stuck_engine_call_leaves_it_and_keeps_the_loop_free(
+    gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine call that never returns (a wedged GPU) used to hold close() in a blocking
+    executor shutdown: the event loop stopped, and with it the server's second SIGTERM.
+    Now close() waits for it on the loop, up to its grace or abandon(), then says so."""
+    from asr_server.engine import scheduler
+
+    async with a_stuck_engine_call(gate, monkeypatch) as sched:
         ticks = 0
 
         async def tick() -> None:
@@ -486,10 +503,6 @@ async def test_closing_with_a_stuck_engine_call_leaves_it_and_keeps_the_loop_fre
         assert 0.3 <= took < 2.0
         assert ticks >= 5  # the loop ran meanwhile
         assert scheduler.engine_calls_left_running()
-    finally:
-        gate.set()
-        stuck.cancel()
-        await asyncio.gather(stuck, return_exceptions=True)
 
 
 async def test_abandon_ends_the_wait_for_a_stuck_engine_call(
@@ -497,23 +510,13 @@ async def test_abandon_ends_the_wait_for_a_stuck_engine_call(
 ) -> None:
     from asr_server.engine import scheduler
 
-    monkeypatch.setattr(scheduler, "_left_running", set())
-    engine = FakeEngine(gate=gate)
-    sched = EngineScheduler(engine, Metrics())
-    await sched.start()
-    stuck = asyncio.create_task(sched.decode(req(DecodeKind.FINAL)))
-    try:
-        await started(engine, 1)
+    async with a_stuck_engine_call(gate, monkeypatch) as sched:
         closing = asyncio.create_task(sched.close(grace_s=60))
         await asyncio.sleep(0.1)
         assert not closing.done()
         sched.abandon()  # the operator's second signal
         await asyncio.wait_for(closing, 2)
         assert scheduler.engine_calls_left_running()
-    finally:
-        gate.set()
-        stuck.cancel()
-        await asyncio.gather(stuck, return_exceptions=True)
 
 
 async def test_closing_waits_for_an_engine_call_that_returns(gate: threading.Event) -> None:
