@@ -363,8 +363,8 @@ def in_daemon_thread(call: Callable[[], object]) -> asyncio.Future[None]:
     def run() -> None:
         try:
             call()
-        except Exception:  # a PortAudio error while stopping: stopped all the same
-            logger.debug("stopping the input device failed", exc_info=True)
+        except Exception:  # a PortAudio error while stopping or closing: done all the same
+            logger.debug("the input device's %s failed", call.__name__, exc_info=True)
         finally:
             with contextlib.suppress(RuntimeError):  # the loop has closed meanwhile
                 loop.call_soon_threadsafe(finished)

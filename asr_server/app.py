@@ -244,8 +244,7 @@ async def start_server(
     add_recognizer_to_server(servicer, server)  # tolerant request parsing, see decoding.py
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await _report_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
     if settings.reflection:
         reflection.enable_server_reflection(
             (
@@ -315,14 +314,12 @@ async def start_server(
             logger.exception("model %r failed to load", settings.engine.model)
             raise
 
-        async def not_serving() -> None:
-            for name in ("", SERVICE_NAME):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-
         def engine_stuck() -> None:
             # an orchestrator's probe now takes the replica out (and restarts it); the
             # streams whose call is stuck have failed, and others may still be served
-            report = asyncio.create_task(not_serving())
+            report = asyncio.create_task(
+                _report_health(health_servicer, health_pb2.HealthCheckResponse.NOT_SERVING)
+            )
             stuck_reports.add(report)
             report.add_done_callback(stuck_reports.discard)
 
@@ -346,13 +343,21 @@ async def start_server(
             settings, scheduler, metrics, vad_factory, turn, turn_unavailable, speech_check
         )
         metrics.model_loaded.set(1)
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        await _report_health(health_servicer, health_pb2.HealthCheckResponse.SERVING)
         running.ready.set()
         logger.info("ready: serving %s on port %d", engine.name, port)
 
     running._loader = asyncio.create_task(load(), name="model-loader")
     return running
+
+
+async def _report_health(
+    health_servicer: health.aio.HealthServicer,
+    status: health_pb2.HealthCheckResponse.ServingStatus.ValueType,
+) -> None:
+    """``status`` for the whole server ("") and for the recognizer service alike."""
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, status)
 
 
 def _load_turn_detection(settings: Settings) -> tuple[TurnDetection | None, str]:

@@ -150,7 +150,12 @@ class Admission:
     def _seat(self, ticket: Ticket) -> None:
         if ticket.seated:
             return
-        self._check_capacity()
+        limit = self.settings.max_streams
+        if self.seated >= limit:
+            self._refuse(
+                "capacity",
+                f"server is at its limit of {limit} concurrent streams; retry later",
+            )
         ticket.seated = True
         self.metrics.client_streams.labels(ticket.identity.label).inc()  # admitted
         self.pending -= 1
@@ -158,14 +163,6 @@ class Admission:
         self.seated += 1
         self.metrics.pending_streams.set(self.pending)
         self.metrics.active_streams.set(self.seated)
-
-    def _check_capacity(self) -> None:
-        limit = self.settings.max_streams
-        if self.seated >= limit:
-            self._refuse(
-                "capacity",
-                f"server is at its limit of {limit} concurrent streams; retry later",
-            )
 
     def _refuse(self, reason: str, message: str) -> None:
         self.metrics.refused_streams.labels(reason).inc()

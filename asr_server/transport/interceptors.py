@@ -267,23 +267,12 @@ class InFlight:
             )
         self._by_peer[peer] += 1
         self.calls += 1
-        released = False
 
-        def release(*_: object) -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.calls -= 1
-                _release(self._by_peer, peer)
+        def release(_: object) -> None:  # once, when gRPC has ended the call
+            self.calls -= 1
+            _release(self._by_peer, peer)
 
-        try:
-            context.add_done_callback(release)
-        except Exception:  # no callback to be had: counted while its handler runs
-            try:
-                yield
-            finally:
-                release()
-            return
+        context.add_done_callback(release)
         yield
 
 
