@@ -166,6 +166,17 @@ async def silent_level(server: Server, m: int, args: argparse.Namespace) -> dict
     }
 
 
+def served_model(server_args: list[str]) -> str:
+    """The model the server was started with: its --model flag, else the environment's
+    ASR_ENGINE__MODEL (the server inherits it), else the embedded tiny.en."""
+    for i, arg in enumerate(server_args):
+        if arg == "--model" and i + 1 < len(server_args):
+            return server_args[i + 1]
+        if arg.startswith("--model="):
+            return arg.split("=", 1)[1]
+    return os.environ.get("ASR_ENGINE__MODEL") or "tiny.en"
+
+
 def plot(levels: list[dict[str, Any]], path: Path, target: float, title: str) -> None:
     import matplotlib
 
@@ -274,7 +285,7 @@ def main() -> None:
             levels,
             Path(args.plot),
             args.target_p95,
-            f"tiny.en, {os.cpu_count()} CPU cores, {kind} calls, real time",
+            f"{served_model(args.server_arg)}, {os.cpu_count()} CPU cores, {kind} calls, real time",
         )
 
 

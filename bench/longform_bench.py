@@ -6,8 +6,9 @@ an utterance. This streams such recordings (by default the 231 s LJ Speech chapt
 aloud, ``concat_ljspeech_LJ001-0001_to_0032``, and the 35 s Harvard sentences) to a fresh
 ``asr-server``, each on ``--streams`` concurrent streams started up to 3 s apart, and
 prints per recording: streaming WER (whisper-normalizer's English normaliser, as
-``streaming_bench.py``), the finals' count, end of speech → final (median / p95; a final
-of a split utterance counts from the end of its speech), and the server's engine time.
+``streaming_bench.py``), the finals per stream (those that end at a speech end and those
+of utterances split at a pause), end of speech → final (median / p95), the pause a split
+final was cut at → that final (median / p95), and the server's engine time.
 
 With ``--offline`` it also prints offline faster-whisper's WER on the same recording and
 model (beam 5, 30 s windows: ``streaming_bench.py``'s baseline), computed after the
@@ -74,7 +75,10 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
         "env": env,
         "code": str(a.code),
     }
-    for item in long_items(a.ids):
+    items = long_items(a.ids)
+    if not items:
+        sys.exit(f"no recording with a transcript matches --ids {a.ids!r}")
+    for item in items:
         log = a.server_logs / f"{item.id}.log" if a.server_logs else None
         proc, port, metrics_port = await start_server(
             a.model, [], env=env, code=a.code, log_path=log
@@ -85,12 +89,16 @@ async def run(a: argparse.Namespace) -> dict[str, object]:
             outcomes = await asyncio.gather(*(delayed(d, port, item, a) for d in delays))
             refs, hyps, _ = scored(outcomes)
             latency = [x for o in outcomes for x in o.final_latency]
+            split = [x for o in outcomes for x in o.split_latency]
             figures[item.id] = {
                 "duration_s": item.duration_s,
                 "wer": round(wer(refs, hyps), 4),
-                "finals_per_stream": round(len(latency) / a.streams, 1),
+                "finals_per_stream": round((len(latency) + len(split)) / a.streams, 1),
+                "split_finals_per_stream": round(len(split) / a.streams, 1),
                 "final_latency_median_s": round(pct(latency, 50), 3),
                 "final_latency_p95_s": round(pct(latency, 95), 3),
+                "split_final_latency_median_s": round(pct(split, 50), 3) if split else None,
+                "split_final_latency_p95_s": round(pct(split, 95), 3) if split else None,
                 "pause_splits": counter(metrics_port, "asr_pause_splits"),
                 "carry_fallbacks": counter(metrics_port, "asr_carry_fallbacks"),
                 "engine": engine_times(metrics_port),

@@ -33,9 +33,16 @@ def main() -> None:
         sys.exit(__doc__)
     out = Path(sys.argv[1])
     runs = []
+    models = []
     for arg in sys.argv[2:]:
         label, _, path = arg.partition("=")
-        runs.append((label, json.loads(Path(path).read_text())["samples"]))
+        run = json.loads(Path(path).read_text())
+        runs.append((label, run["samples"]))
+        machine = f"{run.get('model') or 'model not recorded'}, " + (
+            f"{run['cpu_count']} CPU cores" if run.get("cpu_count") else "cores not recorded"
+        )
+        if machine not in models:
+            models.append(machine)
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     for ax, (key, title, targets) in zip(axes.flat, PANELS, strict=True):
         for label, samples in runs:
@@ -50,7 +57,8 @@ def main() -> None:
         ax.set_xlim(0, 2.0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle("streamasr, tiny.en int8, 2 CPU cores, real-time pace (dotted: targets)")
+    # each run's own model and core count, as streaming_bench recorded them
+    fig.suptitle(f"streamasr, {'; '.join(models)}, real-time pace (dotted: targets)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print(out)

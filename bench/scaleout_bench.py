@@ -72,7 +72,8 @@ async def final_latencies(target: str, path: Path) -> list[float]:
 
             async def send() -> None:
                 for i, chunk in enumerate(audio.chunks(100)):
-                    await asyncio.sleep(max(0.0, t0 + i * 0.1 - time.monotonic()))
+                    # sent once its last sample has been "recorded", as a live source would
+                    await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.1 - time.monotonic()))
                     await stream.send_audio(chunk)
                 await stream.end()
 
@@ -108,7 +109,7 @@ async def cut_recovery(port: int, cuts: int, seed: int) -> dict[str, object]:
 
                     async def send(s=stream, t=t0) -> None:  # type: ignore[no-untyped-def]
                         for i, chunk in enumerate(audio.chunks(100)):
-                            await asyncio.sleep(max(0.0, t + i * 0.1 - time.monotonic()))
+                            await asyncio.sleep(max(0.0, t + (i + 1) * 0.1 - time.monotonic()))
                             await s.send_audio(chunk)
                         await s.end()
 

@@ -86,7 +86,8 @@ async def one_stream(options: ConnectionOptions, path: Path, speed: float) -> di
 
             async def send() -> None:
                 for i, chunk in enumerate(audio.chunks(chunk_ms)):
-                    delay = t0 + i * chunk_ms / 1000 / speed - time.monotonic()
+                    # sent once its last sample has been "recorded", as a live source would
+                    delay = t0 + (i + 1) * chunk_ms / 1000 / speed - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
                     await stream.send_audio(chunk)

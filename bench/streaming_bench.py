@@ -88,6 +88,8 @@ class Outcome:
     #: finals of utterances the server split at a pause (no SPEECH_ENDED): not an end of
     #: speech, so not in final_latency
     split_finals: int = 0
+    #: per split final: the pause it was cut at (its end_s) → the final
+    split_latency: list[float] = field(default_factory=list)
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
@@ -272,6 +274,7 @@ async def stream_one(
                 end = speech_end.get(key)
                 if end is None:  # split at a pause: its end_s is the pause's pad, no speech end
                     out.split_finals += 1
+                    out.split_latency.append(now - wall(r.end_s))
                     continue
                 out.final_latency.append(now - wall(end))
                 if key in pending_eager:
@@ -576,6 +579,11 @@ async def main() -> None:
     items = load_items(a.limit, a.ids)
     if a.finalize_at_vad_stop:
         items = [i for i in items if len(references(i)) == 1]
+    if not items:
+        sys.exit(
+            "no recording of the corpus's WER set matches --ids/--limit (or, with "
+            "--finalize-at-vad-stop, is mono)"
+        )
     spoken = word_ends(items, a.model, a.telephone) if a.word_latency else {}
     client_ends = {i.id: client_vad_speech_ends(i) for i in items} if a.finalize_at_vad_stop else {}
     proc, port, metrics_port = await start_server(a.model, a.server_args)
@@ -641,6 +649,7 @@ async def main() -> None:
         "chunk_ms": a.chunk_ms,
         "model": a.model,
         "language": a.language or None,
+        "cpu_count": os.cpu_count(),
     }
     if a.finalize_at_vad_stop:
         figures["ttfs_finalize_at_vad_stop"] = ttfs_figures(outcomes)
