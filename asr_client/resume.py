@@ -312,7 +312,12 @@ class ResumableStream:
     # -- the RecognitionStream surface ----------------------------------------------------
 
     async def open(self) -> ResumableStream:
-        await self._call.open()
+        # A draining or loading replica refuses a call as it arrives: a client slower than
+        # that sees this write fail rather than its first read. Either way the receiver
+        # reads the call's status and tries again (or ends the stream with it), as it
+        # does for a resumed call's first write (_resume).
+        with contextlib.suppress(StreamClosedError):
+            await self._call.open()
         return self
 
     async def send_audio(self, data: bytes) -> None:

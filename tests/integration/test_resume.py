@@ -16,6 +16,7 @@ import pytest
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
+from asr_client.api import RecognitionStream
 from asr_client.resume import (
     FinalizeRequest,
     KeptAudio,
@@ -450,6 +451,35 @@ async def test_without_retry_a_refusal_of_any_kind_fails_at_once(make_server) ->
     finally:
         draining.servicer.draining = False
         await holder.close()
+
+
+async def test_a_refusal_that_comes_before_the_config_is_written_is_retried(
+    make_server, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A draining or loading replica refuses a call as it arrives, before reading its
+    config. A client slower than that (a busy loop) sees its write of the config fail,
+    not its first read; the stream must still read the refusal and try again."""
+    server = await serve_fake(make_server)
+    pcm = utterances(2)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    open_config = RecognitionStream.open
+    opened: list[grpc.StatusCode] = []
+
+    async def open_after_the_refusal(stream: RecognitionStream) -> RecognitionStream:
+        if not opened:  # the first call: its write comes once the refusal has arrived
+            opened.append(await stream._call.code())
+            server.servicer.draining = False  # the next call finds a replica with room
+        return await open_config(stream)
+
+    monkeypatch.setattr(RecognitionStream, "open", open_after_the_refusal)
+    server.servicer.draining = True
+    try:
+        got = await run_stream(server.port, pcm, speed=None, resume=ResumePolicy())
+    finally:
+        server.servicer.draining = False
+    assert opened == [grpc.StatusCode.UNAVAILABLE]
+    assert sample(server, "asr_refused_streams_total", reason="draining") == 1
+    assert finals(got) == finals(reference)
 
 
 async def test_a_recognize_refused_for_capacity_is_retried_whatever_its_length(make_server) -> None:  # type: ignore[no-untyped-def]
