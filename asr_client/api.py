@@ -63,6 +63,16 @@ class StreamClosedError(RuntimeError):
         self.details = details
 
 
+def recognize_request_size(config: asr_pb2.StreamingConfig, audio_bytes: int) -> int:
+    """The size of ``RecognizeRequest(config=config, audio=...)`` on the wire, for audio of
+    ``audio_bytes``, without building it: that would copy the audio (up to 64 MiB) once
+    more only to measure it. ``audio`` is field 2, a one-byte tag and a varint length."""
+    size = asr_pb2.RecognizeRequest(config=config).ByteSize()
+    if audio_bytes:  # (proto3 leaves empty bytes out)
+        size += 1 + max(1, (audio_bytes.bit_length() + 6) // 7) + audio_bytes
+    return size
+
+
 def audio_config(
     *,
     sample_rate_hz: int = 16_000,

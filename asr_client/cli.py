@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from typing import IO
 
 from asr_api.v1 import asr_pb2
-from asr_client.api import AsrClient, RecognitionStream, StreamClosedError, audio_config
+from asr_client.api import (
+    AsrClient,
+    RecognitionStream,
+    StreamClosedError,
+    audio_config,
+    recognize_request_size,
+)
 from asr_client.audio_files import AudioFileError, PcmAudio, load_audio, rate_for_server
 from asr_client.connection import (
     ConnectionConfigError,
@@ -461,7 +467,7 @@ async def _recognize_command(args: argparse.Namespace, stdout: IO[str], stderr: 
     )
     # the whole request, config and framing too: a file just under the limit as PCM was
     # refused by grpc itself, an unreadable error with the server's exit status
-    size = asr_pb2.RecognizeRequest(config=config, audio=data).ByteSize()
+    size = recognize_request_size(config, len(data))
     if size > MAX_RECOGNIZE_BYTES:
         raise ClientError(
             f"{args.path} is {size / (1 << 20):.1f} MiB as a request, more than one call may "

@@ -134,3 +134,12 @@ async def test_a_cancel_as_the_channel_becomes_ready_still_cancels() -> None:
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
+
+
+@pytest.mark.parametrize("audio_bytes", [0, 1, 127, 128, 16_383, 16_384, 2_097_152, 67_108_864])
+def test_a_recognize_requests_size_is_known_without_building_it(audio_bytes: int) -> None:
+    # the CLI checks a file against the per-call limit before it sends it; building the
+    # request to measure it would hold a second copy of the audio
+    config = api.audio_config(sample_rate_hz=8_000, channels=2, language="en")
+    built = api.asr_pb2.RecognizeRequest(config=config, audio=bytes(audio_bytes)).ByteSize()
+    assert api.recognize_request_size(config, audio_bytes) == built
