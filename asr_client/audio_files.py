@@ -21,6 +21,9 @@ class AudioFileError(Exception):
     """The file is missing or in a format neither soundfile nor PyAV can decode."""
 
 
+#: the largest audio message a server takes by default (its
+#: ``streaming.max_audio_message_bytes``)
+MAX_AUDIO_MESSAGE_BYTES = 1 << 20
 #: channels correlated at least this much carry the same signal: one recording, not a call
 SAME_SIGNAL_CORRELATION = 0.8
 #: the largest delay between the channels of one recording that still counts as the same
@@ -130,9 +133,12 @@ class PcmAudio:
         """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""
         return np.ascontiguousarray(self.frames, dtype="<i2").tobytes()
 
-    def chunks(self, chunk_ms: int) -> Iterator[bytes]:
-        """LINEAR16 chunks of ``chunk_ms`` each (the last one may be shorter)."""
+    def chunks(self, chunk_ms: int, max_bytes: int = MAX_AUDIO_MESSAGE_BYTES) -> Iterator[bytes]:
+        """LINEAR16 chunks of ``chunk_ms`` each (the last one may be shorter), but never
+        more than ``max_bytes`` of whole frames: a long chunk of many channels (5 s of
+        4 channels at 44.1 kHz is 1.7 MB) goes as several messages, which the server takes."""
         step = max(1, self.sample_rate_hz * chunk_ms // 1000)
+        step = max(1, min(step, max_bytes // (2 * self.channels)))
         for start in range(0, len(self.frames), step):
             block = self.frames[start : start + step]
             yield np.ascontiguousarray(block, dtype="<i2").tobytes()

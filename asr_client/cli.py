@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int_between(10, 5000, "ms"),
         default=100,
         metavar="MS",
-        help="audio per message (100)",
+        help="audio per message (100; a message holds at most 1 MiB, as a server takes)",
     )
     streaming.add_argument(
         "--no-interim", action="store_true", help="finals only, no partial results"

@@ -166,6 +166,35 @@ async def test_a_plain_stereo_recording_is_transcribed_once(
     assert said == (option is None)
 
 
+async def test_long_chunks_of_many_channels_fit_the_servers_message_limit(
+    server: str, tmp_path: Path
+) -> None:
+    """--chunk-ms goes up to 5 s: at 44.1 kHz with 4 separate channels that is 1.7 MB a
+    message, over the 1 MiB a server takes by default, which refused the stream."""
+    rate = 44_100
+    call = np.stack([speech_like(rate) * g for g in (1.0, 0.0, 0.0, 0.0)], axis=1)
+    path = tmp_path / "four.wav"
+    soundfile.write(path, call, rate, subtype="PCM_16")
+    out = tmp_path / "events.jsonl"
+    argv = ["file", str(path), "--server", server, "--fast", "--json-out", str(out)]
+    assert await run([*argv, "--channels", "separate", "--chunk-ms", "5000", "--quiet"]) == 0
+    finals = [e for e in read_events(out) if e["type"] == "final"]
+    assert finals and {e["channel"] for e in finals} == {0}
+
+
+def test_chunks_are_whole_frames_under_a_message_limit() -> None:
+    audio = PcmAudio(np.arange(4 * 44_100 * 6, dtype=np.int16).reshape(-1, 4) % 1000, 44_100)
+    chunks = list(audio.chunks(5000))
+    assert max(len(c) for c in chunks) <= 1 << 20
+    assert all(len(c) % 8 == 0 for c in chunks)
+    assert b"".join(chunks) == audio.to_bytes()
+    assert len(list(audio.chunks(100))) == 60  # short chunks are as asked
+    from asr_server.settings import StreamingSettings
+
+    # the client's limit is the server's default
+    assert StreamingSettings().max_audio_message_bytes == 1 << 20
+
+
 def test_channels_alike_tells_one_recording_from_a_call() -> None:
     from asr_client.audio_files import PcmAudio
 
