@@ -63,6 +63,7 @@ def load_certificates(files: CertificateFiles) -> _Loaded:
     _check_pair(cert, key, files)
     if files.client_ca is not None and client_ca is not None:
         client_ca = _client_ca_certificates(client_ca, files.client_ca)
+    _check_grpc_takes(cert, key, client_ca, files)
     return _Loaded(cert, key, client_ca, stamp)
 
 
@@ -199,6 +200,35 @@ def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
             f"TLS certificate {files.cert} and key {files.key} do not form a usable pair "
             f"({exc.reason or exc})"
         ) from None
+
+
+def _check_grpc_takes(
+    cert: bytes, key: bytes, client_ca: bytes | None, files: CertificateFiles
+) -> None:
+    """Let gRPC's own TLS library build a server from the files: its BoringSSL takes
+    fewer key types than the OpenSSL that checked the pair (no Brainpool curves, no
+    secp256k1, no Ed448). At start-up the bind failed with no reason given; on a reload
+    gRPC kept the old certificate while the reload was reported done. The probe binds
+    an ephemeral loopback port for a few milliseconds and never starts serving."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    credentials = grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=client_ca, require_client_auth=client_ca is not None
+    )
+    with ThreadPoolExecutor(1) as pool:
+        probe = grpc.server(pool)
+        try:
+            taken = probe.add_secure_port("127.0.0.1:0", credentials) != 0
+        except RuntimeError:  # "Failed to bind": the reason is only in grpc's log
+            taken = False
+        finally:
+            probe.stop(None)
+    if not taken:
+        raise CertificateError(
+            f"gRPC cannot use the TLS certificate {files.cert} and key {files.key}, which "
+            "OpenSSL accepts: its BoringSSL takes RSA, ECDSA P-256/P-384/P-521 and Ed25519 "
+            "keys (its log line above says more)"
+        )
 
 
 def _load_pair(cert_path: str | Path, key_path: str | Path) -> None:

@@ -89,39 +89,16 @@ async def test_a_port_that_cannot_be_bound_says_why(host: str, why: str) -> None
 async def test_a_key_grpc_cannot_use_is_said_to_be_the_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A secp256k1 (or Brainpool) key passes the OpenSSL check of the pair, but gRPC's
     BoringSSL refuses it and the bind fails: the server said "is the port in use?"."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    from asr_server.app import StartupError, start_server
+    from asr_server.app import start_server
     from asr_server.engine.fake import FakeEngine
+    from asr_server.transport.tls import CertificateError
+    from tests.pki import secp256k1_pair
 
-    key = ec.generate_private_key(ec.SECP256K1())
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "server.crt", tmp_path / "server.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_path, key_path = secp256k1_pair(tmp_path)
     wanted = settings(host="127.0.0.1", port=0, tls_cert=cert_path, tls_key=key_path)
-    with pytest.raises(StartupError) as err:
+    with pytest.raises(CertificateError) as err:
         await start_server(wanted, engine_factory=lambda _: FakeEngine())
-    assert "gRPC could not use the TLS certificate and key" in str(err.value), err.value
+    assert f"gRPC cannot use the TLS certificate {cert_path} and key {key_path}" in str(
+        err.value
+    ), err.value
+    assert "its BoringSSL takes RSA, ECDSA P-256/P-384/P-521 and Ed25519" in str(err.value)

@@ -29,7 +29,7 @@ from tests.helpers import (
     status_of,
     stream_audio,
 )
-from tests.pki import SERVER_NAME, Pki
+from tests.pki import SERVER_NAME, Pki, secp256k1_pair
 
 EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
 
@@ -146,7 +146,9 @@ async def test_a_changed_certificate_file_is_picked_up_without_a_signal(  # type
     assert final_text(received) == EXPECTED
 
 
-async def test_a_bad_certificate_on_reload_keeps_the_old_one(make_server, pki, caplog) -> None:  # type: ignore[no-untyped-def]
+async def test_a_bad_certificate_on_reload_keeps_the_old_one(
+    make_server, pki, caplog, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     cert, key = pki.server()
     server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
     _, other_key = pki.issue("mismatch", SERVER_NAME)
@@ -159,9 +161,17 @@ async def test_a_bad_certificate_on_reload_keeps_the_old_one(make_server, pki, c
     cert.write_text("not a certificate")
     assert not await asyncio.to_thread(server.credentials.tls.reload)
     assert "is not PEM" in caplog.text
+    # a pair OpenSSL takes and gRPC's BoringSSL does not: gRPC would keep the old
+    # certificate while the reload said it was done
+    odd_cert, odd_key = secp256k1_pair(tmp_path)
+    cert.write_bytes(odd_cert.read_bytes())
+    key.write_bytes(odd_key.read_bytes())
+    assert not await asyncio.to_thread(server.credentials.tls.reload)
+    assert f"gRPC cannot use the TLS certificate {cert}" in caplog.text
     received = await stream_audio(tls_client(server.port, pki), speech_pcm(), 16_000, speed=None)
     assert final_text(received) == EXPECTED
-    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="failed") == 2
+    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="failed") == 3
+    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="ok") is None
 
 
 # -- mTLS ---------------------------------------------------------------------------------
