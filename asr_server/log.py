@@ -24,8 +24,38 @@ class StreamIdFilter(logging.Filter):
         return True
 
 
+class UndecodableMetadataFilter(logging.Filter):
+    """grpc logs a metadata value that is not UTF-8 at ERROR, raw and with a traceback,
+    two or three times per call: a mistyped bearer token reached the log, and any client
+    could fill it. The call itself goes on (a token that cannot be read is refused as
+    wrong, and logged so without its value); the record is dropped, or kept at DEBUG
+    without the value."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith("Invalid encoding on"):
+            return True
+        if not logging.getLogger().isEnabledFor(logging.DEBUG):
+            return False
+        record.msg, record.args = "a call's metadata value is not UTF-8 (not logged)", ()
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+#: the logger grpc's metadata decoding writes to
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+
+
+def drop_undecodable_metadata_records() -> None:
+    """Install UndecodableMetadataFilter on grpc's logger (once)."""
+    grpc_logger = logging.getLogger(GRPC_CORE_LOGGER)
+    if not any(isinstance(f, UndecodableMetadataFilter) for f in grpc_logger.filters):
+        grpc_logger.addFilter(UndecodableMetadataFilter())
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.addFilter(StreamIdFilter())
     handler.setFormatter(logging.Formatter(FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    drop_undecodable_metadata_records()

@@ -158,3 +158,40 @@ def unread_health_checks(port: int, calls: int, *, listen_s: float) -> tuple[int
                     ended.add(event.stream_id)
             sock.sendall(conn.data_to_send())  # PING acks, SETTINGS acks: a live client
     return len(ended), calls - len(ended)
+
+
+def status_with_raw_header(port: int, name: bytes, value: bytes, *, wait_s: float = 10.0) -> str:
+    """Blocking: a StreamingRecognize call on 127.0.0.1:``port`` whose headers carry
+    ``name: value`` as raw bytes (grpc clients only send UTF-8), with a config; its
+    grpc-status (as sent, a number in text)."""
+    headers = [
+        (b":method", b"POST"),
+        (b":scheme", b"http"),
+        (b":path", METHOD.encode()),
+        (b":authority", f"127.0.0.1:{port}".encode()),
+        (b"content-type", b"application/grpc"),
+        (b"te", b"trailers"),
+        (name, value),
+    ]
+    config = asr_pb2.StreamingRecognizeRequest(config=audio_config()).SerializeToString()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        conn = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, validate_outbound_headers=False)
+        )
+        conn.initiate_connection()
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, headers)
+        conn.send_data(sid, grpc_frame(config), end_stream=True)
+        sock.sendall(conn.data_to_send())
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            data = sock.recv(65536)
+            if not data:
+                break
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                    found = dict(event.headers).get(b"grpc-status")
+                    if found is not None:
+                        return found.decode()
+            sock.sendall(conn.data_to_send())
+    raise AssertionError("no grpc-status came back")

@@ -253,6 +253,28 @@ async def test_tokens_refuse_before_reading_and_admit_with_a_name(make_server, p
     assert sample(server, "asr_client_streams_total", client="alice") == 1
 
 
+async def test_a_token_that_is_not_utf8_is_refused_and_never_logged(
+    make_server, tmp_path, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """grpc logged such a header's raw value (a mistyped token) at ERROR with a
+    traceback, two or three times per call."""
+    from asr_server.log import drop_undecodable_metadata_records
+    from tests.rapid_reset import status_with_raw_header
+
+    drop_undecodable_metadata_records()  # as configure_logging does in the server
+    tokens_path, _ = token_file(tmp_path, "alice")
+    server = await serve_fake(make_server, auth_tokens=tokens_path)
+    with caplog.at_level(logging.INFO):
+        status = await asyncio.to_thread(
+            status_with_raw_header, server.port, b"authorization", b"Bearer s3cr\xe9t-\xff"
+        )
+    assert status == str(grpc.StatusCode.UNAUTHENTICATED.value[0])
+    assert sample(server, "asr_auth_failures_total", reason="wrong_token") == 1
+    assert "refused a call from 127.0.0.1: invalid token" in caplog.text
+    assert "s3cr" not in caplog.text and "Invalid encoding" not in caplog.text, caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+
+
 async def test_token_file_is_reloaded_and_a_bad_one_keeps_the_old(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     tokens_path, tokens = token_file(tmp_path, "alice")
     server = await serve_fake(make_server, auth_tokens=tokens_path)
