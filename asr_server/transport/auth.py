@@ -90,6 +90,15 @@ def parse_token_file(path: Path) -> list[_Entry]:
     return entries
 
 
+def token_digest(token: str) -> bytes:
+    """The SHA-256 of a presented token, as the file's lines hold it (in hex)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+#: a token as the file holds it: its client's name and its hash
+Credential = tuple[str, bytes]
+
+
 class TokenRegistry:
     """The clients of a token file; ``identify(token)`` returns the client's name or None."""
 
@@ -101,7 +110,15 @@ class TokenRegistry:
         self._entries = parse_token_file(path)  # start-up: a bad file is fatal
         self._failed_stamp: FileStamp | None = None
         self._checked = time.monotonic()
+        #: told the tokens a reload withdrew (their line gone, or its hash replaced), from
+        #: whichever thread reloaded
+        self._on_revoked: list[Callable[[frozenset[Credential]], object]] = []
         self._warn_if_empty()
+
+    def on_revoked(self, listener: Callable[[frozenset[Credential]], object]) -> None:
+        """Call ``listener(tokens)`` after each reload that withdrew tokens. A token is its
+        (name, hash): a name given a new hash withdraws its old token only."""
+        self._on_revoked.append(listener)
 
     @property
     def names(self) -> list[str]:
@@ -111,7 +128,7 @@ class TokenRegistry:
         self._maybe_reload()
         if not token or len(token) > MAX_TOKEN_CHARS:
             return None
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        digest = token_digest(token)
         found = None
         for entry in self._entries:  # no early exit: the time taken says nothing
             if hmac.compare_digest(entry.digest, digest):
@@ -141,10 +158,17 @@ class TokenRegistry:
             self._failed_stamp = stamp
             self._notify(False)
             return False
+        kept = {(e.name, e.digest) for e in entries}
+        revoked = frozenset((e.name, e.digest) for e in self._entries) - kept
         self._entries, self._stamp, self._failed_stamp = entries, stamp, None
         self._notify(True)
         logger.info("token file %s reloaded: %d client(s)", self.path, len(entries))
         self._warn_if_empty()
+        if revoked:
+            names = ", ".join(sorted(name for name, _ in revoked))
+            logger.warning("token(s) of %s withdrawn: their open calls end", names)
+            for listener in self._on_revoked:
+                listener(revoked)
         return True
 
     def _warn_if_empty(self) -> None:

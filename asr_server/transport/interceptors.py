@@ -34,7 +34,7 @@ import grpc
 from asr_server.errors import AsrError, Status
 from asr_server.log import client_var
 from asr_server.metrics import Metrics
-from asr_server.transport.auth import TokenRegistry
+from asr_server.transport.auth import Credential, TokenRegistry, token_digest
 from asr_server.transport.reads import read_within
 from asr_server.transport.status import GRPC_CODES
 
@@ -75,6 +75,8 @@ class Identity:
     #: the bounded form of ``name`` for metrics labels
     label: str
     authenticated: bool
+    #: the token the call presented, as the token file holds it (None without tokens)
+    credential: Credential | None = None
 
 
 identity_var: ContextVar[Identity | None] = ContextVar("identity", default=None)
@@ -122,7 +124,7 @@ class Authenticator:
             name = self.tokens.identify(token)
             if name is None:
                 raise AsrError(Status.UNAUTHENTICATED, "invalid token")
-            return Identity(name, self._labels(name), True)
+            return Identity(name, self._labels(name), True, (name, token_digest(token)))
         if self.mtls:
             name = _certificate_subject(context.auth_context())
             if name is None:
@@ -141,7 +143,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._open = InFlight()
         #: per client identity, the tasks of its lasting calls (their number is its count)
         self._lasting: dict[str, set[asyncio.Task[Any]]] = {}
-        self._ending: set[asyncio.Task[Any]] = set()  # lasting calls a drain ends
+        #: per token (name and hash), the tasks of all its calls (revoking it ends them)
+        self._by_token: dict[Credential, set[asyncio.Task[Any]]] = {}
+        #: calls being ended from outside (a drain, a revoked token): the status to end with
+        self._ending: dict[asyncio.Task[Any], tuple[grpc.StatusCode, str]] = {}
+        if authenticator.tokens is not None:
+            loop = asyncio.get_running_loop()
+            authenticator.tokens.on_revoked(
+                lambda revoked: loop.call_soon_threadsafe(self.end_calls_of, revoked)
+            )
 
     def end_lasting_calls(self) -> int:
         """End every Watch and reflection call with UNAVAILABLE (a drain whose streams have
@@ -149,8 +159,22 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         period). Their handlers are cancelled, and each call's task then ends it with a
         status (``_admit``): a cancelled handler alone left the call open."""
         tasks = {task for calls in self._lasting.values() for task in calls}
-        self._ending |= tasks
+        return self._end(tasks, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+
+    def end_calls_of(self, revoked: frozenset[Credential]) -> int:
+        """End every open call (streams, Recognize, Watch, reflection) made with a
+        ``revoked`` token with UNAUTHENTICATED: the token file no longer holds it. By token,
+        not by name: the calls a client makes with its name's new token go on."""
+        tasks = {task for token in revoked for task in self._by_token.get(token, ())}
+        ended = self._end(tasks, grpc.StatusCode.UNAUTHENTICATED, "token revoked")
+        if ended:
+            names = sorted({name for name, _ in revoked})
+            logger.warning("ended %d open call(s) of revoked token(s) of %s", ended, names)
+        return ended
+
+    def _end(self, tasks: set[asyncio.Task[Any]], code: grpc.StatusCode, message: str) -> int:
         for task in tasks:
+            self._ending.setdefault(task, (code, message))
             task.cancel()
         return len(tasks)
 
@@ -184,11 +208,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             await context.abort(GRPC_CODES[exc.status], exc.message)
         identity_var.set(identity)
         client_var.set(identity.name)
-        if not lasting:
-            yield
-            return
         name = identity.name
-        if len(self._lasting.get(name, ())) >= LASTING_CALLS_PER_CLIENT:
+        if lasting and len(self._lasting.get(name, ())) >= LASTING_CALLS_PER_CLIENT:
             self.metrics.refused_streams.labels("lasting_call_limit").inc()
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -197,20 +218,28 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             )
         task = asyncio.current_task()
         assert task is not None  # (a handler runs in its call's task)
-        calls = self._lasting.setdefault(name, set())
-        calls.add(task)
+        # its places: among the client's lasting calls, and (to be ended if its token is
+        # revoked) among its token's calls; a certificate cannot be revoked here
+        held: list[tuple[dict[Any, set[asyncio.Task[Any]]], Any]] = []
+        if lasting:
+            held.append((self._lasting, name))
+        if identity.credential is not None:
+            held.append((self._by_token, identity.credential))
+        for calls, key in held:
+            calls.setdefault(key, set()).add(task)
         try:
             yield
         except asyncio.CancelledError:
             if task not in self._ending:
                 raise
             task.uncancel()
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            await context.abort(*self._ending[task])
         finally:
-            calls.discard(task)
-            if not calls:  # a client with none left is forgotten (bounded memory)
-                del self._lasting[name]
-            self._ending.discard(task)
+            for calls, key in held:
+                calls[key].discard(task)
+                if not calls[key]:  # a client with none left is forgotten (bounded memory)
+                    del calls[key]
+            self._ending.pop(task, None)
 
 
 class HealthCheckOnly(grpc.aio.ServerInterceptor):

@@ -300,6 +300,81 @@ async def test_token_file_is_reloaded_and_a_bad_one_keeps_the_old(make_server, t
     assert sample(server, "asr_credential_reloads_total", file="tokens", outcome="failed") == 1
 
 
+async def test_a_revoked_token_ends_its_open_calls_and_no_others(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Deleting a client's line ended only its new calls: an open stream (up to four
+    hours) and a health Watch ran on. Now every open call of the revoked token ends with
+    UNAUTHENTICATED; another client's stream goes on to its final, and so does a stream
+    made with the new token a client's line was given."""
+    tokens_path, tokens = token_file(tmp_path, "alice", "bob")
+    server = await serve_fake(make_server, auth_tokens=tokens_path)
+
+    def as_(name: str) -> ConnectionOptions:
+        return ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens[name])
+
+    pcm = speech_pcm()
+    async with (
+        AsrClient(as_("alice")) as alice,
+        AsrClient(as_("bob")) as bob,
+        grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
+    ):
+        watch = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(service=""),
+            metadata=(("authorization", f"Bearer {tokens['alice']}"),),
+        )
+        await watch.read()  # its first status: the call is open
+        alices = await alice.stream(audio_config()).open()
+        bobs = await bob.stream(audio_config()).open()
+        await alices.send_audio(pcm[:8000].tobytes())
+        await bobs.send_audio(pcm[:8000].tobytes())
+        await eventually(lambda: server.servicer.active == 2)
+
+        tokens_path.write_text(f"bob:{hash_token(tokens['bob'])}\n")  # alice revoked
+        assert server.credentials.tokens is not None
+        assert await asyncio.to_thread(server.credentials.tokens.reload)  # as SIGHUP does
+
+        with pytest.raises(StreamClosedError) as err:
+            async for _ in alices:
+                pass
+        assert (err.value.code, err.value.details) == (
+            grpc.StatusCode.UNAUTHENTICATED,
+            "token revoked",
+        )
+        with pytest.raises(grpc.aio.AioRpcError) as watch_err:
+            while True:
+                await watch.read()
+        assert watch_err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        await eventually(lambda: server.servicer.active == 1)
+
+        await bobs.send_audio(pcm[8000:].tobytes())
+        await bobs.end()
+        finals = [e.result.text async for e in bobs if e.result.is_final]
+        assert finals == [EXPECTED]
+
+        # bob's line gets a new token: his old token's stream ends, and a stream with the
+        # new one goes on, though its own arrival is what re-read the file (the registry
+        # checks the file when a call arrives, at most once a second)
+        old_stream = await bob.stream(audio_config()).open()
+        await old_stream.send_audio(pcm[:8000].tobytes())
+        await eventually(lambda: server.servicer.active == 1)
+        tokens["bob"], line = new_token("bob")
+        tokens_path.write_text(line + "\n")
+        os.utime(tokens_path, ns=(1, 1))  # a distinct stamp even on a coarse clock
+        await asyncio.sleep(1.1)
+        async with AsrClient(as_("bob")) as new_bob:
+            new_stream = await new_bob.stream(audio_config()).open()
+            await new_stream.send_audio(pcm[:8000].tobytes())
+            with pytest.raises(StreamClosedError) as err:
+                async for _ in old_stream:
+                    pass
+            assert err.value.details == "token revoked"
+            await new_stream.send_audio(pcm[8000:].tobytes())
+            await new_stream.end()
+            finals = [e.result.text async for e in new_stream if e.result.is_final]
+        assert finals == [EXPECTED]
+    assert await call_status(as_("alice")) == grpc.StatusCode.UNAUTHENTICATED
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_health_stays_open_and_reflection_needs_a_token_or_is_off(  # type: ignore[no-untyped-def]
     make_server, tmp_path
 ) -> None:
