@@ -8,6 +8,7 @@ MAX_RATE_HZ) is resampled here first.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,9 @@ def load_audio(path: str | Path) -> PcmAudio:
             raise AudioFileError(f"{path}: not a regular file")
         raise AudioFileError(f"{path}: no such file")
     try:
+        if _may_be_joined(path):
+            with contextlib.suppress(Exception):  # no PyAV, or it cannot: libsndfile's turn
+                return _load_pyav(path)
         return _load_soundfile(path)
     except AudioFileError as empty:
         # no frames: an empty file, or a WAV whose header sizes were never written (its
@@ -185,6 +189,22 @@ def load_audio(path: str | Path) -> PcmAudio:
             raise AudioFileError(
                 f"{path}: not a readable audio file (soundfile: {sf_error}; PyAV: {av_error})"
             ) from None
+
+
+#: formats whose files may be several joined end to end, which libsndfile reads only the
+#: first of, silently: a chained Ogg (each link a stream of its own, as Icecast records
+#: them) and MP3s joined with ``cat`` (it stops at the first one's sample count). FFmpeg
+#: (PyAV) decodes them whole.
+JOINABLE_FORMATS = frozenset({"OGG", "MP3"})
+
+
+def _may_be_joined(path: Path) -> bool:
+    import soundfile
+
+    try:
+        return soundfile.info(str(path)).format in JOINABLE_FORMATS
+    except Exception:  # not a format libsndfile knows: the fallbacks below decide
+        return False
 
 
 def _load_soundfile(path: Path) -> PcmAudio:
@@ -212,16 +232,42 @@ def _load_pyav(path: Path) -> PcmAudio:
         stream = container.streams.audio[0]
         channels = stream.codec_context.channels
         rate = stream.codec_context.sample_rate
-        # packed s16 at the native rate and layout: a format change only, no resampling
-        resampler = av.AudioResampler(format="s16", layout=stream.codec_context.layout, rate=rate)
+        layout = stream.codec_context.layout
         parts: list[np.ndarray] = []
-        for frame in container.decode(stream):
+
+        def converted_by(resampler: av.AudioResampler, frame: av.AudioFrame | None) -> None:
             for converted in resampler.resample(frame):
                 parts.append(converted.to_ndarray().reshape(-1, channels))
-        for converted in resampler.resample(None):  # flush what the resampler buffered
-            parts.append(converted.to_ndarray().reshape(-1, channels))
+
+        # packed s16 at the first frame's rate and layout: a format change only, unless
+        # the file changes its rate or layout part way (joined recordings, a chained Ogg):
+        # a resampler takes one input format, so each new one gets its own, and its
+        # audio comes out in the first one's
+        resampler, heard = None, None
+        for frame in _frames_of(stream, container):
+            if resampler is None or heard != (frame.format.name, frame.layout.name, frame.rate):
+                if resampler is not None:
+                    converted_by(resampler, None)  # flush what it buffered
+                heard = (frame.format.name, frame.layout.name, frame.rate)
+                resampler = av.AudioResampler(format="s16", layout=layout, rate=rate)
+            converted_by(resampler, frame)
+        if resampler is not None:
+            converted_by(resampler, None)
     data = np.concatenate(parts) if parts else np.zeros((0, channels), dtype=np.int16)
     return _checked(path, data.astype(np.int16, copy=False), int(rate))
+
+
+def _frames_of(stream, container):  # type: ignore[no-untyped-def]
+    """The stream's decoded frames, past packets the decoder refuses: where files were
+    joined, the second one's header (an MP3's Xing frame) sits among the audio, as
+    FFmpeg's own command line skips it."""
+    import av
+
+    for packet in container.demux(stream):
+        try:
+            yield from packet.decode()
+        except av.error.InvalidDataError:
+            continue
 
 
 def _checked(path: Path, data: np.ndarray, rate: int) -> PcmAudio:

@@ -530,6 +530,76 @@ def test_a_wav_whose_header_sizes_were_never_written_is_read_whole(tmp_path: Pat
     assert len(audio.frames) == len(speech_like())
 
 
+def tone_at(rate: int, seconds: float, hz: float, channels: int = 1) -> np.ndarray:
+    t = np.arange(int(rate * seconds)) / rate
+    return np.stack([0.3 * np.sin(2 * np.pi * hz * (c + 1) * t) for c in range(channels)], 1)
+
+
+def dominant_hz(samples: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(samples.astype(float) * np.hanning(samples.size)))
+    return float(np.argmax(spectrum) * rate / samples.size)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "subtype", "rate"),
+    [("OGG", "VORBIS", 16_000), ("OGG", "OPUS", 48_000), ("MP3", "MPEG_LAYER_III", 16_000)],
+)
+def test_files_joined_end_to_end_are_read_whole(
+    tmp_path: Path, fmt: str, subtype: str, rate: int
+) -> None:
+    """A chained Ogg (Icecast records them so) or MP3s joined with cat: libsndfile read
+    the first part only, silently, and the rest of the recording was never sent."""
+    joined = b""
+    for i, (seconds, hz) in enumerate([(3.0, 300.0), (5.0, 500.0)]):
+        part = tmp_path / f"part{i}.{fmt.lower()}"
+        soundfile.write(part, tone_at(rate, seconds, hz), rate, format=fmt, subtype=subtype)
+        joined += part.read_bytes()
+    path = tmp_path / f"joined.{fmt.lower()}"
+    path.write_bytes(joined)
+    audio = load_audio(path)
+    assert 7.9 < len(audio.frames) / audio.sample_rate_hz < 8.3
+    late = audio.frames[int(6.0 * audio.sample_rate_hz) :][: audio.sample_rate_hz, 0]
+    assert abs(dominant_hz(late, audio.sample_rate_hz) - 500) < 10
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [((16_000, "mono"), (16_000, "stereo")), ((16_000, "mono"), (44_100, "mono"))],
+)
+def test_a_file_whose_layout_or_rate_changes_part_way_is_read_in_the_first(
+    tmp_path: Path, first: tuple[int, str], second: tuple[int, str]
+) -> None:
+    """Joined ADTS AAC (only PyAV reads it) whose second part has another layout or rate:
+    PyAV's one resampler refused the second part ("Frame does not match AudioResampler
+    setup") and the file was called unreadable."""
+    import av
+
+    joined = b""
+    for i, ((rate, layout), hz) in enumerate([(first, 300.0), (second, 500.0)]):
+        part = tmp_path / f"part{i}.aac"
+        channels = av.AudioLayout(layout).nb_channels
+        samples = tone_at(rate, 2.0, hz, channels).T.astype(np.float32)
+        with av.open(str(part), "w", format="adts") as container:
+            stream = container.add_stream("aac", rate=rate, layout=layout)
+            for at in range(0, samples.shape[1], 1024):
+                frame = av.AudioFrame.from_ndarray(
+                    np.ascontiguousarray(samples[:, at : at + 1024]), format="fltp", layout=layout
+                )
+                frame.sample_rate, frame.pts = rate, at
+                for packet in stream.encode(frame):
+                    container.mux(packet)
+            for packet in stream.encode(None):
+                container.mux(packet)
+        joined += part.read_bytes()
+    path = tmp_path / "joined.aac"
+    path.write_bytes(joined)
+    audio = load_audio(path)
+    assert audio.sample_rate_hz == first[0] and audio.channels == 1
+    assert 3.9 < len(audio.frames) / first[0] < 4.4
+    late = audio.frames[int(3.0 * first[0]) :][: first[0] // 2, 0]
+    assert abs(dominant_hz(late, first[0]) - 500) < 10
+
+
 def test_an_empty_file_is_said_to_be_empty_once(tmp_path: Path):
     path = tmp_path / "empty.wav"
     soundfile.write(path, np.zeros(0, np.int16), 16_000, subtype="PCM_16")
