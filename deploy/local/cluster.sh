@@ -54,18 +54,28 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamasr-cluster.XXXXXX")
 pids=()  # the replicas', then the proxy's (last)
+hurry() {
+  echo "hurrying: the replicas stop without waiting for their streams" >&2
+  for pid in "${pids[@]:0:replicas}"; do kill -TERM "$pid" 2>/dev/null || true; done
+}
 stop() {
   # the replicas drain (their streams end or move) while the proxy still carries them;
   # the proxy goes last. Each runs in its own session (setsid below), so a terminal's
-  # Ctrl-C reaches only this script: a second signal would make a replica hurry.
-  echo "stopping (replicas drain open streams first)..." >&2
+  # Ctrl-C reaches only this script. Another Ctrl-C while they drain makes them hurry
+  # (a replica's second SIGTERM); it must not end this handler half-way, which left the
+  # proxy running on the cluster's port and the work folder behind.
+  trap hurry INT TERM
+  echo "stopping (replicas drain open streams first; Ctrl-C again to hurry)..." >&2
   local n=${#pids[@]} proxy_pid=
   ((n > replicas)) && proxy_pid=${pids[n - 1]}
   for pid in "${pids[@]:0:replicas}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]:0:replicas}"; do wait "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]:0:replicas}"; do
+    # a trapped signal ends a wait early: wait again until the replica has gone
+    while kill -0 "$pid" 2>/dev/null; do wait "$pid" 2>/dev/null || true; done
+  done
   if [[ -n $proxy_pid ]]; then
     kill -TERM "$proxy_pid" 2>/dev/null || true
-    wait "$proxy_pid" 2>/dev/null || true
+    while kill -0 "$proxy_pid" 2>/dev/null; do wait "$proxy_pid" 2>/dev/null || true; done
   fi
   rm -rf "$work"
 }

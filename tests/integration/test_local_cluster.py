@@ -1,0 +1,80 @@
+"""deploy/local/cluster.sh, the local cluster of docs/scale-out.md, started and stopped as
+a developer does: a replica behind a real proxy, a stream through it, and Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from asr_client import AsrClient, audio_config
+from tests.helpers import ROOT, tone
+from tests.processes import connectable
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def free_block() -> int:
+    """A base port whose cluster ports (PORT, PORT+1, PORT+100, PORT+101) are all free."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base > 65_000:
+            continue
+        if not any(connectable(base + d) for d in (0, 1, 100, 101)):
+            return int(base)
+    raise AssertionError("no free block of ports")
+
+
+@pytest.mark.parametrize("proxy", ["envoy", "nginx"])
+async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
+    proxy: str, tmp_path: Path
+) -> None:
+    """The second Ctrl-C used to end the script's stop handler half-way: the replicas
+    were left to drain alone, and the proxy ran on, orphaned, holding the cluster's port
+    and the work folder."""
+    port = free_block()
+    log = (tmp_path / "cluster.log").open("w")
+    script = await asyncio.create_subprocess_exec(
+        "bash", str(ROOT / "deploy/local/cluster.sh"), "--replicas", "1", "--port", str(port),
+        "--proxy", proxy, "--fake",
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        text = ""
+        for _ in range(600):
+            text = (tmp_path / "cluster.log").read_text()
+            if "Ctrl-C stops everything" in text or script.returncode is not None:
+                break
+            await asyncio.sleep(0.2)
+        assert "Ctrl-C stops everything" in text, text
+        (work,) = [Path(p) for p in re.findall(r"logs\s+(\S+)/", text)]
+        assert work.is_dir()
+        async with AsrClient(f"127.0.0.1:{port}", resume=None) as client:
+            stream = await client.stream(audio_config()).open()
+            await stream.send_audio((tone(1.0) * 32767).astype("<i2").tobytes())
+            first = await anext(aiter(stream))  # the stream is open, through the proxy
+            assert first is not None
+            script.send_signal(signal.SIGINT)  # Ctrl-C: the replica drains (its stream is open)
+            await asyncio.sleep(1.0)
+            script.send_signal(signal.SIGINT)  # again, while it drains
+            async with asyncio.timeout(60):
+                code = await script.wait()
+            stream.cancel()
+        assert code == 130
+        text = (tmp_path / "cluster.log").read_text()
+        assert "hurrying" in text, text
+        assert not any(connectable(port + d) for d in (0, 1, 100, 101)), "still listening"
+        assert not work.exists()
+    finally:
+        if script.returncode is None:
+            script.kill()
+            await script.wait()
+        log.close()
