@@ -15,7 +15,7 @@ from asr_client.connection import ConnectionOptions
 
 if TYPE_CHECKING:
     from asr_client.resume import ResumeInfo, ResumePolicy
-from asr_client.retry import retry_delay
+from asr_client.retry import PUSHBACK, retry_delay
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 CANCELLED = "the stream was cancelled"
@@ -258,6 +258,15 @@ class RecognitionStream:
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             return False
         return any(key == ADMITTED_HEADER for key, _ in metadata or ())
+
+    async def refused_with_pushback(self) -> bool:
+        """Did a server end this call with a retry pushback (an admission refusal: a full,
+        draining or loading replica), as opposed to a failure on the way to one?"""
+        try:
+            trailing = await self._call.trailing_metadata()
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            return False
+        return any(key == PUSHBACK for key, _ in trailing or ())
 
     async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
         try:

@@ -312,12 +312,16 @@ class ResumableStream:
     # -- the RecognitionStream surface ----------------------------------------------------
 
     async def open(self) -> ResumableStream:
-        # A draining or loading replica refuses a call as it arrives: a client slower than
-        # that sees this write fail rather than its first read. Either way the receiver
-        # reads the call's status and tries again (or ends the stream with it), as it
-        # does for a resumed call's first write (_resume).
-        with contextlib.suppress(StreamClosedError):
+        try:
             await self._call.open()
+        except StreamClosedError:
+            # A draining or loading replica refuses a call as it arrives: a client slower
+            # than that sees this write fail rather than its first read. The receiver then
+            # reads the refusal and tries again, as for a resumed call's first write
+            # (_resume). A call that reached no server (nothing listens, a wrong CA) has
+            # no refusal to read: that fails here, at once, as it always did.
+            if not await self._call.refused_with_pushback():
+                raise
         return self
 
     async def send_audio(self, data: bytes) -> None:

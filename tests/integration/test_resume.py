@@ -482,6 +482,17 @@ async def test_a_refusal_that_comes_before_the_config_is_written_is_retried(
     assert finals(got) == finals(reference)
 
 
+async def test_a_stream_to_a_server_that_is_not_there_fails_at_once() -> None:
+    """No server answered, so there is no refusal to wait out: the first call fails in
+    open(), not after give_up_after_s of tries (a bridge's caller waited 30 s)."""
+    async with AsrClient(f"127.0.0.1:{free_port()}") as client:  # nothing listens there
+        stream = client.stream(audio_config(), resume=ResumePolicy(give_up_after_s=30))
+        async with asyncio.timeout(10):
+            with pytest.raises(StreamClosedError) as err:
+                await stream.open()
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+
+
 async def test_a_recognize_refused_for_capacity_is_retried_whatever_its_length(make_server) -> None:  # type: ignore[no-untyped-def]
     """grpc core retries a call only while its request fits the per-RPC retry buffer (256 KiB
     by default: 8 s of 16 kHz audio); the client's holds any request it may send."""
