@@ -9,6 +9,7 @@ MAX_RATE_HZ) is resampled here first.
 from __future__ import annotations
 
 import contextlib
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,9 +166,12 @@ def load_audio(path: str | Path) -> PcmAudio:
             raise AudioFileError(f"{path}: not a regular file")
         raise AudioFileError(f"{path}: no such file")
     try:
-        if _may_be_joined(path):
+        kind = _soundfile_format(path)
+        if kind == "MP3":
             with contextlib.suppress(Exception):  # no PyAV, or it cannot: libsndfile's turn
                 return _load_pyav(path)
+        if kind == "OGG":
+            return _load_ogg_links(path)
         return _load_soundfile(path)
     except AudioFileError as empty:
         # no frames: an empty file, or a WAV whose header sizes were never written (its
@@ -191,20 +195,77 @@ def load_audio(path: str | Path) -> PcmAudio:
             ) from None
 
 
-#: formats whose files may be several joined end to end, which libsndfile reads only the
-#: first of, silently: a chained Ogg (each link a stream of its own, as Icecast records
-#: them) and MP3s joined with ``cat`` (it stops at the first one's sample count). FFmpeg
-#: (PyAV) decodes them whole.
-JOINABLE_FORMATS = frozenset({"OGG", "MP3"})
+# Files joined end to end, which libsndfile reads only the first part of, silently:
+#  - MP3s joined with ``cat``: it stops at the first one's sample count. They are read
+#    with FFmpeg (PyAV), sample-exact for MP3 (its gapless trimming included).
+#  - A chained Ogg (links, each a stream of its own, one after the other: Icecast
+#    records them so, and ``cat`` makes one). It is read link by link, each with
+#    libsndfile, not FFmpeg: FFmpeg decodes every Opus file at 48 kHz and puts the
+#    channels of a 3+ channel Vorbis file in its own order, and ends Vorbis files a few
+#    hundred samples off their stated length.
 
 
-def _may_be_joined(path: Path) -> bool:
+def _soundfile_format(path: Path) -> str | None:
     import soundfile
 
     try:
-        return soundfile.info(str(path)).format in JOINABLE_FORMATS
-    except Exception:  # not a format libsndfile knows: the fallbacks below decide
-        return False
+        return str(soundfile.info(str(path)).format)
+    except Exception:  # not a format libsndfile knows: the fallbacks decide
+        return None
+
+
+def _load_ogg_links(path: Path) -> PcmAudio:
+    """An Ogg file, each link of a chained one decoded on its own, in the first link's
+    rate and channels (a later link in others is resampled, or mixed and spread)."""
+    import io
+
+    import soundfile
+
+    links = ogg_links(path.read_bytes())
+    if len(links) <= 1:
+        return _load_soundfile(path)
+    first, rate = soundfile.read(io.BytesIO(links[0]), dtype="float32", always_2d=True)
+    parts = [first]
+    for link in links[1:]:
+        data, link_rate = soundfile.read(io.BytesIO(link), dtype="float32", always_2d=True)
+        if data.shape[1] != first.shape[1]:
+            data = np.repeat(data.mean(axis=1, keepdims=True), first.shape[1], axis=1)
+        if link_rate != rate:
+            import soxr
+
+            data = np.asarray(soxr.resample(data, link_rate, rate), np.float32).reshape(
+                -1, first.shape[1]
+            )
+        parts.append(data)
+    return _checked(path, to_int16(np.concatenate(parts)), int(rate))
+
+
+#: an Ogg page header: capture pattern, version, header type, granule position, stream
+#: serial number, page sequence number, CRC, number of segments (RFC 3533)
+_OGG_PAGE = struct.Struct("<4sBBqIIIB")
+_OGG_BEGINS_STREAM = 0x02
+
+
+def ogg_links(data: bytes) -> list[bytes]:
+    """The links of a chained Ogg file (each a whole Ogg stream): it is cut where a page
+    begins a stream after pages of another. One link (``[data]``) where the file is not
+    chained, or its pages cannot be walked (libsndfile then reads it as it can)."""
+    cuts, at, in_stream = [0], 0, False
+    while at < len(data):
+        if len(data) - at < _OGG_PAGE.size:
+            return [data]
+        magic, _, kind, _, _, _, _, segments = _OGG_PAGE.unpack_from(data, at)
+        table = data[at + _OGG_PAGE.size : at + _OGG_PAGE.size + segments]
+        if magic != b"OggS" or len(table) != segments:
+            return [data]
+        if kind & _OGG_BEGINS_STREAM:
+            if in_stream:
+                cuts.append(at)
+            in_stream = False
+        else:
+            in_stream = True
+        at += _OGG_PAGE.size + segments + sum(table)
+    return [data[a:b] for a, b in zip(cuts, [*cuts[1:], len(data)], strict=True)]
 
 
 def _load_soundfile(path: Path) -> PcmAudio:

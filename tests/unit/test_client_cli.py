@@ -562,6 +562,53 @@ def test_files_joined_end_to_end_are_read_whole(
     assert abs(dominant_hz(late, audio.sample_rate_hz) - 500) < 10
 
 
+def test_a_chained_oggs_links_in_other_formats_come_out_in_the_first_ones(
+    tmp_path: Path,
+) -> None:
+    rate = 16_000
+    first, second = tmp_path / "a.ogg", tmp_path / "b.ogg"
+    soundfile.write(first, tone_at(rate, 3.0, 300.0), rate, format="OGG", subtype="OPUS")
+    stereo = np.repeat(tone_at(44_100, 5.0, 500.0), 2, axis=1)
+    soundfile.write(second, stereo, 44_100, format="OGG", subtype="VORBIS")
+    path = tmp_path / "chained.ogg"
+    path.write_bytes(first.read_bytes() + second.read_bytes())
+    audio = load_audio(path)
+    assert (audio.sample_rate_hz, audio.channels) == (rate, 1)
+    assert 7.9 < len(audio.frames) / rate < 8.1
+    assert abs(dominant_hz(audio.frames[6 * rate : 7 * rate, 0], rate) - 500) < 10
+
+
+def test_an_ogg_file_keeps_its_rate_channel_order_and_length(tmp_path: Path) -> None:
+    """As libsndfile reads them: FFmpeg (which read every Ogg for a while) decodes Opus at
+    48 kHz whatever the file's rate (3x the bytes for a 16 kHz voice note), puts a 3+
+    channel Vorbis file's channels in its own order, and ends Vorbis off its length."""
+    opus = tmp_path / "note.ogg"
+    soundfile.write(opus, tone_at(16_000, 3.0, 300.0), 16_000, format="OGG", subtype="OPUS")
+    audio = load_audio(opus)
+    assert audio.sample_rate_hz == 16_000 and len(audio.frames) == 48_000
+    vorbis = tmp_path / "three.ogg"
+    frames = 16_000 * 3 + 123
+    offsets = np.tile([0.0, 0.2, 0.4], (frames, 1))  # each channel told by its level
+    soundfile.write(vorbis, offsets, 16_000, format="OGG", subtype="VORBIS")
+    audio = load_audio(vorbis)
+    assert len(audio.frames) == frames
+    levels = audio.frames[1000:-1000].mean(axis=0) / 32768
+    assert np.allclose(levels, [0.0, 0.2, 0.4], atol=0.02), levels
+
+
+def test_ogg_links_are_cut_where_a_page_begins_a_new_stream(tmp_path: Path) -> None:
+    from asr_client.audio_files import ogg_links
+
+    parts = []
+    for i in range(3):
+        part = tmp_path / f"{i}.ogg"
+        soundfile.write(part, tone_at(8_000, 1.0 + i, 300.0), 8_000, format="OGG", subtype="VORBIS")
+        parts.append(part.read_bytes())
+    assert ogg_links(b"".join(parts)) == parts
+    assert ogg_links(parts[0]) == [parts[0]]
+    assert ogg_links(parts[0][:-7]) == [parts[0][:-7]]  # cut short: not walked, one link
+
+
 @pytest.mark.parametrize(
     ("first", "second"),
     [((16_000, "mono"), (16_000, "stereo")), ((16_000, "mono"), (44_100, "mono"))],
