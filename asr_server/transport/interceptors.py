@@ -36,7 +36,7 @@ from asr_server.log import client_var
 from asr_server.metrics import Metrics
 from asr_server.transport.auth import Credential, TokenRegistry, token_digest
 from asr_server.transport.reads import read_within
-from asr_server.transport.status import GRPC_CODES
+from asr_server.transport.status import CANCELLED_WITH, GRPC_CODES
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def _end(self, tasks: set[asyncio.Task[Any]], code: grpc.StatusCode, message: str) -> int:
         for task in tasks:
             self._ending.setdefault(task, (code, message))
+            CANCELLED_WITH.setdefault(task, self._ending[task][0])
             task.cancel()
         return len(tasks)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+
 import grpc
 
 from asr_server.errors import Status
@@ -17,3 +20,11 @@ GRPC_CODES: dict[Status, grpc.StatusCode] = {
     Status.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
     Status.DEADLINE_EXCEEDED: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
+
+
+#: calls the server itself ends by cancelling their task (a revoked token's), with the
+#: status they end with: for the outcome metrics, where a cancelled call is otherwise one
+#: its client left
+CANCELLED_WITH: weakref.WeakKeyDictionary[asyncio.Task[object], grpc.StatusCode] = (
+    weakref.WeakKeyDictionary()
+)

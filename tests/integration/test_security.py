@@ -373,6 +373,9 @@ async def test_a_revoked_token_ends_its_open_calls_and_no_others(make_server, tm
         assert finals == [EXPECTED]
     assert await call_status(as_("alice")) == grpc.StatusCode.UNAUTHENTICATED
     await eventually(lambda: server.servicer.active == 0)
+    # counted as what they were told, not as streams their clients left
+    assert sample(server, "asr_streams_total", code="UNAUTHENTICATED") == 2
+    assert sample(server, "asr_streams_total", code="CANCELLED") is None
 
 
 async def test_health_stays_open_and_reflection_needs_a_token_or_is_off(  # type: ignore[no-untyped-def]
