@@ -278,8 +278,11 @@ class ResumableStream:
         self._open_utterance = [-1] * channels  # the newest utterance id known to be open
         # per channel, the utterance of an eager result not yet confirmed by its final nor
         # withdrawn by SPEECH_RESUMED: a new call hears that speech again under a new id,
-        # so the resume withdraws it (_withdrawn_eagers), keeping the proto's promise
+        # so the resume withdraws it (_withdrawn_utterances), keeping the proto's promise
         self._open_eager: list[asr_pb2.Result | None] = [None] * channels
+        #: per channel, the utterances whose SPEECH_ENDED or EndOfTurn came and whose
+        #: final or NO_WORDS has not: id → where their speech ended
+        self._ended_open: list[dict[int, float]] = [{} for _ in range(channels)]
         self._last_progress = asr_pb2.Progress()
         self._notices: list[asr_pb2.StreamingRecognizeResponse] = []  # made here, to yield
         # per channel, the FINALIZEs sent and not yet acknowledged, with where each came
@@ -487,7 +490,10 @@ class ResumableStream:
                 eager = self._open_eager[ch]
                 if eager is not None and ev.utterance_id == eager.utterance_id:
                     self._open_eager[ch] = None
+            elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
+                self._ended_open[ch].setdefault(ev.utterance_id, ev.offset_s)
             elif ev.type == asr_pb2.SpeechEvent.NO_WORDS:
+                self._ended_open[ch].pop(ev.utterance_id, None)
                 # over, with no final to say so: a boundary as a final is
                 if ev.utterance_id >= self._open_utterance[ch]:
                     self._speaking[ch] = False
@@ -515,12 +521,17 @@ class ResumableStream:
                 # no SPEECH_STARTED; its partials show it is open
                 self._utterance_open(ch, r.utterance_id)
             else:
+                self._ended_open[ch].pop(r.utterance_id, None)
                 self._final_until[ch] = max(self._final_until[ch], r.end_s)
                 self._final_start[ch] = r.start_s
                 self._last_final[ch] = r.text
                 self._language[ch] = r.language
                 if r.utterance_id >= self._open_utterance[ch]:
                     self._speaking[ch] = False
+        elif kind == "end_of_turn":
+            turn = response.end_of_turn
+            ch = min(turn.channel, len(self._speaking) - 1)
+            self._ended_open[ch].setdefault(turn.utterance_id, turn.offset_s)
         elif kind == "going_away":
             deadline = response.going_away.deadline_s
             self._going_away_at = time.monotonic() + deadline
@@ -696,7 +707,7 @@ class ResumableStream:
         self.resumes += 1
         info = dataclasses.replace(self._resuming, count=self.resumes, outage_s=outage_s)
         self._resuming = None
-        self._notices.extend(self._withdrawn_eagers())
+        self._notices.extend(self._withdrawn_utterances())
         logger.info(
             "stream %s resumed (%s) at %.2f s, replaying %.2f s",
             self.session_id,
@@ -707,27 +718,33 @@ class ResumableStream:
         if self._on_resume is not None:
             self._on_resume(info)
 
-    def _withdrawn_eagers(self) -> list[asr_pb2.StreamingRecognizeResponse]:
-        """SPEECH_RESUMED for each eager result the broken call left open: its utterance
-        is heard again on the new call under a new id, so this one gets neither its final
-        nor a withdrawal from the server, and a caller that began answering on it would
-        wait for one forever."""
+    def _withdrawn_utterances(self) -> list[asr_pb2.StreamingRecognizeResponse]:
+        """SPEECH_RESUMED for each utterance the broken call left open past a promise:
+        an eager result without its final, or a SPEECH_ENDED or EndOfTurn without its
+        final or NO_WORDS. The new call hears that speech again under a new id, so the
+        server sends neither for the old one, and a caller that began answering on it
+        would wait for it forever (or, told the turn ended, hear it end twice)."""
         notices = []
-        for channel, eager in enumerate(self._open_eager):
-            if eager is None:
-                continue
-            event = asr_pb2.SpeechEvent(
-                type=asr_pb2.SpeechEvent.SPEECH_RESUMED,
-                offset_s=eager.end_s,  # the eager text went this far; no further
-                channel=channel,
-                utterance_id=eager.utterance_id,
-            )
-            progress = asr_pb2.Progress()
-            progress.CopyFrom(self._last_progress)
-            notices.append(
-                asr_pb2.StreamingRecognizeResponse(speech_event=event, progress=progress)
-            )
+        for channel, (eager, ended) in enumerate(
+            zip(self._open_eager, self._ended_open, strict=True)
+        ):
+            open_ids = dict(ended)
+            if eager is not None:  # the eager text went this far; no further
+                open_ids[eager.utterance_id] = eager.end_s
+            for utterance_id, offset_s in sorted(open_ids.items()):
+                event = asr_pb2.SpeechEvent(
+                    type=asr_pb2.SpeechEvent.SPEECH_RESUMED,
+                    offset_s=offset_s,
+                    channel=channel,
+                    utterance_id=utterance_id,
+                )
+                progress = asr_pb2.Progress()
+                progress.CopyFrom(self._last_progress)
+                notices.append(
+                    asr_pb2.StreamingRecognizeResponse(speech_event=event, progress=progress)
+                )
             self._open_eager[channel] = None
+            ended.clear()
         return notices
 
     async def _replay(self, call: RecognitionStream, items: list[bytes | FinalizeRequest]) -> None:

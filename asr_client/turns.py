@@ -111,6 +111,10 @@ class TurnAssembler:
         if kind == "speech_event" and response.speech_event.type == _RESUMED:
             e = response.speech_event
             ch = self._channels.setdefault(e.channel, _Channel())
+            if ch.ending is not None and ch.ending.utterance_id == e.utterance_id:
+                # the turn it ended goes on: a resumed stream heard it again, under a new
+                # id, and its end comes again with that id (asr_client/resume.py)
+                ch.ending = None
             if ch.eager != e.utterance_id:
                 return None
             ch.eager = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 
 import grpc
 import numpy as np
@@ -43,6 +44,7 @@ pytestmark = pytest.mark.timeout(120)
 
 RATE = 16_000
 CHUNK = 1600  # 100 ms
+RESUMED, NO_WORDS = asr_pb2.SpeechEvent.SPEECH_RESUMED, asr_pb2.SpeechEvent.NO_WORDS
 
 
 def utterances(n: int, *, seconds: float = 1.0, gap: float = 0.9) -> np.ndarray:
@@ -1010,6 +1012,93 @@ async def test_a_cancelled_stream_stays_ended_even_in_the_middle_of_a_resume(mak
     finally:
         await client.close()
         await proxy.close()
+
+
+@pytest.mark.parametrize("semantic", [False, True])
+async def test_an_utterance_the_break_left_without_its_final_is_withdrawn(
+    make_server, semantic: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """SPEECH_ENDED (and in SEMANTIC mode EndOfTurn) promise the utterance's final or
+    NO_WORDS. A break after them, while the final is decoded, makes the new call hear
+    the utterance again under a new id: the old id got nothing, and an agent told the
+    turn ended heard it end twice, its first final never coming. The client withdraws
+    the old id (SPEECH_RESUMED) before the new call's events; the TurnAssembler makes
+    one turn of it."""
+    from asr_client.turns import Turn, TurnAssembler
+    from tests.integration.test_flux import serve_fake_sure_of
+
+    gate = threading.Event()
+    gate.set()
+    engine = FakeEngine(gate=gate)
+    server = await (
+        serve_fake_sure_of(make_server, 0.99, engine)
+        if semantic
+        else serve_fake(make_server, engine)
+    )
+    proxy = await FaultProxy(server.port).start()
+    pcm = utterances(2, gap=1.5)
+    responses: list[asr_pb2.StreamingRecognizeResponse] = []
+    mode = "semantic" if semantic else "silence"
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            config = audio_config(interim_results=False, endpointing=mode)  # type: ignore[arg-type]
+            async with client.stream(config, resume=ResumePolicy()) as stream:
+
+                async def send() -> None:
+                    for i in range(0, len(pcm), CHUNK // 2):  # 50 ms, at 2x real time
+                        if i == int(1.5 * RATE):  # the first utterance's speech is sent:
+                            gate.clear()  # its final waits
+                        await stream.send_audio(pcm[i : i + CHUNK // 2].tobytes())
+                        await asyncio.sleep(0.025)
+                    await stream.end()
+
+                sender = asyncio.create_task(send())
+                async for response in stream:
+                    responses.append(response)
+                    ended = (
+                        response.HasField("end_of_turn")
+                        if semantic
+                        else response.speech_event.type == asr_pb2.SpeechEvent.SPEECH_ENDED
+                    )
+                    if ended and not gate.is_set():
+                        proxy.cut()  # after the end of speech, before its final
+                        gate.set()
+                await sender
+                assert stream.resumes == 1  # type: ignore[attr-defined]
+    finally:
+        gate.set()
+        await proxy.close()
+    events = [
+        (kind, getattr(r, kind))
+        for r in responses
+        if (kind := r.WhichOneof("event")) in ("result", "speech_event", "end_of_turn")
+    ]
+    first = next(e.utterance_id for kind, e in events if kind in ("speech_event", "end_of_turn"))
+
+    def answers_for(utterance_id: int) -> list[int]:  # its final, NO_WORDS or withdrawal
+        return [
+            i
+            for i, (kind, e) in enumerate(events)
+            if e.utterance_id == utterance_id
+            and (
+                (kind == "result" and e.is_final)
+                or (kind == "speech_event" and e.type in (RESUMED, NO_WORDS))
+            )
+        ]
+
+    (withdrawal,) = answers_for(first)
+    kind, event = events[withdrawal]
+    assert kind == "speech_event" and event.type == RESUMED, events
+    assert min(e.utterance_id for _, e in events[withdrawal + 1 :]) > first, events
+    texts = [e.text for kind, e in events if kind == "result" and e.is_final]
+    assert texts == ["w0 w1 w2 w3"] * 2
+    for utterance_id in {e.utterance_id for _, e in events} - {first}:
+        assert len(answers_for(utterance_id)) == 1, events  # every other one: its final
+    utterance_ids_never_repeat(responses)
+    if semantic:  # an agent's turns: two, one per spoken utterance, each whole
+        assembler = TurnAssembler()
+        turns = [t for r in responses if isinstance(t := assembler.feed(r), Turn)]
+        assert [t.text for t in turns] == ["w0 w1 w2 w3"] * 2, turns
 
 
 async def test_an_eager_result_the_break_left_open_is_withdrawn(make_server) -> None:  # type: ignore[no-untyped-def]

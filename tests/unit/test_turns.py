@@ -149,3 +149,16 @@ def test_an_end_of_turn_sent_again_after_a_resume_is_not_a_second_turn() -> None
     assert assembler.feed(final(1, "Next.")) is None
     nxt = assembler.feed(end_of_turn(1))
     assert isinstance(nxt, Turn) and nxt.text == "Next."
+
+
+def test_a_turn_end_withdrawn_by_a_resume_waits_for_the_turns_new_end() -> None:
+    """A stream that resumed after a turn's end and before its final withdraws that end
+    (SPEECH_RESUMED, asr_client/resume.py); the new call hears the utterance again under a
+    new id, its final may come before its new end, and one whole turn is returned, once."""
+    turns = TurnAssembler()
+    assert turns.feed(end_of_turn(0)) is None  # the final of 0 never comes
+    assert turns.feed(resumed(0)) is None
+    assert turns.feed(final(1, "I want to fly.")) is None  # not a turn yet: no end for it
+    turn = turns.feed(end_of_turn(1))
+    assert isinstance(turn, Turn) and turn.text == "I want to fly."
+    assert turns.feed(final(2, "Hello.")) is None
