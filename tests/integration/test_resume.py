@@ -271,6 +271,8 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
         while first.servicer.active == 0:  # noqa: ASYNC110 - wait for the stream to start
             await asyncio.sleep(0.01)
         await asyncio.sleep(1.0)
+        # in the middle of an utterance: the move must wait for its end
+        await eventually(lambda: sample(first, "asr_speaking_channels") == 1, timeout_s=5)
         proxy.upstream_port = second.port  # the balancer sends new calls elsewhere
         await first.drain_and_stop(30.0)
 
@@ -291,6 +293,14 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     assert any(r.WhichOneof("event") == "going_away" for r in moved)
     assert finals(moved) == finals(reference)
     utterance_ids_never_repeat(moved)
+    # every utterance begun ended with its own final, the one the drain came in too: a
+    # move in the middle of it would have left its id without one, heard again anew
+    started = {
+        r.speech_event.utterance_id
+        for r in moved
+        if r.speech_event.type == asr_pb2.SpeechEvent.SPEECH_STARTED
+    }
+    assert started == {r.result.utterance_id for r in moved if r.result.is_final}, moved
 
 
 async def test_a_stream_seated_after_the_drain_began_is_told_to_move_too(make_server) -> None:  # type: ignore[no-untyped-def]
