@@ -26,10 +26,10 @@ import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import grpc
 
@@ -47,6 +47,7 @@ from asr_client.api import (
     updated_config,
 )
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 #: Replays start on this grid of stream time, a multiple of every voice detector's frame
@@ -409,8 +410,14 @@ class ResumableStream:
         while True:
             call = self._call
             migrate = False
+            if self._outage_since is not None:
+                try:
+                    admitted = await self._admitted_in_time(call)
+                except ResumeError as error:
+                    self._failed = error
+                    raise
             try:
-                if self._outage_since is not None and await call.admitted():
+                if self._outage_since is not None and admitted:
                     self._resumed()  # a server has taken the stream (again)
                 while self._notices:
                     yield self._notices.pop(0)
@@ -664,9 +671,10 @@ class ResumableStream:
             )
             call = self._client._raw_stream(config, self._timeout_s)
             # a refusal shows up on the first read, and a call that failed at once on its
-            # first write: either way the receiver reads its status and comes back here
-            with contextlib.suppress(StreamClosedError):
-                await call.open()
+            # first write: either way the receiver reads its status and comes back here.
+            # A host that never answers holds the write until grpc's connect timeout
+            # (20 s): it is left when the outage's time is up, and the receiver gives up
+            await self._within_outage(call.open())
             self._call = call
             if self._failed is not None:  # cancelled while the new call opened
                 call.cancel()
@@ -694,6 +702,44 @@ class ResumableStream:
             self._resuming = dataclasses.replace(
                 self._resuming, stream_offset_s=offset_s, replayed_s=replayed_s
             )
+
+    async def _within_outage(self, step: Coroutine[Any, Any, T]) -> tuple[bool, T | None]:
+        """(True, its result) if ``step`` finished before the outage's time was up
+        (``give_up_after_s`` since the break, plus one backoff, the bound the policy
+        promises: a try answered at once still says how it ended), else (False, None),
+        ``step`` cancelled. A StreamClosedError of it counts as finished: its call's
+        status says the rest."""
+        assert self._outage_since is not None
+        policy = self.policy
+        left = self._outage_since + policy.give_up_after_s + policy.max_backoff_s - time.monotonic()
+        task = asyncio.ensure_future(step)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+        finally:
+            if not task.done():  # out of time, or this task cancelled
+                task.cancel()
+        if not done:
+            return False, None
+        try:
+            return True, task.result()
+        except StreamClosedError:
+            return True, None
+
+    async def _admitted_in_time(self, call: RecognitionStream) -> bool:
+        """Whether a server admitted the outage's new ``call``, waiting no longer than the
+        outage may last (``give_up_after_s``): a call to a host that takes the connection
+        and never answers (a half-open balancer, a dropped SYN) would wait out grpc's own
+        connect timeout (20 s) first, past a shorter give_up_after_s."""
+        limit = self.policy.give_up_after_s
+        answered, admitted = await self._within_outage(call.admitted())
+        if answered:
+            return bool(admitted)
+        call.cancel()
+        cause = self._resuming.cause if self._resuming is not None else "no answer"
+        raise ResumeError(
+            grpc.StatusCode.UNAVAILABLE,
+            f"could not resume the stream within {limit:g} s ({cause}; the last try had no answer)",
+        )
 
     def _resumed(self) -> None:
         """A new call was admitted: the outage is over; a resume is counted and told."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import threading
 
 import grpc
@@ -492,6 +493,46 @@ async def test_a_refusal_that_comes_before_the_config_is_written_is_retried(
     assert opened == [grpc.StatusCode.UNAVAILABLE]
     assert sample(server, "asr_refused_streams_total", reason="draining") == 1
     assert finals(got) == finals(reference)
+
+
+async def test_a_resume_to_a_host_that_never_answers_gives_up_in_time(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A balancer that takes the connection and never answers: each new call waited out
+    grpc's 20 s connect timeout before give_up_after_s was looked at (5 s gave up at 20)."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    silent = socket.socket()  # listens, never accepts: the kernel completes the handshake
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    pcm = utterances(6)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = await client.stream(
+                audio_config(), resume=ResumePolicy(give_up_after_s=3, max_backoff_s=0.5)
+            ).open()
+
+            async def send() -> None:
+                for i in range(0, len(pcm), CHUNK):
+                    await stream.send_audio(pcm[i : i + CHUNK].tobytes())
+                    await asyncio.sleep(0.05)
+                await stream.end()
+
+            sender = asyncio.create_task(send())
+            loop = asyncio.get_running_loop()
+            broke_at = None
+            with pytest.raises(ResumeError) as err:
+                async for response in stream:
+                    if broke_at is None and response.HasField("result"):
+                        proxy.upstream_port = silent.getsockname()[1]
+                        proxy.cut()
+                        broke_at = loop.time()
+            gave_up_after = loop.time() - broke_at
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+    finally:
+        silent.close()
+        await proxy.close()
+    assert "could not resume the stream within 3 s" in err.value.details
+    assert gave_up_after < 3 + 0.5 + 1.5, gave_up_after  # its limit, one backoff; not 20 s
 
 
 async def test_a_stream_to_a_server_that_is_not_there_fails_at_once() -> None:
