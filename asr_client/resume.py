@@ -306,6 +306,9 @@ class ResumableStream:
         self._resuming: ResumeInfo | None = None  # the resume whose new call is not yet admitted
         self._backoff_s = policy.initial_backoff_s
         self._going_away_at: float | None = None
+        #: the call cut to move it before its server's drain deadline, when no response
+        #: came to move it on (interim results off, in a long utterance)
+        self._cut_to_move: RecognitionStream | None = None
         self._ended = False
         self._failed: StreamClosedError | None = None  # the error that ended the stream
         self._write_lock = asyncio.Lock()
@@ -437,28 +440,46 @@ class ResumableStream:
                 else:
                     return  # the stream ended normally
             except StreamClosedError as exc:
-                # a call turned away at admission (a full or draining replica) can be
-                # made again as it was; nothing of it reached the caller
-                admitted = await call.admitted()
-                self._admitted = self._admitted or admitted
-                refused = not admitted and exc.code in _REFUSALS
-                no_wait = self._no_seat(exc) and self.policy.seat_wait_s <= 0
-                no_retry = not self._retry and not self._admitted
-                if no_retry or no_wait or not (is_resumable(exc) or refused):
-                    self._failed = exc
-                    raise
-                try:
-                    await self._resume(exc)
-                except StreamClosedError as error:
-                    self._failed = error
-                    raise
-                continue
+                if self._cut_to_move is call:  # cut to move before the drain's deadline
+                    self._cut_to_move = None
+                    migrate = True
+                else:
+                    await self._after_a_break(call, exc)
+                    continue
             if migrate:
                 try:
                     await self._resume(None)
                 except StreamClosedError as error:
                     self._failed = error
                     raise
+
+    async def _after_a_break(self, call: RecognitionStream, exc: StreamClosedError) -> None:
+        """``call`` broke, or was refused: resume the stream on a new one, or end the
+        stream with the error (raised)."""
+        # a call turned away at admission (a full or draining replica) can be made again
+        # as it was; nothing of it reached the caller
+        admitted = await call.admitted()
+        self._admitted = self._admitted or admitted
+        refused = not admitted and exc.code in _REFUSALS
+        no_wait = self._no_seat(exc) and self.policy.seat_wait_s <= 0
+        no_retry = not self._retry and not self._admitted
+        if no_retry or no_wait or not (is_resumable(exc) or refused):
+            self._failed = exc
+            raise exc
+        try:
+            await self._resume(exc)
+        except StreamClosedError as error:
+            self._failed = error
+            raise
+
+    def _move_before_the_deadline(self, call: RecognitionStream) -> None:
+        """The drain's deadline is near and ``call`` has not moved: no response came at
+        which to (interim results off, inside a long utterance). Cut it: the receiver
+        then moves the stream as at a boundary, rather than the server cutting it at
+        the deadline, with a drain that waits that long."""
+        if self._call is call and self._going_away_at is not None and self._failed is None:
+            self._cut_to_move = call
+            call.cancel()
 
     async def __aenter__(self) -> ResumableStream:
         return await self.open()
@@ -543,6 +564,9 @@ class ResumableStream:
             deadline = response.going_away.deadline_s
             self._going_away_at = time.monotonic() + deadline
             logger.info("server is going away in %.1f s; moving at the next boundary", deadline)
+            asyncio.get_running_loop().call_later(
+                max(0.0, deadline - MIGRATE_LEAD_S), self._move_before_the_deadline, self._call
+            )
         self._kept.trim(min([self._replay_frame(), *self._carried_frames().values()]))
         return True
 

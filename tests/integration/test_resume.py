@@ -304,6 +304,55 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     assert started == {r.result.utterance_id for r in moved if r.result.is_final}, moved
 
 
+async def test_a_stream_with_no_boundary_before_the_deadline_moves_a_second_before_it(
+    make_server,
+) -> None:  # type: ignore[no-untyped-def]
+    """Interim results off and inside a long utterance, no response comes at which to
+    move: the client moved only when the server cut it at its deadline, the drain
+    waiting all that while. It now leaves a second before the deadline by itself."""
+    first = await serve_fake(make_server)
+    second = await serve_fake(make_server)
+    pcm = utterances(2, seconds=6.0)
+    config = audio_config(interim_results=False)
+    reference = [
+        r.response
+        for r in await stream_audio(
+            second.port, pcm.reshape(-1, 1), RATE, speed=None, config=config
+        )
+    ]
+    proxy = await FaultProxy(first.port).start()
+    infos: list[ResumeInfo] = []
+    drain_s = 2.5
+    took: list[float] = []
+
+    async def drain_first() -> None:
+        await eventually(lambda: sample(first, "asr_speaking_channels") == 1, timeout_s=10)
+        proxy.upstream_port = second.port
+        started = asyncio.get_running_loop().time()
+        await first.drain_and_stop(drain_s)
+        took.append(asyncio.get_running_loop().time() - started)
+
+    drained = asyncio.create_task(drain_first())
+    try:
+        received = await stream_audio(
+            proxy.port,
+            pcm.reshape(-1, 1),
+            RATE,
+            speed=2.0,  # a 6 s utterance lasts 3 s: the move is due 1.5 s into it
+            config=config,
+            resume=ResumePolicy(),
+            on_resume=infos.append,
+        )
+        moved = [r.response for r in received]
+        await asyncio.wait_for(drained, 10)
+    finally:
+        await proxy.close()
+    assert [i.cause for i in infos] == ["going away"]  # not the server's cut
+    assert took[0] < drain_s - 0.5, took  # the stream left: the drain ended early
+    assert finals(moved) == finals(reference)
+    utterance_ids_never_repeat(moved)
+
+
 async def test_a_stream_seated_after_the_drain_began_is_told_to_move_too(make_server) -> None:  # type: ignore[no-untyped-def]
     """A call admitted before the drain whose config arrives after it: GoingAway tells it
     how long is left, as the streams open at the drain were told."""
