@@ -284,6 +284,10 @@ class ResumableStream:
         #: per channel, the utterances whose SPEECH_ENDED or EndOfTurn came and whose
         #: final or NO_WORDS has not: id → where their speech ended
         self._ended_open: list[dict[int, float]] = [{} for _ in range(channels)]
+        #: per channel, the newest utterance whose final or NO_WORDS came: an end that
+        #: comes after it (a server may send the final first; a resumed stream may send
+        #: an EndOfTurn again) leaves nothing open
+        self._answered: list[int] = [-1] * channels
         self._last_progress = asr_pb2.Progress()
         self._notices: list[asr_pb2.StreamingRecognizeResponse] = []  # made here, to yield
         # per channel, the FINALIZEs sent and not yet acknowledged, with where each came
@@ -519,9 +523,9 @@ class ResumableStream:
                 if eager is not None and ev.utterance_id == eager.utterance_id:
                     self._open_eager[ch] = None
             elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
-                self._ended_open[ch].setdefault(ev.utterance_id, ev.offset_s)
+                self._end_heard(ch, ev.utterance_id, ev.offset_s)
             elif ev.type == asr_pb2.SpeechEvent.NO_WORDS:
-                self._ended_open[ch].pop(ev.utterance_id, None)
+                self._answer_heard(ch, ev.utterance_id)
                 # over, with no final to say so: a boundary as a final is
                 if ev.utterance_id >= self._open_utterance[ch]:
                     self._speaking[ch] = False
@@ -549,7 +553,7 @@ class ResumableStream:
                 # no SPEECH_STARTED; its partials show it is open
                 self._utterance_open(ch, r.utterance_id)
             else:
-                self._ended_open[ch].pop(r.utterance_id, None)
+                self._answer_heard(ch, r.utterance_id)
                 self._final_until[ch] = max(self._final_until[ch], r.end_s)
                 self._final_start[ch] = r.start_s
                 self._last_final[ch] = r.text
@@ -559,7 +563,7 @@ class ResumableStream:
         elif kind == "end_of_turn":
             turn = response.end_of_turn
             ch = min(turn.channel, len(self._speaking) - 1)
-            self._ended_open[ch].setdefault(turn.utterance_id, turn.offset_s)
+            self._end_heard(ch, turn.utterance_id, turn.offset_s)
         elif kind == "going_away":
             deadline = response.going_away.deadline_s
             self._going_away_at = time.monotonic() + deadline
@@ -569,6 +573,18 @@ class ResumableStream:
             )
         self._kept.trim(min([self._replay_frame(), *self._carried_frames().values()]))
         return True
+
+    def _end_heard(self, channel: int, utterance_id: int, offset_s: float) -> None:
+        """A SPEECH_ENDED or EndOfTurn: its final or NO_WORDS is owed, unless it came."""
+        if utterance_id > self._answered[channel]:
+            self._ended_open[channel].setdefault(utterance_id, offset_s)
+
+    def _answer_heard(self, channel: int, utterance_id: int) -> None:
+        """A final or NO_WORDS: nothing is owed for this utterance, nor for any before."""
+        self._answered[channel] = max(self._answered[channel], utterance_id)
+        ended = self._ended_open[channel]
+        for done in [u for u in ended if u <= utterance_id]:
+            del ended[done]
 
     def _utterance_open(self, channel: int, utterance_id: int) -> None:
         if utterance_id >= self._open_utterance[channel]:

@@ -18,7 +18,7 @@ import pytest
 
 from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
-from asr_client.api import RecognitionStream
+from asr_client.api import ADMITTED_HEADER, RecognitionStream
 from asr_client.resume import (
     FinalizeRequest,
     KeptAudio,
@@ -1199,6 +1199,89 @@ async def test_an_utterance_the_break_left_without_its_final_is_withdrawn(
         assembler = TurnAssembler()
         turns = [t for r in responses if isinstance(t := assembler.feed(r), Turn)]
         assert [t.text for t in turns] == ["w0 w1 w2 w3"] * 2, turns
+
+
+class ScriptedRecognizer(asr_pb2_grpc.RecognizerServicer):
+    """Call i sends ``scripts[i]``'s responses, then breaks (UNAVAILABLE) or, the last,
+    reads to the client's end: an order of events this server never makes."""
+
+    def __init__(self, scripts: list[list[asr_pb2.StreamingRecognizeResponse]]) -> None:
+        self.scripts = scripts
+        self.calls = 0
+
+    async def StreamingRecognize(self, request_iterator, context):  # type: ignore[no-untyped-def] # noqa: N802
+        script = self.scripts[self.calls]
+        self.calls += 1
+        await context.read()  # the config
+        await context.send_initial_metadata(((ADMITTED_HEADER, "1"),))
+        for response in script:
+            await context.write(response)
+        if self.calls < len(self.scripts):
+            await asyncio.sleep(0.05)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted break")
+        while await context.read() is not grpc.aio.EOF:
+            pass
+
+
+async def test_an_utterance_whose_final_came_before_its_end_is_never_withdrawn() -> None:
+    """A server may send an utterance's final before its EndOfTurn or SPEECH_ENDED (the
+    voice-agent guide allows it), and a resumed stream may send an EndOfTurn again: such
+    an end owes nothing, and a later break must not withdraw its utterance."""
+    SE = asr_pb2.SpeechEvent
+
+    def event(kind: int, utterance: int) -> asr_pb2.StreamingRecognizeResponse:
+        return asr_pb2.StreamingRecognizeResponse(
+            speech_event=SE(type=kind, utterance_id=utterance)
+        )
+
+    def final(utterance: int, text: str) -> asr_pb2.StreamingRecognizeResponse:
+        result = asr_pb2.Result(is_final=True, text=text, utterance_id=utterance)
+        return asr_pb2.StreamingRecognizeResponse(result=result)
+
+    def end_of_turn(utterance: int) -> asr_pb2.StreamingRecognizeResponse:
+        return asr_pb2.StreamingRecognizeResponse(
+            end_of_turn=asr_pb2.EndOfTurn(utterance_id=utterance, offset_s=1.0)
+        )
+
+    servicer = ScriptedRecognizer(
+        [
+            [event(SE.SPEECH_STARTED, 0), final(0, "hello"), end_of_turn(0)],
+            [
+                final(0, "hello"),
+                event(SE.SPEECH_ENDED, 0),
+                event(SE.SPEECH_STARTED, 1),
+                event(SE.SPEECH_ENDED, 1),  # its final owed when the call breaks
+            ],
+            [final(2, "again")],
+        ]
+    )
+    server = grpc.aio.server()
+    asr_pb2_grpc.add_RecognizerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    got: list[asr_pb2.StreamingRecognizeResponse] = []
+    try:
+        async with AsrClient(f"127.0.0.1:{port}") as client:
+            policy = ResumePolicy(initial_backoff_s=0.01)
+            async with client.stream(audio_config(), resume=policy) as stream:
+
+                async def send() -> None:
+                    for _ in range(20):
+                        await stream.send_audio(bytes(3200))
+                        await asyncio.sleep(0.05)
+                    await stream.end()
+
+                sender = asyncio.create_task(send())
+                got = [response async for response in stream]
+                await sender
+                assert stream.resumes == 2  # type: ignore[attr-defined]
+    finally:
+        await server.stop(None)
+    withdrawn = [
+        r.speech_event.utterance_id for r in got if r.speech_event.type == SE.SPEECH_RESUMED
+    ]
+    assert withdrawn == [1], got  # the one left owing its final; never 0
+    assert [r.result.text for r in got if r.result.is_final][-1] == "again"
 
 
 async def test_an_eager_result_the_break_left_open_is_withdrawn(make_server) -> None:  # type: ignore[no-untyped-def]
