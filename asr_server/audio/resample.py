@@ -162,16 +162,35 @@ class SoxrStream:
     def __init__(self, in_rate: int, out_rate: int) -> None:
         self._rates = (in_rate, out_rate)
         self._stream = soxr.ResampleStream(in_rate, out_rate, 1, dtype="float32")
+        self._taken = 0  # input samples, in all
+        self._given = 0  # output samples, in all
 
     def process(self, samples: np.ndarray, last: bool = False) -> np.ndarray:
         chunk = np.ascontiguousarray(samples, dtype=np.float32)
-        return np.asarray(self._stream.resample_chunk(chunk, last=last), np.float32)
+        out = np.asarray(self._stream.resample_chunk(chunk, last=last), np.float32)
+        self._taken += chunk.size
+        self._given += out.size
+        return out
 
     def catch_up(self) -> np.ndarray:
         """What soxr holds back (tens of milliseconds at these rates), now: its stream is
-        ended and a new one takes the audio after (soxr cannot flush and go on)."""
+        ended and a new one takes the audio after (soxr cannot flush and go on). Each
+        ended stream rounds its length on its own, a third of a sample long on average:
+        at a FINALIZE a second that drifted the stream clock 40 ms in 30 minutes. So the
+        flush is cut or padded to make the total exactly the input's length at the new
+        rate (a sample or two of the flush's tail, which is the filter's ringing)."""
         out = self.process(np.zeros(0, np.float32), last=True)
         self._stream = soxr.ResampleStream(*self._rates, 1, dtype="float32")
+        in_rate, out_rate = self._rates
+        exact = (2 * self._taken * out_rate + in_rate) // (2 * in_rate)  # rounded
+        extra = self._given - exact
+        if extra > 0:
+            cut = min(extra, out.size)
+            out = out[: out.size - cut]
+            self._given -= cut
+        elif extra < 0:
+            out = np.concatenate([out, np.zeros(-extra, np.float32)])
+            self._given -= extra
         return out
 
 
