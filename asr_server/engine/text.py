@@ -201,6 +201,40 @@ def loop_trimmed(text: str) -> str | None:
     return " ".join(words)
 
 
+#: a decode that only reads back this many words or more of its client's prompt, in the
+#: prompt's order, is taken for an echo of it (echoes_prompt)
+ECHO_MIN_WORDS = 2
+#: the letters an echo's last word, often cut short or garbled, shares with the prompt's
+ECHO_STEM_LETTERS = 3
+
+
+def echoes_prompt(text: str, prompt: str) -> bool:
+    """Whether ``text`` is only the client's ``prompt`` (initial prompt, hotwords) read
+    back: at least ECHO_MIN_WORDS of its words, each the prompt's next in order, the last
+    maybe cut short ("Ishmael, Queeque"). Whisper does this on a sound without speech
+    when the language is detected, not set (noise taken for Nynorsk, decoded with an
+    English prompt): "Customer support call." over a tone, as sure as speech."""
+    said, given = spoken_words(text), spoken_words(prompt)
+    if len(said) < ECHO_MIN_WORDS or not given:
+        return False
+    at = 0
+    for i, word in enumerate(said):
+        last = i == len(said) - 1
+        while at < len(given) and not (
+            given[at] == word
+            or (
+                last
+                and len(word) >= ECHO_STEM_LETTERS
+                and given[at][:ECHO_STEM_LETTERS] == word[:ECHO_STEM_LETTERS]
+            )
+        ):
+            at += 1
+        if at == len(given):
+            return False
+        at += 1
+    return True
+
+
 #: words this long that begin alike are one word, heard whole and cut short ("dated" and
 #: "date" at the end of a partial), where shorter ones are often different words ("in")
 SAME_STEM_LETTERS = 4

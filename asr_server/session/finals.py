@@ -20,7 +20,7 @@ import numpy as np
 
 from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
-from asr_server.engine.text import spoken_words, without_unheard_loops
+from asr_server.engine.text import echoes_prompt, spoken_words, without_unheard_loops
 from asr_server.metrics import Metrics
 from asr_server.session.carry import Carry
 from asr_server.session.inbox import now
@@ -150,6 +150,8 @@ class FinalDecoder:
         hyp = await self._decode(utt, request, carry, early)
         if hyp is None or hyp.rejected:
             return hyp
+        if self.echoes_prompt(hyp.text, request.prefix):
+            return dataclasses.replace(hyp, text="", words=[], rejected=True)
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
         return self._without_unheard_loops(utt, hyp, own_audio)
 
@@ -277,6 +279,16 @@ class FinalDecoder:
     def reconfigure(self, config: StreamConfig) -> None:
         """The stream's settings changed (its hotwords, for the prompt)."""
         self._config = config
+
+    def echoes_prompt(self, text: str, prefix: str = "") -> bool:
+        """Whether ``text`` (after the ``prefix`` it was decoded on) only reads back the
+        client's prompt or hotwords, on a stream whose language is detected: Whisper's
+        text for a sound without speech there (engine/text.py, ``echoes_prompt``). Where
+        the language is set it does not happen, and a speaker may say the words."""
+        if self._config.language is not None or not self._config.prompt:
+            return False
+        new = text[len(prefix) :] if prefix and text.startswith(prefix) else text
+        return echoes_prompt(new, self._config.prompt)
 
     def prompt(self) -> str:
         """The client's prompt and hotwords, then what was just said on this channel.

@@ -101,6 +101,8 @@ class Partials:
                 utt.first_ask_in_flight = False
         if hyp is None or hyp.rejected or utt.finalizing or utt is not self._hearing():
             return
+        if self._finals.echoes_prompt(hyp.text, request.prefix):
+            return  # the client's prompt read back over a sound without speech
         if request.audio.size <= utt.partial_samples:
             return  # two workers ran this stream's partials and the newer one won
         utt.partial_samples = request.audio.size

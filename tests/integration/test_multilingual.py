@@ -21,6 +21,7 @@ import soxr
 from asr_client import AsrClient, StreamClosedError, audio_config
 from asr_client.scoring import CHARACTER_SCORED, normalize_for
 from asr_server.engine.models import resolve_model
+from asr_server.engine.text import echoes_prompt
 from tests.helpers import RunningServer, corpus, read_pcm16, running_server, stream_audio
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
@@ -158,3 +159,28 @@ async def test_bad_language_lists_are_invalid_argument(
                     pass
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert message in err.value.details
+
+
+async def test_a_prompt_is_not_read_back_as_the_text_of_a_sound_without_speech(base) -> None:  # type: ignore[no-untyped-def]
+    """With the language detected, noise or a tone came out as the client's own prompt
+    or hotwords, word for word and as sure as speech (detected as Nynorsk, decoded with
+    an English prompt): made-up sentences naming the customer's own terms."""
+    t = np.arange(32_000) / 16_000
+    beeps = 0.2 * np.sin(2 * np.pi * 440 * t) * (np.sin(2 * np.pi * 3 * t) > 0)
+    noise = np.random.default_rng(1).standard_normal(24_000) * 0.05
+    audio = np.concatenate([np.zeros(16_000), noise, np.zeros(8_000), beeps, np.zeros(24_000)])
+    pcm = (audio * 32767).astype(np.int16)
+    prompts = {
+        "initial_prompt": "Customer support call about invoice 4471 and a refund.",
+        "hotwords": ["Ishmael", "Queequeg", "Pequod", "Starbuck"],
+    }
+    for name, value in prompts.items():
+        received = await stream_audio(
+            base.port, pcm.reshape(-1, 1), 16_000, speed=None, config=audio_config(**{name: value})
+        )
+        told = [r.response.result.text for r in received if r.response.HasField("result")]
+        for text in told:
+            assert not echoes_prompt(text, " ".join(value) if isinstance(value, list) else value), (
+                name,
+                told,
+            )

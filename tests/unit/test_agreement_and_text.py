@@ -9,6 +9,7 @@ from asr_server.engine.text import (
     LOOP_GAP_WORDS,
     compression_ratio,
     count_phrase,
+    echoes_prompt,
     loop_trimmed,
     looped_tail,
     merge_punctuation,
@@ -319,3 +320,21 @@ def test_timings_follow_the_text_that_is_left() -> None:
     chars = _timed("我", "们", "明", "天", "见", "。")
     assert timings_in_text(chars, "我们明天见。") == chars
     assert timings_in_text(chars, "我们明天") == chars[:4]
+
+
+@pytest.mark.parametrize(
+    ("text", "echo"),
+    [
+        ("Captain Ahab spoke to Ishmael and Queequeg on the Pequod.", True),  # all of it
+        ("Captain Ahab spoke to Ishmael.", True),  # its start
+        ("Ishmael, Queeque", True),  # hotwords read back, the last one cut short
+        ("Ishmael, Queer", True),  # ... or garbled
+        ("Ishmael", False),  # one word: a speaker may say a name
+        ("Ahab went home.", False),  # words of its own
+        ("the Pequod sank", False),
+        ("Queequeg and Ishmael", False),  # not in the prompt's order
+    ],
+)
+def test_a_decode_that_only_reads_back_its_prompt_is_an_echo(text: str, echo: bool) -> None:
+    prompt = "Captain Ahab spoke to Ishmael and Queequeg on the Pequod. Ishmael, Queequeg"
+    assert echoes_prompt(text, prompt) is echo
