@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -26,6 +27,8 @@ from asr_server.session.types import (
 from asr_server.settings import Settings
 from asr_server.transport.resume import resume_from_proto
 from asr_server.vad.turn import first_ask_threshold, is_narrowband
+
+logger = logging.getLogger(__name__)
 
 _ENCODINGS = {
     asr_pb2.AudioFormat.LINEAR16: Encoding.LINEAR16,
@@ -215,6 +218,10 @@ def stream_update_from_proto(
     )
 
 
+#: about what Whisper reads of its context: the last 223 tokens, in English characters
+PROMPT_READ_CHARS = 900
+
+
 def _check_prompt(
     initial_prompt: str, hotwords: Sequence[str], settings: Settings, where: str
 ) -> None:
@@ -234,6 +241,16 @@ def _check_prompt(
                 f"{where}.hotwords[{i}] has {len(word)} characters; the limit is "
                 f"{limits.max_hotword_chars}"
             )
+    # the text as StreamConfig.prompt joins it; the model reads only its end
+    context = len(initial_prompt) + sum(len(word) + 2 for word in hotwords)
+    if context > PROMPT_READ_CHARS:
+        logger.warning(
+            "%s: initial_prompt and hotwords come to %d characters; the model reads only "
+            "about the last %d, so the prompt and the first hotwords are not read",
+            where,
+            context,
+            PROMPT_READ_CHARS,
+        )
 
 
 #: more candidates than this is no longer a short list (Whisper knows about 100 languages)

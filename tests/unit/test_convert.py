@@ -159,3 +159,20 @@ def test_a_finalized_before_any_utterance_names_none_and_utterance_0_is_named() 
     for event in (Finalized(1.0, 0, 0), SpeechBoundary(0.5, True, 0, 0)):
         named = event_to_proto(event, progress).speech_event
         assert named.HasField("utterance_id") and named.utterance_id == 0
+
+
+def test_hotwords_past_what_the_model_reads_are_taken_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Whisper reads only the last 223 tokens of the prompt and hotwords (about 900
+    characters): 122 hotwords were taken without a word, and the first of them (and the
+    initial prompt) had no effect. Taken still, within the limits, but said."""
+    few = [f"Name{i}" for i in range(20)]
+    many = [f"Product name {i}" for i in range(122)]
+    with caplog.at_level("WARNING", logger="asr_server.transport.convert"):
+        assert parse(audio_config(hotwords=few, initial_prompt="A support call.")).hotwords
+        assert not caplog.records
+        assert len(parse(audio_config(hotwords=many)).hotwords) == 122
+    (record,) = caplog.records
+    assert "the model reads only about the last 900" in record.getMessage()
+    assert "the prompt and the first hotwords are not read" in record.getMessage()
