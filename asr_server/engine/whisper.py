@@ -375,7 +375,9 @@ class WhisperEngine:
             return langs, none
         detected = self._ct2.detect_language(encoded)
         scores = [
-            allowed_scores(detected[i], r.languages) if not langs[i] or r.detect else ()
+            allowed_scores(detected[i], r.languages, keep=r.language)
+            if not langs[i] or r.detect
+            else ()
             for i, r in enumerate(requests)
         ]
         return [lang or s[0][0] for lang, s in zip(langs, scores, strict=True)], scores
@@ -575,10 +577,15 @@ def whisper_languages(tokenizer: Any = None) -> frozenset[str] | None:
 
 
 def allowed_scores(
-    detected: Sequence[tuple[str, float]], allowed: Sequence[str], top: int = 5
+    detected: Sequence[tuple[str, float]],
+    allowed: Sequence[str],
+    top: int = 5,
+    keep: str | None = None,
 ) -> tuple[tuple[str, float], ...]:
     """CTranslate2's detection (``("<|es|>", p)`` pairs, most likely first) restricted to the
-    ``allowed`` languages (all when empty) and renormalized over them; the ``top`` first."""
+    ``allowed`` languages (all when empty) and renormalized over them; the ``top`` first,
+    and ``keep`` (the language a stream decodes in) wherever it ranks: a stream keeping
+    Korean through Russian speech reported 0, which means "set, not detected"."""
     pairs = [(token[2:-2], float(p)) for token, p in detected]  # tokens look like <|en|>
     if allowed:
         wanted = set(allowed)
@@ -586,4 +593,5 @@ def allowed_scores(
     total = sum(p for _, p in pairs)
     if not pairs or total <= 0:
         return ((allowed[0], 1.0),) if allowed else (("en", 1.0),)
-    return tuple((lang, p / total) for lang, p in pairs[:top])
+    kept = pairs[:top] + [(lang, p) for lang, p in pairs[top:] if lang == keep]
+    return tuple((lang, p / total) for lang, p in kept)

@@ -71,3 +71,14 @@ def test_detection_is_restricted_to_the_allowed_languages_and_renormalized() -> 
     assert got[0][1] == pytest.approx(0.75) and got[1][1] == pytest.approx(0.25)
     # none of the allowed ones scored at all: the first allowed, not a forbidden one
     assert allowed_scores(detected, ("ko",)) == (("ko", 1.0),)
+
+
+def test_the_language_a_stream_keeps_is_scored_wherever_it_ranks() -> None:
+    """A stream keeping Korean through Russian speech: Korean ranked below the first five,
+    and its probability came out 0, which the proto says means "set, not detected"."""
+    ranked = [("ru", 0.6), ("uk", 0.2), ("bg", 0.1), ("be", 0.05), ("sr", 0.03), ("ko", 0.02)]
+    detected = [(f"<|{lang}|>", p) for lang, p in ranked]
+    scores = allowed_scores(detected, (), keep="ko")
+    assert [lang for lang, _ in scores] == ["ru", "uk", "bg", "be", "sr", "ko"]
+    assert LanguageTracker.probability(scores, "ko") == pytest.approx(0.02)
+    assert len(allowed_scores(detected, ())) == 5  # the first five, as before
