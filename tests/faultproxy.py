@@ -18,8 +18,9 @@ class FaultProxy:
         self.cuts = 0
         self.connections = 0  # relayed to the upstream
         self.accepted = 0  # from clients, relayed or not (the upstream refused)
-        #: connections that relay nothing (black_hole), by id of their pair
-        self.holes: set[int] = set()
+        #: the pairs black_hole() silenced, held (not by id(): a new pair may be given a
+        #: dead one's id, and a new connection was silenced with it, now and then)
+        self.holes: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._server: asyncio.Server | None = None
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -37,7 +38,7 @@ class FaultProxy:
         """From now on the open connections relay nothing, and stay open: a host or a
         path that vanished without a reset (a power loss, a partition). New connections
         are relayed as before. How many there were."""
-        self.holes |= {id(pair) for pair in self._pairs}
+        self.holes |= self._pairs
         return len(self._pairs)
 
     def cut(self) -> int:
@@ -85,7 +86,7 @@ class FaultProxy:
     ) -> None:
         try:
             while data := await src.read(65536):
-                if id(pair) in self.holes:
+                if pair in self.holes:
                     continue  # swallowed: the other end never hears of it
                 dst.write(data)
                 await dst.drain()

@@ -11,6 +11,7 @@ import asyncio
 import random
 import socket
 import threading
+from collections.abc import Callable
 
 import grpc
 import numpy as np
@@ -1144,15 +1145,11 @@ async def test_an_utterance_the_break_left_without_its_final_is_withdrawn(
             config = audio_config(interim_results=False, endpointing=mode)  # type: ignore[arg-type]
             async with client.stream(config, resume=ResumePolicy()) as stream:
 
-                async def send() -> None:
-                    for i in range(0, len(pcm), CHUNK // 2):  # 50 ms, at 2x real time
-                        if i == int(1.5 * RATE):  # the first utterance's speech is sent:
-                            gate.clear()  # its final waits
-                        await stream.send_audio(pcm[i : i + CHUNK // 2].tobytes())
-                        await asyncio.sleep(0.025)
-                    await stream.end()
+                def hold_the_first_final(sample: int) -> None:
+                    if sample == int(1.5 * RATE):  # the first utterance's speech is sent:
+                        gate.clear()  # its final waits
 
-                sender = asyncio.create_task(send())
+                sender = asyncio.create_task(send_at_2x(stream, pcm, hold_the_first_final))
                 async for response in stream:
                     responses.append(response)
                     ended = (
@@ -1199,6 +1196,21 @@ async def test_an_utterance_the_break_left_without_its_final_is_withdrawn(
         assembler = TurnAssembler()
         turns = [t for r in responses if isinstance(t := assembler.feed(r), Turn)]
         assert [t.text for t in turns] == ["w0 w1 w2 w3"] * 2, turns
+
+
+async def send_at_2x(
+    stream,  # type: ignore[no-untyped-def]
+    pcm: np.ndarray,
+    before_chunk: Callable[[int], None] | None = None,
+) -> None:
+    """``pcm`` in 50 ms messages at twice real time, then the end; ``before_chunk(i)``
+    is told the first sample of each message before it is sent."""
+    for i in range(0, len(pcm), CHUNK // 2):
+        if before_chunk is not None:
+            before_chunk(i)
+        await stream.send_audio(pcm[i : i + CHUNK // 2].tobytes())
+        await asyncio.sleep(0.025)
+    await stream.end()
 
 
 class ScriptedRecognizer(asr_pb2_grpc.RecognizerServicer):
@@ -1297,14 +1309,7 @@ async def test_an_eager_result_the_break_left_open_is_withdrawn(make_server) -> 
         async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
             config = audio_config(interim_results=False, eager_finals=True)
             async with client.stream(config, resume=ResumePolicy()) as stream:
-
-                async def send() -> None:
-                    for i in range(0, len(pcm), CHUNK // 2):  # 50 ms, at 2x real time
-                        await stream.send_audio(pcm[i : i + CHUNK // 2].tobytes())
-                        await asyncio.sleep(0.025)
-                    await stream.end()
-
-                sender = asyncio.create_task(send())
+                sender = asyncio.create_task(send_at_2x(stream, pcm))
                 async for response in stream:
                     responses.append(response)
                     if response.HasField("result") and response.result.eager:
