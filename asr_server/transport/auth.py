@@ -125,6 +125,12 @@ class TokenRegistry:
         return [e.name for e in self._entries]
 
     def identify(self, token: str) -> str | None:
+        credential = self.credential_of(token)
+        return credential[0] if credential is not None else None
+
+    def credential_of(self, token: str) -> Credential | None:
+        """The file's (name, hash) for ``token``, or None: the token a call is admitted
+        with, which a reload that withdraws it ends (``on_revoked``)."""
         self._maybe_reload()
         if not token or len(token) > MAX_TOKEN_CHARS:
             return None
@@ -132,7 +138,7 @@ class TokenRegistry:
         found = None
         for entry in self._entries:  # no early exit: the time taken says nothing
             if hmac.compare_digest(entry.digest, digest):
-                found = entry.name
+                found = (entry.name, entry.digest)
         return found
 
     def reload(self) -> bool:

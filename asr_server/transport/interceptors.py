@@ -34,7 +34,7 @@ import grpc
 from asr_server.errors import AsrError, Status
 from asr_server.log import client_var
 from asr_server.metrics import Metrics
-from asr_server.transport.auth import Credential, TokenRegistry, token_digest
+from asr_server.transport.auth import Credential, TokenRegistry
 from asr_server.transport.reads import read_within
 from asr_server.transport.status import CANCELLED_WITH, GRPC_CODES
 
@@ -121,10 +121,10 @@ class Authenticator:
                     "this server needs a token: send 'authorization: Bearer <token>' metadata "
                     "(asr-client --token or ASR_TOKEN)",
                 )
-            name = self.tokens.identify(token)
-            if name is None:
+            credential = self.tokens.credential_of(token)
+            if credential is None:
                 raise AsrError(Status.UNAUTHENTICATED, "invalid token")
-            return Identity(name, self._labels(name), True, (name, token_digest(token)))
+            return Identity(credential[0], self._labels(credential[0]), True, credential)
         if self.mtls:
             name = _certificate_subject(context.auth_context())
             if name is None:
