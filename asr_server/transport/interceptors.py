@@ -36,7 +36,7 @@ from asr_server.log import client_var
 from asr_server.metrics import Metrics
 from asr_server.transport.auth import Credential, TokenRegistry
 from asr_server.transport.reads import read_within
-from asr_server.transport.status import CANCELLED_WITH, GRPC_CODES
+from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES
 
 logger = logging.getLogger(__name__)
 
@@ -145,8 +145,6 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         self._lasting: dict[str, set[asyncio.Task[Any]]] = {}
         #: per token (name and hash), the tasks of all its calls (revoking it ends them)
         self._by_token: dict[Credential, set[asyncio.Task[Any]]] = {}
-        #: calls being ended from outside (a drain, a revoked token): the status to end with
-        self._ending: dict[asyncio.Task[Any], tuple[grpc.StatusCode, str]] = {}
         if authenticator.tokens is not None:
             loop = asyncio.get_running_loop()
             authenticator.tokens.on_revoked(
@@ -174,8 +172,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     def _end(self, tasks: set[asyncio.Task[Any]], code: grpc.StatusCode, message: str) -> int:
         for task in tasks:
-            self._ending.setdefault(task, (code, message))
-            CANCELLED_WITH.setdefault(task, self._ending[task][0])
+            ENDED_BY_SERVER.setdefault(task, (code, message))
             task.cancel()
         return len(tasks)
 
@@ -231,16 +228,16 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         try:
             yield
         except asyncio.CancelledError:
-            if task not in self._ending:
+            if task not in ENDED_BY_SERVER:
                 raise
             task.uncancel()
-            await context.abort(*self._ending[task])
+            await context.abort(*ENDED_BY_SERVER[task])
         finally:
             for calls, key in held:
                 calls[key].discard(task)
                 if not calls[key]:  # a client with none left is forgotten (bounded memory)
                     del calls[key]
-            self._ending.pop(task, None)
+            ENDED_BY_SERVER.pop(task, None)
 
 
 class HealthCheckOnly(grpc.aio.ServerInterceptor):

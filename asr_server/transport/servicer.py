@@ -46,7 +46,7 @@ from asr_server.transport.convert import (
 from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
 from asr_server.transport.reads import read_within
-from asr_server.transport.status import CANCELLED_WITH, GRPC_CODES
+from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES
 
 logger = logging.getLogger(__name__)
 
@@ -235,10 +235,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                     logger.info("call %s finished", call_id)
         except asyncio.CancelledError:  # the client went away, or the drain ended the call
             # (or the server did, as for a revoked token: counted with the status it gets)
-            ended_with = CANCELLED_WITH.get(asyncio.current_task())  # type: ignore[arg-type]
-            self.admission.metrics.streams.labels(
-                ended_with.name if ended_with else "CANCELLED"
-            ).inc()
+            ended = ENDED_BY_SERVER.get(asyncio.current_task())  # type: ignore[arg-type]
+            self.admission.metrics.streams.labels(ended[0].name if ended else "CANCELLED").inc()
             raise
         except AsrError as exc:
             error = exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from typing import Any
 
 import grpc
 
@@ -22,9 +23,10 @@ GRPC_CODES: dict[Status, grpc.StatusCode] = {
 }
 
 
-#: calls the server itself ends by cancelling their task (a revoked token's), with the
-#: status they end with: for the outcome metrics, where a cancelled call is otherwise one
-#: its client left
-CANCELLED_WITH: weakref.WeakKeyDictionary[asyncio.Task[object], grpc.StatusCode] = (
+#: calls the server itself ends by cancelling their task (a drain's lasting calls, a
+#: revoked token's calls), with the status and message they end with: the interceptor
+#: aborts each with them, and the outcome metrics count it so, where a cancelled call is
+#: otherwise one its client left
+ENDED_BY_SERVER: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[grpc.StatusCode, str]] = (
     weakref.WeakKeyDictionary()
 )
