@@ -221,9 +221,7 @@ def _load_ogg_links(path: Path) -> PcmAudio:
 
     import soundfile
 
-    links = ogg_links(path.read_bytes())
-    if len(links) <= 1:
-        return _load_soundfile(path)
+    links = ogg_links(path.read_bytes())  # one, for most files: read from these bytes too
     first, rate = soundfile.read(io.BytesIO(links[0]), dtype="float32", always_2d=True)
     parts = [first]
     for link in links[1:]:
