@@ -631,7 +631,12 @@ class ResumableStream:
         return not self._admitted and error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
     def _should_migrate(self) -> bool:
-        if self._going_away_at is None:
+        # once the caller has ended the stream nothing more is written: what is left is
+        # the last finals, which the draining server sends within its deadline (or, if
+        # not, the timer moves the stream a second before it). A move at the boundary
+        # would send a finished stream to a new call: from a last replica, to a server
+        # shutting down, and the caller would wait give_up_after_s for an error.
+        if self._going_away_at is None or self._ended:
             return False
         at_boundary = not any(self._speaking)
         return at_boundary or time.monotonic() >= self._going_away_at - MIGRATE_LEAD_S

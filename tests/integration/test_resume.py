@@ -354,6 +354,55 @@ async def test_a_stream_with_no_boundary_before_the_deadline_moves_a_second_befo
     utterance_ids_never_repeat(moved)
 
 
+async def test_a_stream_the_caller_has_ended_finishes_on_its_draining_server(make_server) -> None:  # type: ignore[no-untyped-def]
+    """After end() nothing more is written: the call's last final comes from the draining
+    server, within its deadline. The client moved such a stream at the final (its
+    boundary) anyway, to a new call: from a last replica, to a server shutting down,
+    and the caller, who had every final, waited give_up_after_s for an error."""
+    gate = threading.Event()
+    gate.set()
+    engine = FakeEngine(gate=gate)
+    server = await serve_fake(make_server, engine)
+    pcm = utterances(1, seconds=3.0)
+    reference = await run_stream(server.port, pcm, speed=None, resume=None)
+    proxy = await FaultProxy(server.port).start()
+    infos: list[ResumeInfo] = []
+    received: list[asr_pb2.StreamingRecognizeResponse] = []
+    drained: asyncio.Task[None] | None = None
+    try:
+        async with asyncio.timeout(30), AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            policy = ResumePolicy(give_up_after_s=2.0)
+            async with client.stream(
+                audio_config(), resume=policy, on_resume=infos.append
+            ) as stream:
+
+                async def read() -> None:
+                    async for response in stream:
+                        received.append(response)
+
+                reader = asyncio.create_task(read())
+                for start in range(0, len(pcm), CHUNK):
+                    await stream.send_audio(pcm[start : start + CHUNK].tobytes())
+                    await asyncio.sleep(0.025)  # 4x real time
+                    if start == 20 * CHUNK:  # 1.5 s into the 3 s utterance
+                        gate.clear()  # its final waits
+                        proxy.upstream_port = free_port()  # no replica to move to
+                        drained = asyncio.create_task(server.drain_and_stop(30.0))
+                await stream.end()
+                await eventually(
+                    lambda: any(r.WhichOneof("event") == "going_away" for r in received)
+                )
+                gate.set()
+                await reader
+            assert drained is not None
+            await drained  # the drain ended early: its stream finished
+    finally:
+        gate.set()
+        await proxy.close()
+    assert infos == []
+    assert len(finals(received)) == 1 and finals(received) == finals(reference)
+
+
 async def test_a_stream_seated_after_the_drain_began_is_told_to_move_too(make_server) -> None:  # type: ignore[no-untyped-def]
     """A call admitted before the drain whose config arrives after it: GoingAway tells it
     how long is left, as the streams open at the drain were told."""
