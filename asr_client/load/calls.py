@@ -22,6 +22,9 @@ from asr_server.audio.g711 import alaw_encode, mulaw_encode
 
 #: the longest clip used: longer recordings would make one turn the whole call
 MAX_CLIP_S = 30.0
+#: the shortest: a clip shorter holds no word, and calls made of it would be thousands of
+#: turns (none at all, at --pause 0:0, and building the call would never end)
+MIN_CLIP_S = 0.1
 #: the most silence after a call's last turn past --duration: enough for the server's
 #: endpointing (0.5 s by default) to end that turn as a real call's would
 FINAL_PAUSE_S = 1.5
@@ -109,6 +112,11 @@ def prepare_clip(clip_id: str, samples: np.ndarray, rate: int, *, call_rate: int
         out = np.clip(np.rint(resampled * 32768), -32768, 32767).astype(np.int16)
     else:
         out = samples.astype(np.int16, copy=False)
+    if out.size < MIN_CLIP_S * call_rate:
+        raise ValueError(
+            f"{clip_id}: {out.size / call_rate:.2f} s of audio at {call_rate} Hz;"
+            f" a recording needs at least {MIN_CLIP_S:g} s"
+        )
     return Clip(clip_id, out, transcript)
 
 
@@ -188,7 +196,8 @@ def build_call(
     silent: bool = False,
 ) -> Call:
     """Turns of random clips separated by pauses until ``duration_s`` is reached (the last
-    turn is played whole, then at most FINAL_PAUSE_S of silence). ``silent``: the whole
+    turn is played whole, then at most FINAL_PAUSE_S of silence); a talking call has at
+    least one turn, however short the duration or long the lead-in. ``silent``: the whole
     call is silence (an open line on hold)."""
     rate = sample_rate_hz
     turns: list[Turn] = []
@@ -198,7 +207,7 @@ def build_call(
     if not silent:
         order = rng.permutation(len(clips))
         k = 0
-        while position < duration_s * rate:
+        while position < duration_s * rate or not turns:
             clip = clips[order[k % len(order)]]
             channel = k % channels
             pieces.append((channel, position, clip.samples))

@@ -988,6 +988,25 @@ async def test_load_report_that_cannot_be_written_at_the_end_is_still_printed(
     assert f"error: cannot write {folder / 'r.json'}: " in err
 
 
+async def test_load_of_a_recording_too_short_to_hold_a_word_is_refused(
+    server: str, tmp_path: Path, capsys
+):
+    """One 48 kHz sample is no sample at 16 kHz: with --pause 0:0 building the call never
+    ended (nor let SIGTERM end the command), its lists growing without bound."""
+    from asr_client.load.command import load_command
+
+    soundfile.write(tmp_path / "blip.wav", np.full(1, 1000, np.int16), 48_000)
+    args = build_parser().parse_args(
+        ["load", "--server", server, "--streams", "1", "--duration", "5", "--pause", "0:0",
+         "--quiet", str(tmp_path / "blip.wav")]
+    )  # fmt: skip
+    async with asyncio.timeout(20):
+        code = await load_command(args, sys.stdout, sys.stderr)
+    assert code == 1  # as for a recording that cannot be read
+    err = capsys.readouterr().err
+    assert "blip.wav: 0.00 s of audio at 16000 Hz; a recording needs at least 0.1 s" in err
+
+
 def test_json_lines_carry_the_documented_fields_of_each_event() -> None:
     """The README's fields of finals, eager results, SPEECH_ENDED and GoingAway reach
     ``--json-out``; GoingAway used to be written as a bare progress record."""
