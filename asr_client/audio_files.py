@@ -9,6 +9,7 @@ MAX_RATE_HZ) is resampled here first.
 from __future__ import annotations
 
 import contextlib
+import logging
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from asr_server.audio.decode import MAX_RATE_HZ, MIN_RATE_HZ, SAMPLE_RATE
+
+logger = logging.getLogger(__name__)
 
 
 class AudioFileError(Exception):
@@ -303,7 +306,8 @@ def _load_pyav(path: Path) -> PcmAudio:
         # a resampler takes one input format, so each new one gets its own, and its
         # audio comes out in the first one's
         resampler, heard = None, None
-        for frame in _frames_of(stream, container):
+        skipped = [0]
+        for frame in _frames_of(stream, container, skipped):
             if resampler is None or heard != (frame.format.name, frame.layout.name, frame.rate):
                 if resampler is not None:
                     converted_by(resampler, None)  # flush what it buffered
@@ -312,21 +316,29 @@ def _load_pyav(path: Path) -> PcmAudio:
             converted_by(resampler, frame)
         if resampler is not None:
             converted_by(resampler, None)
+    if skipped[0]:
+        # said, as FFmpeg says it: a damaged file's gaps are not silently closed up
+        logger.warning(
+            "%s: %d packet(s) the decoder could not read were skipped (a joined file's"
+            " header is one; more means the file is damaged)",
+            path,
+            skipped[0],
+        )
     data = np.concatenate(parts) if parts else np.zeros((0, channels), dtype=np.int16)
     return _checked(path, data.astype(np.int16, copy=False), int(rate))
 
 
-def _frames_of(stream, container):  # type: ignore[no-untyped-def]
-    """The stream's decoded frames, past packets the decoder refuses: where files were
-    joined, the second one's header (an MP3's Xing frame) sits among the audio, as
-    FFmpeg's own command line skips it."""
+def _frames_of(stream, container, skipped: list[int]):  # type: ignore[no-untyped-def]
+    """The stream's decoded frames, past packets the decoder refuses (counted in
+    ``skipped[0]``): where files were joined, the second one's header (an MP3's Xing
+    frame) sits among the audio, as FFmpeg's own command line skips it."""
     import av
 
     for packet in container.demux(stream):
         try:
             yield from packet.decode()
         except av.error.InvalidDataError:
-            continue
+            skipped[0] += 1
 
 
 def _checked(path: Path, data: np.ndarray, rate: int) -> PcmAudio:

@@ -562,6 +562,32 @@ def test_files_joined_end_to_end_are_read_whole(
     assert abs(dominant_hz(late, audio.sample_rate_hz) - 500) < 10
 
 
+def test_packets_the_decoder_skips_are_said(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Packets the decoder refuses are skipped (a joined file's header is one), but a
+    damaged file's gaps were closed up silently: its audio came out shorter, unsaid."""
+    rate = 16_000
+    clean = tmp_path / "clean.mp3"
+    soundfile.write(clean, tone_at(rate, 5.0, 500.0), rate, format="MP3", subtype="MPEG_LAYER_III")
+    with caplog.at_level("WARNING", logger="asr_client.audio_files"):
+        load_audio(clean)
+    assert caplog.records == []
+    damaged = bytearray(clean.read_bytes())
+    rng = np.random.default_rng(0)
+    for at in range(2000, len(damaged) - 2000, 1500):
+        damaged[at : at + 40] = rng.integers(0, 256, 40, dtype=np.uint8).tobytes()
+    path = tmp_path / "damaged.mp3"
+    path.write_bytes(bytes(damaged))
+    with caplog.at_level("WARNING", logger="asr_client.audio_files"):
+        audio = load_audio(path)
+    assert len(audio.frames) < 5 * rate
+    (record,) = caplog.records
+    assert re.fullmatch(
+        rf"{re.escape(str(path))}: [1-9]\d* packet\(s\) the decoder could not read were"
+        r" skipped \(a joined file's header is one; more means the file is damaged\)",
+        record.getMessage(),
+    ), record.getMessage()
+
+
 def test_a_chained_oggs_links_in_other_formats_come_out_in_the_first_ones(
     tmp_path: Path,
 ) -> None:
