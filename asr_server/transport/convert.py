@@ -120,7 +120,7 @@ def stream_config_from_proto(
     endpointing.check(settings, fmt.sample_rate_hz, "config.endpointing")
     _check_prompt(msg.initial_prompt, msg.hotwords, settings, "config")
     hotwords = tuple(h.strip() for h in msg.hotwords if h.strip())
-    return StreamConfig(
+    config = StreamConfig(
         format=fmt,
         language=language,
         languages=allowed_languages,
@@ -137,6 +137,8 @@ def stream_config_from_proto(
         word_timestamps=msg.word_timestamps,
         resume=resume_from_proto(msg, fmt, settings, languages),
     )
+    _warn_if_partly_read(config.prompt, "config")
+    return config
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,7 @@ def stream_update_from_proto(
         hotwords = tuple(h.strip() for h in msg.hotwords if h.strip())
     elif msg.hotwords:
         raise AsrError.invalid("update.hotwords are set without replace_hotwords")
-    return replace(
+    updated = replace(
         current,
         silence_ms=endpointing.silence_ms,
         max_silence_ms=endpointing.max_silence_ms,
@@ -216,6 +218,9 @@ def stream_update_from_proto(
         eager_finals=eager_finals,
         hotwords=hotwords,
     )
+    if msg.replace_hotwords:  # with the stream's initial prompt, which stays
+        _warn_if_partly_read(updated.prompt, "update")
+    return updated
 
 
 #: about what Whisper reads of its context: the last 223 tokens, in English characters
@@ -241,14 +246,17 @@ def _check_prompt(
                 f"{where}.hotwords[{i}] has {len(word)} characters; the limit is "
                 f"{limits.max_hotword_chars}"
             )
-    # the text as StreamConfig.prompt joins it; the model reads only its end
-    context = len(initial_prompt) + sum(len(word) + 2 for word in hotwords)
-    if context > PROMPT_READ_CHARS:
+
+
+def _warn_if_partly_read(prompt: str, where: str) -> None:
+    """``prompt``: the text StreamConfig.prompt gives the model, of which it reads only
+    the end. Taken (within the limits), but said."""
+    if len(prompt) > PROMPT_READ_CHARS:
         logger.warning(
             "%s: initial_prompt and hotwords come to %d characters; the model reads only "
             "about the last %d, so the prompt and the first hotwords are not read",
             where,
-            context,
+            len(prompt),
             PROMPT_READ_CHARS,
         )
 

@@ -176,3 +176,28 @@ def test_hotwords_past_what_the_model_reads_are_taken_with_a_warning(
     (record,) = caplog.records
     assert "the model reads only about the last 900" in record.getMessage()
     assert "the prompt and the first hotwords are not read" in record.getMessage()
+
+
+def test_the_warning_counts_the_prompt_as_the_model_is_given_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The check estimated the length apart from StreamConfig.prompt's join, and an
+    update's new hotwords were measured without the stream's initial prompt, which
+    stays: 600 characters of prompt and 400 of new hotwords came without a warning."""
+    prompt = "A support call about billing and refunds. " * 14  # 588 characters
+    current = parse(audio_config(initial_prompt=prompt, hotwords=["Acme"]))
+    hotwords = [f"Product line {i:03d}" for i in range(20)]  # 16 characters each
+    update = asr_pb2.StreamingUpdate(replace_hotwords=True, hotwords=hotwords)
+    with caplog.at_level("WARNING", logger="asr_server.transport.convert"):
+        updated = stream_update_from_proto(update, current, Settings())
+    assert len(updated.prompt) > 900
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        f"update: initial_prompt and hotwords come to {len(updated.prompt)} characters"
+    )
+    # what is given exactly at the limit is read: no warning
+    caplog.clear()
+    exact = "x" * (900 - len(", ".join(["Acme", "Beta"])) - 1)
+    with caplog.at_level("WARNING", logger="asr_server.transport.convert"):
+        config = parse(audio_config(initial_prompt=exact, hotwords=["Acme", "Beta"]))
+    assert len(config.prompt) == 900 and not caplog.records
