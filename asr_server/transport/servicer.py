@@ -236,6 +236,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         except asyncio.CancelledError:  # the client went away, or the drain ended the call
             # (or the server did, as for a revoked token: counted with the status it gets)
             ended = ENDED_BY_SERVER.get(asyncio.current_task())  # type: ignore[arg-type]
+            if ended:  # an error, as one this servicer aborts with (the interceptor does)
+                code, message = ended[0].name, ended[1]
+                self.admission.metrics.stream_errors.labels(code).inc()
+                logger.info("call %s ended with %s: %s", call_id, code, message)
             self.admission.metrics.streams.labels(ended[0].name if ended else "CANCELLED").inc()
             raise
         except AsrError as exc:

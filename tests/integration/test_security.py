@@ -300,11 +300,14 @@ async def test_token_file_is_reloaded_and_a_bad_one_keeps_the_old(make_server, t
     assert sample(server, "asr_credential_reloads_total", file="tokens", outcome="failed") == 1
 
 
-async def test_a_revoked_token_ends_its_open_calls_and_no_others(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+async def test_a_revoked_token_ends_its_open_calls_and_no_others(  # type: ignore[no-untyped-def]
+    make_server, tmp_path, caplog
+) -> None:
     """Deleting a client's line ended only its new calls: an open stream (up to four
     hours) and a health Watch ran on. Now every open call of the revoked token ends with
     UNAUTHENTICATED; another client's stream goes on to its final, and so does a stream
     made with the new token a client's line was given."""
+    caplog.set_level("INFO", logger="asr_server.transport.servicer")
     tokens_path, tokens = token_file(tmp_path, "alice", "bob")
     server = await serve_fake(make_server, auth_tokens=tokens_path)
 
@@ -373,9 +376,14 @@ async def test_a_revoked_token_ends_its_open_calls_and_no_others(make_server, tm
         assert finals == [EXPECTED]
     assert await call_status(as_("alice")) == grpc.StatusCode.UNAUTHENTICATED
     await eventually(lambda: server.servicer.active == 0)
-    # counted as what they were told, not as streams their clients left
+    # counted as what they were told, not as streams their clients left, and as errors
+    # (the dashboard's panels and the stream-error alert read those), each logged so
     assert sample(server, "asr_streams_total", code="UNAUTHENTICATED") == 2
     assert sample(server, "asr_streams_total", code="CANCELLED") is None
+    assert sample(server, "asr_stream_errors_total", code="UNAUTHENTICATED") == 2
+    ended = "UNAUTHENTICATED: token revoked"
+    revoked = [r for r in caplog.records if r.getMessage().endswith(ended)]
+    assert [r.getMessage().split()[1] for r in revoked] == ["s1", "s3"], revoked
 
 
 async def test_health_stays_open_and_reflection_needs_a_token_or_is_off(  # type: ignore[no-untyped-def]
