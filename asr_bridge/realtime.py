@@ -435,6 +435,9 @@ class ServerEvents:
     #: after a resume, the items whose speech the new call hears again, oldest first,
     #: each with the text its deltas carried: the next utterances take them over
     _replayed: deque[tuple[_Item, str]] = field(default_factory=deque)
+    #: where the last speech_stopped put its item's end (ms): the next item's audio, and
+    #: so its speech_started, begins no earlier
+    _last_end_ms: int = 0
 
     def commit(self) -> None:
         """The client committed the buffer (call before sending its FINALIZE)."""
@@ -548,7 +551,7 @@ class ServerEvents:
             return [
                 self.event(
                     "input_audio_buffer.speech_started",
-                    audio_start_ms=max(0, ms - margins_ms[0]),
+                    audio_start_ms=max(self._last_end_ms, ms - margins_ms[0]),
                     item_id=item.id,
                 )
             ]
@@ -571,11 +574,13 @@ class ServerEvents:
             return []
         out = []
         if server_vad:
+            # the silence the VAD waited for is part of the item; a client's commit ends
+            # it where it was made, with no such silence after it
+            end_ms = ms if e.from_finalize else ms + margins_ms[1]
+            self._last_end_ms = max(self._last_end_ms, end_ms)
             out.append(
                 self.event(
-                    "input_audio_buffer.speech_stopped",
-                    audio_end_ms=ms + margins_ms[1],
-                    item_id=item.id,
+                    "input_audio_buffer.speech_stopped", audio_end_ms=end_ms, item_id=item.id
                 )
             )
         return [*out, *self._commit(item)]

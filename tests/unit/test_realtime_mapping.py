@@ -519,3 +519,31 @@ def test_speech_times_include_server_vads_padding_and_silence_as_openais_do() ->
     assert early[0]["audio_start_ms"] == 0  # never before the session's audio
     session.turn_detection = {"type": "semantic_vad", "eagerness": "auto"}
     assert session.speech_margins_ms == (0, 0)
+
+
+def test_a_commit_during_server_vad_speech_ends_its_item_where_it_was_made() -> None:
+    """The VAD's silence margin was added to a speech end the client's commit made: the
+    item ended 500 ms into the next item's audio, and the next began (its padding taken
+    off) 800 ms before the first ended."""
+    from asr_bridge.realtime import TranscriptionSession
+
+    margins = TranscriptionSession().speech_margins_ms
+    ev = ServerEvents("s")
+    SpeechEvent = asr_pb2.SpeechEvent
+
+    def respond(e: asr_pb2.StreamingRecognizeResponse) -> list[dict]:  # type: ignore[type-arg]
+        return ev.response(e, server_vad=True, margins_ms=margins)
+
+    respond(_speech(SpeechEvent.SPEECH_STARTED, 0.5, 0))
+    ev.commit()
+    out = respond(_speech(SpeechEvent.SPEECH_ENDED, 2.8, 0, from_finalize=True))
+    (stopped,) = [e for e in out if e["type"] == "input_audio_buffer.speech_stopped"]
+    assert stopped["audio_end_ms"] == 2800
+    (started,) = respond(_speech(SpeechEvent.SPEECH_STARTED, 2.8, 1))
+    assert started["audio_start_ms"] == 2800  # not 2500: the buffer began at the commit
+    # the VAD's own end keeps its silence, and the next item begins after it
+    out = respond(_speech(SpeechEvent.SPEECH_ENDED, 4.0, 1))
+    (stopped,) = [e for e in out if e["type"] == "input_audio_buffer.speech_stopped"]
+    assert stopped["audio_end_ms"] == 4500
+    (started,) = respond(_speech(SpeechEvent.SPEECH_STARTED, 4.6, 2))
+    assert started["audio_start_ms"] == 4500
