@@ -113,8 +113,9 @@ class Metrics:
         )
         self.pause_splits = Counter(
             "asr_pause_splits_total",
-            "Long utterances split at a pause shorter than the silence that ends one "
-            "(streaming.split_at_pause_after_s), with the final decoded 200 ms into it.",
+            "Utterances split at a pause shorter than the silence that ends one (long ones, "
+            "or at a 500 ms pause where silence_ms is longer: streaming.split_at_pause_after_s), "
+            "with the final decoded 200 ms into it.",
             registry=r,
         )
         self.speech_events = Counter(

@@ -107,6 +107,10 @@ class Options:
     #: a margin or more when speech resumes after it, as the server splits SILENCE streams
     #: (streaming.split_at_pause_after_s; 0 = off)
     split_after_s: float = 0.0
+    #: a pause this long splits an utterance of any length (with split_after_s set), as
+    #: the server splits SILENCE streams whose silence_ms is longer (its
+    #: LONG_PAUSE_SPLIT_S, 0.5 s); 0 = only the length rule, as before 2026-12-06
+    long_pause_s: float = 0.0
     #: the carry holds the finals before the previous one too, while their audio fits in
     #: ``carry_s`` and each followed the one before within ``carry_gap_s``
     carry_chain: bool = False
@@ -242,6 +246,7 @@ class Simulator:
             utt = Utt(cut, [rest], rest.size, agreement=LocalAgreement(o.agreement))
 
         pause_from: int | None = None  # a pause heard long enough to split at: its start
+        pause_len = 0  # how long that pause has lasted
         split_pause = (o.trailing_pad_s + SPLIT_PAUSE_MARGIN_S) * SR
         for pos in range(0, audio.size, CHUNK):
             events = ep.feed(audio[pos : pos + CHUNK])
@@ -254,10 +259,12 @@ class Simulator:
                 elif isinstance(ev, SpeechAudio) and utt is not None:
                     utt.audio.append(ev.samples)
                     if ev.trailing_silence >= split_pause:
-                        pause_from = ev.last_voiced_end
+                        pause_from, pause_len = ev.last_voiced_end, ev.trailing_silence
                     elif ev.trailing_silence == 0 and pause_from is not None:
                         speech_end, pause_from = pause_from, None
-                        if o.split_after_s and speech_end - utt.start >= o.split_after_s * SR:
+                        long_enough = speech_end - utt.start >= o.split_after_s * SR
+                        long_pause = o.long_pause_s and pause_len >= o.long_pause_s * SR
+                        if o.split_after_s and (long_enough or long_pause):
                             utt.n += ev.samples.size
                             split_at_pause(speech_end)
                             continue
@@ -383,6 +390,16 @@ HELD: dict[str, Variant] = {
         Options(commit=False, carry_s=10.0, silence_ms=2000, split_after_s=10.0)
     ),
     "carried_held10000": Variant(Options(commit=False, carry_s=10.0, silence_ms=10000)),
+    # the server since 2026-12-06: in such streams a 0.5 s pause splits any utterance
+    "carried_split6_held2000_long500": Variant(
+        Options(commit=False, carry_s=10.0, silence_ms=2000, split_after_s=6.0, long_pause_s=0.5)
+    ),
+    "carried_split6_held10000_long500": Variant(
+        Options(commit=False, carry_s=10.0, silence_ms=10000, split_after_s=6.0, long_pause_s=0.5)
+    ),
+    "carried_split6_held10000": Variant(
+        Options(commit=False, carry_s=10.0, silence_ms=10000, split_after_s=6.0)
+    ),
 }
 
 #: the carry over several finals (``--variant`` only; 2026-12-05): against

@@ -82,6 +82,9 @@ MIN_SPLIT_S = 1.0
 #: in the first part's audio, where Whisper read its last phrase again ("on the lower
 #: case, on the lower case")
 SPLIT_PAUSE_MARGIN_S = 0.1
+#: in a SILENCE stream whose silence_ms is longer, a pause this long (the silence that
+#: ends an utterance by default) splits an utterance of any length (see _splits_at_pause)
+LONG_PAUSE_SPLIT_S = 0.5
 #: no partials once this much trailing silence is heard: silence adds no words (where the
 #: final is decoded early in a pause, none once a pause has begun: _partial_silence_cutoff)
 PARTIAL_SILENCE_CUTOFF_S = 0.15
@@ -606,16 +609,21 @@ class ChannelRecognizer:
         long enough to be split, the final is decoded again once the pause has lasted
         the whole pad, for a split at this pause; the early one stays the turn's final.
         Not where the client finalizes: its own VAD ends the utterance at such a pause
-        (a voice agent's, at 200 ms), and that decode would only take a worker."""
+        (a voice agent's, at 200 ms), and that decode would only take a worker; but a
+        pause that splits an utterance of any length (_long_pause_splits: a client
+        that finalizes on a stream whose silence is long, a bridge's push-to-talk) gets
+        it once it is that long."""
         early = utt.speculation
         return (
             early is not None
-            and not self._client_finalizes
             and utt.split_final is None
             and not utt.eager_sent
             and silence >= self._trailing_pad
             and early.end - early.speech_end < self._trailing_pad
-            and self._long_enough_to_split(utt, early.speech_end)
+            and (
+                (not self._client_finalizes and self._long_enough_to_split(utt, early.speech_end))
+                or self._long_pause_splits(utt)
+            )
         )
 
     def _pause_final(self, utt: UtteranceState) -> EarlyFinal | None:
@@ -651,13 +659,25 @@ class ChannelRecognizer:
         context. Not after an eager result of the pause: that is withdrawn instead.
         Nor, in SEMANTIC streams, at a pause as long as the silence that would have ended
         the utterance in a SILENCE stream: that is a pause the turn model held open on
-        purpose (a speaker thinking mid-sentence), where the sentence stays whole."""
+        purpose (a speaker thinking mid-sentence), where the sentence stays whole.
+        In a SILENCE stream whose silence_ms is long (a dictation, a bridge whose client
+        ends turns itself), a pause of LONG_PAUSE_SPLIT_S splits an utterance of any
+        length: decoded whole, two sentences a second apart often came out as one, the
+        other left out entirely (tiny.en on LibriSpeech pairs, in 7 of 15; faster-whisper
+        alone reads them so too)."""
         early = self._pause_final_within(utt)
         return (
             early is not None
             and (not self._turns.semantic or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
-            and self._long_enough_to_split(utt, early.speech_end)
+            and (self._long_enough_to_split(utt, early.speech_end) or self._long_pause_splits(utt))
+        )
+
+    def _long_pause_splits(self, utt: UtteranceState) -> bool:
+        return (
+            self._split_at_pause_after > 0
+            and not self._turns.semantic
+            and utt.pause_heard >= LONG_PAUSE_SPLIT_S * SAMPLE_RATE
         )
 
     async def _split_at_pause(self, utt: UtteranceState, early: EarlyFinal | None = None) -> None:

@@ -16,7 +16,7 @@ from asr_client import AsrClient, audio_config
 from asr_client.load.calls import telephone_band
 from asr_client.scoring import wer
 from asr_server.audio.g711 import alaw_encode, mulaw_encode
-from tests.helpers import corpus, final_text, finals, read_pcm16, stream_audio
+from tests.helpers import corpus, final_text, finals, first_channel, read_pcm16, stream_audio
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -210,3 +210,32 @@ async def test_silero_vad_option(make_server) -> None:  # type: ignore[no-untype
     check_streaming_contract(received)
     assert wer([rec.transcript], [final_text(received)]) <= 0.15
     assert finals(received)[0].start_s >= 0.6  # the leading second of silence is not speech
+
+
+async def test_a_long_silence_setting_keeps_both_sentences_around_a_pause(make_server) -> None:  # type: ignore[no-untyped-def]
+    """silence_ms 3000 (a dictation; the bridges' modes where the client ends turns): two
+    recorded sentences a second apart were one utterance, decoded whole, and tiny.en
+    wrote one of them only ("He could wait no longer.", the other left out). The pause
+    now splits the utterance, and each sentence comes out."""
+    server = await make_server()
+    recordings = corpus()
+    pairs = [
+        ("libri_1089-134686-0001", "libri_1089-134691-0000"),
+        ("libri_1089-134691-0000", "libri_1089-134686-0001"),
+        ("ljspeech_LJ001-0013", "libri_1089-134686-0001"),
+    ]
+    config = audio_config(silence_ms=3000, interim_results=False)
+    for first, second in pairs:
+        audio = np.concatenate(
+            [
+                first_channel(recordings[first].path),
+                np.zeros(16_000, np.float32),
+                first_channel(recordings[second].path),
+                np.zeros(16_000 * 4, np.float32),
+            ]
+        )
+        pcm = (audio * 32767).astype(np.int16).reshape(-1, 1)
+        received = await stream_audio(server.port, pcm, 16_000, speed=4.0, config=config)
+        texts = [f.text for f in finals(received)]
+        for rid, text in zip((first, second), texts, strict=True):
+            assert wer([recordings[rid].transcript], [text]) <= 0.25, (rid, texts)

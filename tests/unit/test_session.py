@@ -1774,6 +1774,67 @@ async def test_a_long_utterance_is_split_at_a_short_pause_with_its_early_final()
     assert h.metrics.pause_splits._value.get() == 1
 
 
+async def test_a_long_silence_setting_splits_a_short_utterance_at_a_long_pause() -> None:
+    """silence_ms 3000 (a dictation, a bridge whose client ends its turns): two sentences
+    a second apart were one utterance, decoded whole, and Whisper often left one out.
+    A pause of the default silence's length splits it, however short; one of 0.35 s
+    does not (under 6 s, the length rule's)."""
+    audio = np.concatenate(
+        [silence(0.5), tone(2.0), silence(0.35), tone(1.0), silence(1.0), tone(2.0), silence(4.0)]
+    )
+    h = Harness(split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), silence_ms=3000)
+    finals = results(events, final=True)
+    assert len(finals) == 2
+    assert finals[0].end_s == pytest.approx(4.05, abs=0.05)  # 200 ms into the long pause
+    assert finals[1].start_s == pytest.approx(finals[0].end_s, abs=0.01)
+    assert abs(sum(len(f.text.split()) for f in finals) - 20) <= 1
+    first, second = finals[0].utterance_id, finals[1].utterance_id
+    assert speech_events(events) == [(True, first), (False, second)]  # a split, not an end
+    assert h.metrics.pause_splits._value.get() == 1
+
+
+async def test_a_long_pause_splits_after_the_client_has_finalized_too() -> None:
+    """A client that finalizes (a bridge's push-to-talk: silence_ms 10000 and a FINALIZE at
+    each commit) has each pause's final decoded 60 ms in, which hears too little of the
+    pause to cut at: from its first FINALIZE on, no utterance was split, and the lost
+    sentences came back. A pause that reaches the long pause gets its final with the pad."""
+    first = pcm16(np.concatenate([silence(0.5), tone(1.0), silence(0.3)]))
+    pair = pcm16(np.concatenate([tone(2.0), silence(1.0), tone(2.0), silence(4.0)]))
+    h = Harness(split_at_pause_after_s=6.0)
+
+    async def source() -> AsyncIterator[object]:
+        async for chunk in chunks(first, 640):
+            yield chunk
+        yield Finalize()
+        async for chunk in chunks(pair, 640):
+            yield chunk
+
+    events = await h.run(h.lockstep(source()), silence_ms=10000)
+    finals = results(events, final=True)
+    assert h.metrics.pause_splits._value.get() == 1
+    assert len(finals) == 3
+    assert finals[1].end_s == pytest.approx(4.0, abs=0.05)  # 200 ms into the long pause
+    assert finals[2].start_s == pytest.approx(finals[1].end_s, abs=0.01)
+
+
+@pytest.mark.parametrize("config", [{"silence_ms": 3000, "semantic": 0.1}, {"silence_ms": 500}])
+async def test_a_long_pause_splits_only_silence_streams_that_hold_it(
+    config: dict[str, object],
+) -> None:
+    """SEMANTIC holds such a pause open on purpose; at the default silence it ends the
+    utterance (two finals, each with its SPEECH_ENDED)."""
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(1.0), tone(2.0), silence(4.0)])
+    config = dict(config)
+    probability = config.pop("semantic", None)
+    turn = semantic(ScriptedTurnModel(probability)) if probability is not None else None  # type: ignore[arg-type]
+    h = Harness(turn=turn, split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), semantic=turn is not None, **config)
+    assert h.metrics.pause_splits._value.get() == 0
+    if turn is not None:
+        assert len(results(events, final=True)) == 1
+
+
 @pytest.mark.parametrize(
     ("speech_s", "pause_s", "setting", "config"),
     [
