@@ -82,8 +82,9 @@ MIN_SPLIT_S = 1.0
 #: in the first part's audio, where Whisper read its last phrase again ("on the lower
 #: case, on the lower case")
 SPLIT_PAUSE_MARGIN_S = 0.1
-#: in a SILENCE stream whose silence_ms is longer, a pause this long (the silence that
-#: ends an utterance by default) splits an utterance of any length (see _splits_at_pause)
+#: in a SILENCE stream whose silence_ms is longer (or a SEMANTIC one whose turn model is
+#: not asked), a pause this long (the silence that ends an utterance by default) splits an
+#: utterance of any length (see _splits_at_pause)
 LONG_PAUSE_SPLIT_S = 0.5
 #: no partials once this much trailing silence is heard: silence adds no words (where the
 #: final is decoded early in a pause, none once a pause has begun: _partial_silence_cutoff)
@@ -661,14 +662,15 @@ class ChannelRecognizer:
         the utterance in a SILENCE stream: that is a pause the turn model held open on
         purpose (a speaker thinking mid-sentence), where the sentence stays whole.
         In a SILENCE stream whose silence_ms is long (a dictation, a bridge whose client
-        ends turns itself), a pause of LONG_PAUSE_SPLIT_S splits an utterance of any
-        length: decoded whole, two sentences a second apart often came out as one, the
+        ends turns itself), or a SEMANTIC one whose turn model is not asked (threshold 1:
+        Flux's own turn detection), a pause of LONG_PAUSE_SPLIT_S splits an utterance of
+        any length: decoded whole, two sentences a second apart often came out as one, the
         other left out entirely (tiny.en on LibriSpeech pairs, in 7 of 15; faster-whisper
         alone reads them so too)."""
         early = self._pause_final_within(utt)
         return (
             early is not None
-            and (not self._turns.semantic or utt.pause_heard < self._held_pause)
+            and (not self._turns.judges_pauses or utt.pause_heard < self._held_pause)
             and utt.pause_heard >= self._trailing_pad + self._split_margin
             and (self._long_enough_to_split(utt, early.speech_end) or self._long_pause_splits(utt))
         )
@@ -676,7 +678,7 @@ class ChannelRecognizer:
     def _long_pause_splits(self, utt: UtteranceState) -> bool:
         return (
             self._split_at_pause_after > 0
-            and not self._turns.semantic
+            and not self._turns.judges_pauses
             and utt.pause_heard >= LONG_PAUSE_SPLIT_S * SAMPLE_RATE
         )
 

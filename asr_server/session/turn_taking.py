@@ -130,6 +130,13 @@ class TurnTaking:
     def semantic(self) -> bool:
         return self.turn is not None
 
+    @property
+    def judges_pauses(self) -> bool:
+        """The turn model is asked at each pause: SEMANTIC, with a threshold an answer can
+        meet (at 1 it is not asked, and pauses are held until the client or the longest
+        pause ends the turn)."""
+        return bool(self._probes)
+
     # -- the turn model -------------------------------------------------------------------
 
     def at_pause(self, utt: UtteranceState, silence: int, speech_end: int) -> None:

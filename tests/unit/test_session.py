@@ -1818,6 +1818,24 @@ async def test_a_long_pause_splits_after_the_client_has_finalized_too() -> None:
     assert finals[2].start_s == pytest.approx(finals[1].end_s, abs=0.01)
 
 
+async def test_a_long_pause_splits_a_semantic_stream_whose_turn_model_is_not_asked() -> None:
+    """turn_threshold 1 (Flux's eot_threshold=1, its own turn detection): no model holds
+    the pause open, the client or the longest pause ends the turn; two sentences a
+    second apart were one utterance, decoded whole, as in a long-silence SILENCE stream.
+    Split as there; the turn still ends once, after the second part."""
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(1.0), tone(2.0), silence(4.0)])
+    model = ScriptedTurnModel(0.99)
+    h = Harness(turn=semantic(model), split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), semantic=True, turn_threshold=1.0)
+    finals = results(events, final=True)
+    assert h.metrics.pause_splits._value.get() == 1
+    assert len(finals) == 2
+    assert finals[0].end_s == pytest.approx(2.7, abs=0.05)  # 200 ms into the pause
+    turns = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [t.utterance_id for t in turns] == [finals[1].utterance_id]
+    assert model.heard == []  # not asked
+
+
 @pytest.mark.parametrize("config", [{"silence_ms": 3000, "semantic": 0.1}, {"silence_ms": 500}])
 async def test_a_long_pause_splits_only_silence_streams_that_hold_it(
     config: dict[str, object],
