@@ -342,7 +342,25 @@ def _check_model_dir(path: Path, source: str) -> None:
         if name == "config.json" and not isinstance(value, dict):
             raise ModelLoadError(f"{source}: {path / name} is not a JSON object")
         if name == "config.json":
+            _check_whisper_keys(path / name, value, source)
             _check_vocabulary(path, value, source)
+
+
+#: what CTranslate2's Whisper converter writes to config.json, each a list, and what
+#: faster-whisper reads of it
+WHISPER_CONFIG_KEYS = ("alignment_heads", "lang_ids", "suppress_ids", "suppress_ids_begin")
+
+
+def _check_whisper_keys(path: Path, config: dict[str, object], source: str) -> None:
+    """config.json has Whisper's keys. Without them the model loads, and its first decode
+    (the check at load, WhisperEngine._decode_once) now and then crashed the process in
+    CTranslate2 (a segmentation fault) rather than raising an error."""
+    missing = [k for k in WHISPER_CONFIG_KEYS if not isinstance(config.get(k), list)]
+    if missing:
+        raise ModelLoadError(
+            f"{source}: {path} lacks Whisper's {', '.join(missing)}: not a Whisper model "
+            "in CTranslate2's format, or the file is damaged"
+        )
 
 
 def _check_vocabulary(path: Path, config: dict[str, object], source: str) -> None:

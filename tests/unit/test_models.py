@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib
+import json
 import shutil
 import sys
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from asr_server.engine import models
 from asr_server.engine.models import (
+    WHISPER_CONFIG_KEYS,
     ModelLoadError,
     PackagedModel,
     SplitPackagedModel,
@@ -308,7 +310,7 @@ def fake_model_files(folder: Path) -> dict[str, Path]:
     folder.mkdir(parents=True, exist_ok=True)
     contents = {
         "model.bin": "weights",
-        "config.json": '{"alignment_heads": []}',
+        "config.json": json.dumps(dict.fromkeys(WHISPER_CONFIG_KEYS, [])),
         "tokenizer.json": '{"version": "1.0"}',
         "vocabulary.txt": "a\nb\nc\n",
     }
@@ -397,7 +399,12 @@ def test_bad_json_in_a_model_directory_names_the_file(tmp_path: Path) -> None:
             lambda d: (d / "vocabulary.txt").write_text("<|endoftext|>\n"),
             r"vocabulary\.txt has 1 entries, but config\.json names token 50361",
         ),
-        (lambda d: (d / "config.json").write_text("{}"), r"cannot decode.*config"),
+        # the same, now and then, for a config.json without Whisper's keys
+        (
+            lambda d: (d / "config.json").write_text("{}"),
+            r"config\.json lacks Whisper's alignment_heads, lang_ids, suppress_ids,"
+            r" suppress_ids_begin",
+        ),
     ],
     ids=["truncated-vocabulary", "empty-config"],
 )
