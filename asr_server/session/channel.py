@@ -429,7 +429,7 @@ class ChannelRecognizer:
             utt.set_aside = None
         silence = ev.trailing_silence
         if silence == 0 and self._splits_at_pause(utt):
-            await self._split_at_pause(utt)
+            await self._split_at_pause(utt, utt.speculation if utt.eager_sent else None)
             return
         if silence == 0:
             # speech resumed: the early final is moot (unless that was no speech; but
@@ -666,7 +666,16 @@ class ChannelRecognizer:
         Flux's own turn detection), a pause of LONG_PAUSE_SPLIT_S splits an utterance of
         any length: decoded whole, two sentences a second apart often came out as one, the
         other left out entirely (tiny.en on LibriSpeech pairs, in 7 of 15; faster-whisper
-        alone reads them so too)."""
+        alone reads them so too). There, a pause whose eager result went out is split too:
+        that result is the first part's final, as at the length limit (the proto promises
+        its text), where it was withdrawn and the sentences decoded whole."""
+        if utt.eager_sent:
+            early = utt.speculation
+            return (
+                early is not None
+                and self._long_pause_splits(utt)
+                and utt.audio.start_sample < early.end < utt.audio.end_sample
+            )
         early = self._pause_final_within(utt)
         return (
             early is not None

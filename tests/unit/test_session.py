@@ -1794,6 +1794,24 @@ async def test_a_long_silence_setting_splits_a_short_utterance_at_a_long_pause()
     assert h.metrics.pause_splits._value.get() == 1
 
 
+async def test_a_long_pause_whose_eager_result_went_out_makes_it_the_first_parts_final() -> None:
+    """Eager finals on a long-silence SILENCE stream: the pause's eager result was
+    withdrawn when speech resumed and the two sentences decoded whole, as before the
+    split. It is now the first part's final, with its text, as at the length limit."""
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(1.0), tone(2.0), silence(4.0)])
+    h = Harness(split_at_pause_after_s=6.0)
+    events = await h.run(h.lockstep(chunks(pcm16(audio), 640)), silence_ms=3000, eager_finals=True)
+    finals = results(events, final=True)
+    eager = [e for e in results(events) if e.eager]
+    assert h.metrics.pause_splits._value.get() == 1
+    assert len(finals) == 2
+    assert eager and eager[0].text == finals[0].text
+    assert eager[0].utterance_id == finals[0].utterance_id
+    assert not [e for e in events if isinstance(e, SpeechResumed)]
+    assert finals[1].start_s == pytest.approx(finals[0].end_s, abs=0.01)
+    assert abs(sum(len(f.text.split()) for f in finals) - 16) <= 1
+
+
 async def test_a_long_pause_splits_after_the_client_has_finalized_too() -> None:
     """A client that finalizes (a bridge's push-to-talk: silence_ms 10000 and a FINALIZE at
     each commit) has each pause's final decoded 60 ms in, which hears too little of the
