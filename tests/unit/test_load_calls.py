@@ -223,18 +223,9 @@ def test_a_call_ends_soon_after_its_last_turn_whatever_the_pauses() -> None:
 def test_a_talking_call_shorter_than_its_lead_in_still_talks() -> None:
     """With --duration under the lead-in (0-2 s), a "talking" call had no turn at all, and
     the report counted it as talking with 0 finals for 0 turns."""
-    rate = 8000
-    call = build_call(
-        0,
-        clips(rate),
-        rng=np.random.default_rng(0),
-        duration_s=1.0,
-        channels=1,
-        sample_rate_hz=rate,
-        encoding="LINEAR16",
-        pause_s=(0.8, 3.0),
-        lead_in_s=1.7,
-    )
+    rate, rng = 8000, np.random.default_rng(0)
+    call = build_call(0, clips(rate), rng=rng, duration_s=1.0, pause_s=(0.8, 3.0), lead_in_s=1.7,
+                      channels=1, sample_rate_hz=rate, encoding="LINEAR16")  # fmt: skip
     (turn,) = call.turns
     assert turn.start_s == pytest.approx(1.7)
     assert turn.end_s < call.duration_s <= turn.end_s + 1.5

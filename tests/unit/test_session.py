@@ -76,6 +76,17 @@ async def chunks(
         yield item
 
 
+async def finalized_between(
+    first: bytes, second: bytes, chunk_bytes: int = 3200
+) -> AsyncIterator[object]:
+    """``first``'s chunks, the client's FINALIZE, then ``second``'s."""
+    async for c in chunks(first, chunk_bytes):
+        yield c
+    yield Finalize()
+    async for c in chunks(second, chunk_bytes):
+        yield c
+
+
 class Harness:
     """Runs a session; with ``lockstep`` each chunk waits until the previous one is fully
     processed and the engine is idle, so partials are deterministic without real time."""
@@ -1126,14 +1137,7 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     first = pcm16(tone(1.0))
     second = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
 
-    async def source() -> AsyncIterator[object]:
-        async for c in chunks(first):
-            yield c
-        yield Finalize()
-        async for c in chunks(second):
-            yield c
-
-    events = await Harness().run(source(), interim=False)
+    events = await Harness().run(finalized_between(first, second), interim=False)
     finals = results(events, final=True)
     assert [f.text for f in finals] == ["w0 w1 w2 w3", "w0 w1 w2 w3"]
     assert finals[0].end_s == pytest.approx(1.0, abs=0.05)
@@ -1154,15 +1158,8 @@ async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() ->
     before = pcm16(np.concatenate([silence(0.5), tone(0.06)]))
     after = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
 
-    async def source() -> AsyncIterator[object]:
-        async for c in chunks(before, 480):
-            yield c
-        yield Finalize()
-        async for c in chunks(after, 480):
-            yield c
-
     h = Harness()
-    events = await h.run(h.lockstep(source()), interim=False)
+    events = await h.run(h.lockstep(finalized_between(before, after, 480)), interim=False)
     (ack,) = [e for e in events if isinstance(e, Finalized)]
     (started,) = [e for e in events if isinstance(e, SpeechBoundary) and e.started]
     (final,) = results(events, final=True)
@@ -1181,14 +1178,9 @@ async def test_a_finalize_covers_the_audio_a_resampler_holds_back(
     The server's own resampler keeps its 1.6-3.2 ms (AudioDecoder.catch_up says why)."""
     speech = pcm16(np.concatenate([silence(0.5, rate), tone(1.5, rate)]))  # up to the end
 
-    async def source() -> AsyncIterator[object]:
-        async for c in chunks(speech, rate // 50 * 2):
-            yield c
-        yield Finalize()
-        async for c in chunks(pcm16(silence(1.0, rate)), rate // 50 * 2):
-            yield c
-
-    events = await Harness().run(source(), interim=False, sample_rate=rate)
+    after = pcm16(silence(1.0, rate))
+    source = finalized_between(speech, after, rate // 50 * 2)
+    events = await Harness().run(source, interim=False, sample_rate=rate)
     acks = [e for e in events if isinstance(e, Finalized)]
     assert acks == [Finalized(pytest.approx(2.0 - held_back_s, abs=1e-3), 0, 0)]
     assert results(events, final=True)[0].end_s == pytest.approx(2.0 - held_back_s, abs=1e-3)
@@ -1820,15 +1812,7 @@ async def test_a_long_pause_splits_after_the_client_has_finalized_too() -> None:
     first = pcm16(np.concatenate([silence(0.5), tone(1.0), silence(0.3)]))
     pair = pcm16(np.concatenate([tone(2.0), silence(1.0), tone(2.0), silence(4.0)]))
     h = Harness(split_at_pause_after_s=6.0)
-
-    async def source() -> AsyncIterator[object]:
-        async for chunk in chunks(first, 640):
-            yield chunk
-        yield Finalize()
-        async for chunk in chunks(pair, 640):
-            yield chunk
-
-    events = await h.run(h.lockstep(source()), silence_ms=10000)
+    events = await h.run(h.lockstep(finalized_between(first, pair, 640)), silence_ms=10000)
     finals = results(events, final=True)
     assert h.metrics.pause_splits._value.get() == 1
     assert len(finals) == 3
