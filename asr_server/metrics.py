@@ -114,7 +114,8 @@ class Metrics:
         self.pause_splits = Counter(
             "asr_pause_splits_total",
             "Utterances split at a pause shorter than the silence that ends one (long ones, "
-            "or at a 500 ms pause where silence_ms is longer: streaming.split_at_pause_after_s), "
+            "or at a 500 ms pause where silence_ms is longer or turn_threshold is 1: "
+            "streaming.split_at_pause_after_s), "
             "with the final decoded 200 ms into it.",
             registry=r,
         )

@@ -266,8 +266,9 @@ class StreamingSettings(BaseModel):
         "pause, instead of running on to the length limit (continuous speech got its finals "
         "up to 15 s late; SEMANTIC streams too, where the turn model is unsure at a reader's "
         "pauses, at pauses shorter than silence_ms). In a SILENCE stream whose silence_ms "
-        "is over 500, a pause of 500 ms splits an utterance of any length (decoded whole, "
-        "two sentences a second apart often lost one). 0 = off.",
+        "is over 500, or a SEMANTIC one whose turn_threshold is 1, a pause of 500 ms splits "
+        "an utterance of any length (decoded whole, two sentences a second apart often lost "
+        "one). 0 = off.",
     )
     context_chars: int = Field(
         0,

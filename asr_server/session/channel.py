@@ -638,13 +638,14 @@ class ChannelRecognizer:
         """This pause's final, if it heard the whole pad, ends inside the utterance's audio
         and was not sent as an eager result: one to split at."""
         early = self._pause_final(utt)
-        if (
-            early is None
-            or utt.eager_sent
-            or not utt.audio.start_sample < early.end < utt.audio.end_sample
-        ):
+        if early is None or utt.eager_sent or not self._ends_inside(utt, early):
             return None
         return early
+
+    @staticmethod
+    def _ends_inside(utt: UtteranceState, early: EarlyFinal) -> bool:
+        """``early`` was decoded to a point inside the utterance's audio: one to cut at."""
+        return utt.audio.start_sample < early.end < utt.audio.end_sample
 
     def _splits_at_pause(self, utt: UtteranceState) -> bool:
         """Speech resumed after a pause in which the final was decoded ahead, with the
@@ -672,9 +673,7 @@ class ChannelRecognizer:
         if utt.eager_sent:
             early = utt.speculation
             return (
-                early is not None
-                and self._long_pause_splits(utt)
-                and utt.audio.start_sample < early.end < utt.audio.end_sample
+                early is not None and self._long_pause_splits(utt) and self._ends_inside(utt, early)
             )
         early = self._pause_final_within(utt)
         return (

@@ -236,11 +236,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         except asyncio.CancelledError:  # the client went away, or the drain ended the call
             # (or the server did, as for a revoked token: counted with the status it gets)
             ended = ENDED_BY_SERVER.get(asyncio.current_task())  # type: ignore[arg-type]
+            outcome = ended[0].name if ended else "CANCELLED"
             if ended:  # an error, as one this servicer aborts with (the interceptor does)
-                code, message = ended[0].name, ended[1]
-                self.admission.metrics.stream_errors.labels(code).inc()
-                logger.info("call %s ended with %s: %s", call_id, code, message)
-            self.admission.metrics.streams.labels(ended[0].name if ended else "CANCELLED").inc()
+                self._count_error(outcome, ended[1])
+            self.admission.metrics.streams.labels(outcome).inc()
             raise
         except AsrError as exc:
             error = exc
@@ -346,6 +345,10 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
     async def _abort(  # type: ignore[no-untyped-def]
         self, context, error: AsrError, trailing: tuple[tuple[str, str], ...] = ()
     ) -> None:
-        self.admission.metrics.stream_errors.labels(error.status.value).inc()
-        logger.info("call %s ended with %s: %s", stream_id_var.get(), error.status.value, error)
+        self._count_error(error.status.value, error)
         await context.abort(GRPC_CODES[error.status], error.message, trailing)
+
+    def _count_error(self, code: str, message: object) -> None:
+        """A call that ends with an error status: counted and logged, once."""
+        self.admission.metrics.stream_errors.labels(code).inc()
+        logger.info("call %s ended with %s: %s", stream_id_var.get(), code, message)
