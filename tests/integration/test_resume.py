@@ -380,15 +380,15 @@ async def test_a_stream_the_caller_has_ended_finishes_on_its_draining_server(mak
                     async for response in stream:
                         received.append(response)
 
-                reader = asyncio.create_task(read())
-                for start in range(0, len(pcm), CHUNK):
-                    await stream.send_audio(pcm[start : start + CHUNK].tobytes())
-                    await asyncio.sleep(0.025)  # 4x real time
-                    if start == 20 * CHUNK:  # 1.5 s into the 3 s utterance
+                def drain_inside_the_utterance(sample: int) -> None:
+                    nonlocal drained
+                    if sample == 2 * RATE:  # 1.5 s into the 3 s utterance
                         gate.clear()  # its final waits
                         proxy.upstream_port = free_port()  # no replica to move to
                         drained = asyncio.create_task(server.drain_and_stop(30.0))
-                await stream.end()
+
+                reader = asyncio.create_task(read())
+                await send_at_2x(stream, pcm, drain_inside_the_utterance)  # and end()
                 await eventually(
                     lambda: any(r.WhichOneof("event") == "going_away" for r in received)
                 )
