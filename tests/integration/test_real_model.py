@@ -16,7 +16,15 @@ from asr_client import AsrClient, audio_config
 from asr_client.load.calls import telephone_band
 from asr_client.scoring import wer
 from asr_server.audio.g711 import alaw_encode, mulaw_encode
-from tests.helpers import corpus, final_text, finals, first_channel, read_pcm16, stream_audio
+from tests.helpers import (
+    corpus,
+    final_text,
+    finals,
+    first_channel,
+    read_pcm16,
+    stream_audio,
+    to_pcm16,
+)
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
 
@@ -234,8 +242,9 @@ async def test_a_long_silence_setting_keeps_both_sentences_around_a_pause(make_s
                 np.zeros(16_000 * 4, np.float32),
             ]
         )
-        pcm = (audio * 32767).astype(np.int16).reshape(-1, 1)
-        received = await stream_audio(server.port, pcm, 16_000, speed=4.0, config=config)
+        received = await stream_audio(
+            server.port, to_pcm16(audio), 16_000, speed=4.0, config=config
+        )
         texts = [f.text for f in finals(received)]
         for rid, text in zip((first, second), texts, strict=True):
             assert wer([recordings[rid].transcript], [text]) <= 0.25, (rid, texts)
