@@ -7,7 +7,7 @@ connections and calls (gRPC's GOAWAY: clients reconnect elsewhere), and open str
 are told to move (GoingAway) and get ``drain_timeout_s`` to finish; a second signal
 ends them at once. On SIGHUP the
 TLS certificate and the token file are re-read (they are also re-read when the
-files change).
+files change: the certificate at the next handshake, the token file within a second).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from asr_server.metrics import Metrics
 from asr_server.session import SessionServices
 from asr_server.settings import Settings, listen_address
 from asr_server.transport.admission import Admission
-from asr_server.transport.auth import TokenRegistry
+from asr_server.transport.auth import CHECK_INTERVAL_S, TokenRegistry
 from asr_server.transport.decoding import add_recognizer_to_server
 from asr_server.transport.interceptors import Authenticator, AuthInterceptor, HealthCheckOnly
 from asr_server.transport.servicer import RecognizerServicer
@@ -177,6 +177,7 @@ class RunningServer:
     _loader: asyncio.Task[None] | None = None
     _metrics_http: object | None = None
     _interceptor: AuthInterceptor | None = None
+    _token_watch: asyncio.Task[None] | None = None
 
     async def drain_and_stop(self, timeout_s: float) -> None:
         """Graceful shutdown: refuse new streams, tell open ones to move (GoingAway), give
@@ -211,6 +212,8 @@ class RunningServer:
     async def close(self) -> None:
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()
+        if self._token_watch is not None:
+            self._token_watch.cancel()
         await self.server.stop(grace=None)
         if self._health_server is not None:
             await self._health_server.stop(grace=None)
@@ -348,7 +351,20 @@ async def start_server(
         logger.info("ready: serving %s on port %d", engine.name, port)
 
     running._loader = asyncio.create_task(load(), name="model-loader")
+    if credentials.tokens is not None:
+        running._token_watch = asyncio.create_task(
+            _watch_token_file(credentials.tokens), name="token-file-watch"
+        )
     return running
+
+
+async def _watch_token_file(tokens: TokenRegistry) -> None:
+    """An edited token file takes effect within a second though no call comes: the file
+    was looked at only when a call presented a token, so on a quiet server a revoked
+    client's open streams went on until somebody else called."""
+    while True:
+        await asyncio.sleep(CHECK_INTERVAL_S)
+        await asyncio.to_thread(tokens.check_for_change)  # (file I/O: off the loop)
 
 
 async def _report_health(

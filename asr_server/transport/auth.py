@@ -3,9 +3,9 @@
 The file holds one client a line, ``NAME:SHA256_HEX_OF_TOKEN`` (``#`` starts a comment), so
 it never contains a usable secret. A presented token is hashed and compared with every
 entry by ``hmac.compare_digest``, so neither the match nor its position leaks through
-timing. The file is re-read when it changes (checked at most once a second) or on
-``reload()`` (SIGHUP); a file that is missing or fails to parse keeps the previous tokens
-and is logged.
+timing. The file is re-read when it changes (``check_for_change()``: the server calls it
+every second, and a call presenting a token does, at most once a second) or on ``reload()``
+(SIGHUP); a file that is missing or fails to parse keeps the previous tokens and is logged.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class TokenRegistry:
     def credential_of(self, token: str) -> Credential | None:
         """The file's (name, hash) for ``token``, or None: the token a call is admitted
         with, which a reload that withdraws it ends (``on_revoked``)."""
-        self._maybe_reload()
+        self.check_for_change()
         if not token or len(token) > MAX_TOKEN_CHARS:
             return None
         digest = token_digest(token)
@@ -146,7 +146,8 @@ class TokenRegistry:
         with self._lock:
             return self._load(self._file_stamp())
 
-    def _maybe_reload(self) -> None:
+    def check_for_change(self) -> None:
+        """Re-read the file if it changed since the last look (at most once a second)."""
         now = time.monotonic()
         if now - self._checked < CHECK_INTERVAL_S:
             return

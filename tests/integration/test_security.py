@@ -354,8 +354,8 @@ async def test_a_revoked_token_ends_its_open_calls_and_no_others(  # type: ignor
         assert finals == [EXPECTED]
 
         # bob's line gets a new token: his old token's stream ends, and a stream with the
-        # new one goes on, though its own arrival is what re-read the file (the registry
-        # checks the file when a call arrives, at most once a second)
+        # new one goes on (the server looks at the file every second, and when a call
+        # presents a token, at most once a second)
         old_stream = await bob.stream(audio_config()).open()
         await old_stream.send_audio(pcm[:8000].tobytes())
         await eventually(lambda: server.servicer.active == 1)
@@ -384,6 +384,31 @@ async def test_a_revoked_token_ends_its_open_calls_and_no_others(  # type: ignor
     ended = "UNAUTHENTICATED: token revoked"
     revoked = [r for r in caplog.records if r.getMessage().endswith(ended)]
     assert [r.getMessage().split()[1] for r in revoked] == ["s1", "s3"], revoked
+
+
+async def test_an_edit_revokes_open_streams_on_a_quiet_server(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The file was looked at only when a call presented a token: a revoked client's open
+    stream ran on (up to four hours) until somebody else called. Now no other call is
+    made, and the stream ends within seconds of the edit."""
+    tokens_path, tokens = token_file(tmp_path, "alice", "bob")
+    server = await serve_fake(make_server, auth_tokens=tokens_path)
+    pcm = speech_pcm()
+    async with AsrClient(
+        ConnectionOptions(f"127.0.0.1:{server.port}", token=tokens["alice"])
+    ) as alice:
+        stream = await alice.stream(audio_config()).open()
+        await stream.send_audio(pcm[:8000].tobytes())
+        await eventually(lambda: server.servicer.active == 1)
+        tokens_path.write_text(f"bob:{hash_token(tokens['bob'])}\n")  # alice revoked
+        os.utime(tokens_path, ns=(1, 1))  # a distinct stamp even on a coarse clock
+        with pytest.raises(StreamClosedError) as err:
+            async with asyncio.timeout(5):
+                async for _ in stream:
+                    pass
+        assert (err.value.code, err.value.details) == (
+            grpc.StatusCode.UNAUTHENTICATED,
+            "token revoked",
+        )
 
 
 async def test_health_stays_open_and_reflection_needs_a_token_or_is_off(  # type: ignore[no-untyped-def]
