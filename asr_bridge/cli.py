@@ -142,8 +142,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--server-tls-name",
         default=_env("SERVER_TLS_NAME"),
         metavar="NAME",
-        help="name to check in the server's certificate instead of the --server host "
-        "($ASR_BRIDGE_SERVER_TLS_NAME)",
+        help="name to check in the server's certificate instead of the --server host; "
+        "implies --server-tls ($ASR_BRIDGE_SERVER_TLS_NAME)",
     )
     a = p.parse_args(argv)
     if (a.server_cert is None) != (a.server_key is None):

@@ -30,7 +30,7 @@ class ConnectionConfigError(ValueError):
 @dataclass(frozen=True)
 class ConnectionOptions:
     target: str = DEFAULT_TARGET
-    #: TLS to the server; implied by ``ca_file``, ``cert_file`` or ``key_file``
+    #: TLS to the server; implied by ``ca_file``, ``cert_file``, ``key_file`` or ``server_name``
     tls: bool = False
     #: PEM bundle of CAs to trust (default: the system's roots)
     ca_file: Path | None = None
@@ -46,7 +46,9 @@ class ConnectionOptions:
 
     @property
     def uses_tls(self) -> bool:
-        return self.tls or any(p is not None for p in (self.ca_file, self.cert_file, self.key_file))
+        # a TLS name alone means TLS too: it was dropped, and the token went in plaintext
+        tls_only = (self.ca_file, self.cert_file, self.key_file, self.server_name)
+        return self.tls or any(p is not None for p in tls_only)
 
     def credentials(self) -> grpc.ChannelCredentials | None:
         """Channel credentials, or None for plaintext."""

@@ -53,6 +53,17 @@ def test_flags_reach_the_server_options_and_browser_settings(
     assert config.max_sessions == 7
 
 
+def test_a_tls_name_alone_means_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It was dropped without --server-tls, and the server token went in plaintext."""
+    for name in ("SERVER_TLS", "SERVER_CA", "SERVER_CERT", "SERVER_KEY"):
+        monkeypatch.delenv(f"ASR_BRIDGE_{name}", raising=False)
+    s = bridge_config(
+        parse_args(["--server=10.0.0.5:443", "--server-tls-name=asr.internal"])
+    ).server
+    assert s.uses_tls and s.credentials() is not None
+    assert s.describe() == "tls://10.0.0.5:443"
+
+
 def test_environment_variables_and_flags_winning_over_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
