@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from asr_server.engine.model_dir import REQUIRED_FILES, ModelDirError, check_model_dir
 
-REQUIRED_FILES = ("model.bin", "config.json", "tokenizer.json")
+logger = logging.getLogger(__name__)
 
 
 class ModelLoadError(RuntimeError):
@@ -330,61 +330,7 @@ def _record_digest(f: Path) -> str:
 
 
 def _check_model_dir(path: Path, source: str) -> None:
-    """The files faster-whisper needs are there, and its JSON parses (errors name the file)."""
-    missing = [f for f in REQUIRED_FILES if not (path / f).is_file()]
-    if missing:
-        raise ModelLoadError(f"{source}: missing {', '.join(missing)} in {path}")
-    for name in ("config.json", "tokenizer.json"):
-        try:
-            value = json.loads((path / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            raise ModelLoadError(f"{source}: {path / name} is not valid JSON: {exc}") from exc
-        if name == "config.json" and not isinstance(value, dict):
-            raise ModelLoadError(f"{source}: {path / name} is not a JSON object")
-        if name == "config.json":
-            _check_whisper_keys(path / name, value, source)
-            _check_vocabulary(path, value, source)
-
-
-#: what CTranslate2's Whisper converter writes to config.json, each a list, and what
-#: faster-whisper reads of it
-WHISPER_CONFIG_KEYS = ("alignment_heads", "lang_ids", "suppress_ids", "suppress_ids_begin")
-
-
-def _check_whisper_keys(path: Path, config: dict[str, object], source: str) -> None:
-    """config.json has Whisper's keys. Without them the model loads, and its first decode
-    (the check at load, WhisperEngine._decode_once) now and then crashed the process in
-    CTranslate2 (a segmentation fault) rather than raising an error."""
-    missing = [k for k in WHISPER_CONFIG_KEYS if not isinstance(config.get(k), list)]
-    if missing:
-        raise ModelLoadError(
-            f"{source}: {path} lacks Whisper's {', '.join(missing)}: not a Whisper model "
-            "in CTranslate2's format, or the file is damaged"
-        )
-
-
-def _check_vocabulary(path: Path, config: dict[str, object], source: str) -> None:
-    """The vocabulary holds every token id config.json names (languages, suppressed
-    tokens). A truncated one loads, and CTranslate2 then reads past its end while decoding:
-    the process crashed (a segmentation fault) rather than raising an error."""
-    ids = [
-        token
-        for key in ("lang_ids", "suppress_ids", "suppress_ids_begin")
-        for token in (config.get(key) or [])  # type: ignore[attr-defined]
-        if isinstance(token, int)
-    ]
-    for name in ("vocabulary.json", "vocabulary.txt"):
-        vocabulary = path / name
-        if not vocabulary.is_file():
-            continue
-        try:
-            text = vocabulary.read_text(encoding="utf-8")
-            entries = len(json.loads(text)) if name.endswith(".json") else len(text.splitlines())
-        except (OSError, ValueError, TypeError) as exc:
-            raise ModelLoadError(f"{source}: {vocabulary} cannot be read: {exc}") from exc
-        if ids and max(ids) >= entries:
-            raise ModelLoadError(
-                f"{source}: {vocabulary} has {entries} entries, but config.json names token "
-                f"{max(ids)}: the vocabulary is truncated or from another model"
-            )
-        return
+    try:
+        check_model_dir(path)
+    except ModelDirError as exc:
+        raise ModelLoadError(f"{source}: {exc}") from None

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from asr_server.engine import models
+from asr_server.engine.model_dir import WHISPER_CONFIG_KEYS
 from asr_server.engine.models import (
-    WHISPER_CONFIG_KEYS,
     ModelLoadError,
     PackagedModel,
     SplitPackagedModel,
@@ -389,6 +389,11 @@ def test_bad_json_in_a_model_directory_names_the_file(tmp_path: Path) -> None:
         resolve_model(str(local), tmp_path / "cache")
 
 
+def edit_config(folder: Path, **values: object) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | values))
+
+
 @pytest.mark.model
 @pytest.mark.parametrize(
     ("damage", "why"),
@@ -405,8 +410,33 @@ def test_bad_json_in_a_model_directory_names_the_file(tmp_path: Path) -> None:
             r"config\.json lacks Whisper's alignment_heads, lang_ids, suppress_ids,"
             r" suppress_ids_begin",
         ),
+        # these loaded, and the first decode crashed the process every time: an alignment
+        # head past the decoder's four layers (another model's config.json), a negative
+        # token id
+        (
+            lambda d: edit_config(d, alignment_heads=[[5, 1]]),
+            r"config\.json names the alignment head \[5, 1\], but model\.bin's decoder has "
+            r"4 layers of 6 heads",
+        ),
+        (
+            lambda d: edit_config(d, suppress_ids=[-5, 1]),
+            r"config\.json names token -5: not a token id",
+        ),
+        # this one loaded, passed the check at load, and transcribed garbage
+        (
+            lambda d: (d / "vocabulary.txt").write_text(
+                "\n".join((d / "vocabulary.txt").read_text().splitlines()[:-1]) + "\n"
+            ),
+            r"vocabulary\.txt has 51863 entries, but model\.bin's decoder scores 51864 tokens",
+        ),
     ],
-    ids=["truncated-vocabulary", "empty-config"],
+    ids=[
+        "truncated-vocabulary",
+        "empty-config",
+        "alignment-head-of-another-model",
+        "negative-token-id",
+        "vocabulary-of-another-size",
+    ],
 )
 def test_a_local_model_that_loads_but_cannot_decode_fails_at_load(
     tmp_path: Path, damage: Callable[[Path], object], why: str
