@@ -11,12 +11,23 @@ import difflib
 import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from asr_server.log import LOG_LEVELS
+
+#: a path setting: "~" is the home directory in an env file or systemd's Environment= too,
+#: where no shell expands it (ASR_CACHE_DIR=~/models made a folder named "~")
+UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
 
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464
@@ -77,7 +88,7 @@ class EngineSettings(BaseModel):
         "(INTERNAL) and turns health NOT_SERVING, so that an orchestrator replaces the "
         "replica: a stuck engine (a wedged GPU); 0 = no limit. A decode takes seconds.",
     )
-    cache_dir: Path = Field(
+    cache_dir: UserPath = Field(
         Path.home() / ".cache" / "streamasr",
         description="Where models shipped in split packages are assembled.",
     )
@@ -121,7 +132,7 @@ class TurnSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")  # a misspelt field is refused, not ignored
 
-    model_path: Path | None = Field(
+    model_path: UserPath | None = Field(
         None,
         description="The Smart Turn ONNX file; default: where `asr-server turn-model` puts it "
         "under the cache directory.",
@@ -326,15 +337,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
 
     # -- exposure: TLS, authentication, limits (docs/security.md) --------------------------
-    tls_cert: Path | None = Field(None, description="PEM certificate chain: serve TLS.")
-    tls_key: Path | None = Field(None, description="PEM private key of tls_cert.")
-    tls_client_ca: Path | None = Field(
+    tls_cert: UserPath | None = Field(None, description="PEM certificate chain: serve TLS.")
+    tls_key: UserPath | None = Field(None, description="PEM private key of tls_cert.")
+    tls_client_ca: UserPath | None = Field(
         None, description="PEM CA bundle: require client certificates signed by it (mTLS)."
     )
     insecure: bool = Field(
         False, description="Allow plaintext on a non-loopback address (behind a TLS proxy)."
     )
-    auth_tokens: Path | None = Field(
+    auth_tokens: UserPath | None = Field(
         None, description="Token file, one client a line: NAME:SHA256_HEX_OF_TOKEN."
     )
     reflection: bool = Field(True, description="Serve gRPC server reflection.")
@@ -388,7 +399,7 @@ class Settings(BaseSettings):
     model: str | None = None
     device: Literal["auto", "cpu", "cuda"] | None = None
     compute_type: str | None = None
-    cache_dir: Path | None = None
+    cache_dir: UserPath | None = None
 
     @property
     def tls(self) -> bool:
@@ -503,7 +514,7 @@ def unknown_variables(environ: Mapping[str, str]) -> tuple[list[str], list[str]]
 
 
 class _EngineCacheDir(BaseModel):
-    cache_dir: Path = EngineSettings.model_fields["cache_dir"].default
+    cache_dir: UserPath = EngineSettings.model_fields["cache_dir"].default
 
 
 class ModelCacheSettings(BaseSettings):
@@ -515,7 +526,7 @@ class ModelCacheSettings(BaseSettings):
     model_config = Settings.model_config
 
     engine: _EngineCacheDir = _EngineCacheDir()
-    cache_dir: Path | None = None  # the flat shortcut, which wins, as in Settings
+    cache_dir: UserPath | None = None  # the flat shortcut, which wins, as in Settings
 
     @property
     def path(self) -> Path:

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pydantic
 import pytest
 
 from asr_server.cli import parse_args
-from asr_server.settings import DEFAULT_METRICS_PORT, DEFAULT_PORT, Settings
+from asr_server.settings import (
+    DEFAULT_METRICS_PORT,
+    DEFAULT_PORT,
+    ModelCacheSettings,
+    Settings,
+)
 
 
 def test_defaults_are_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -61,6 +67,25 @@ def test_an_empty_variable_means_unset(monkeypatch) -> None:  # type: ignore[no-
     monkeypatch.setenv("ASR_AUTH_TOKENS", "")
     settings = Settings()
     assert settings.tls_client_ca is None and settings.auth_tokens is None
+
+
+def test_a_path_from_an_env_file_may_start_at_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No shell expands "~" in an env file or systemd's Environment=: ASR_CACHE_DIR=~/m
+    made a folder named "~" in the working directory."""
+    monkeypatch.setenv("HOME", "/home/operator")
+    monkeypatch.setenv("ASR_CACHE_DIR", "~/models")
+    monkeypatch.setenv("ASR_AUTH_TOKENS", "~/tokens")
+    monkeypatch.setenv("ASR_TURN__MODEL_PATH", "~/turn.onnx")
+    s = Settings()
+    assert s.engine.cache_dir == Path("/home/operator/models")
+    assert s.auth_tokens == Path("/home/operator/tokens")
+    assert s.turn.model_path == Path("/home/operator/turn.onnx")
+    assert ModelCacheSettings().path == Path("/home/operator/models")  # `turn-model`'s
+    flags = parse_args(["--tls-cert", "~/c.pem", "--tls-key", "~/k.pem"])
+    assert (flags.tls_cert, flags.tls_key) == (
+        Path("/home/operator/c.pem"),
+        Path("/home/operator/k.pem"),
+    )
 
 
 def test_plaintext_is_refused_off_loopback_unless_insecure() -> None:
