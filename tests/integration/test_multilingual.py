@@ -16,6 +16,7 @@ import grpc
 import jiwer
 import numpy as np
 import pytest
+import pytest_asyncio
 import soxr
 
 from asr_client import AsrClient, StreamClosedError, audio_config
@@ -24,7 +25,8 @@ from asr_server.engine.models import resolve_model
 from asr_server.engine.text import echoes_prompt
 from tests.helpers import RunningServer, corpus, read_pcm16, running_server, stream_audio
 
-pytestmark = [pytest.mark.model, pytest.mark.timeout(600)]
+# one event loop for the module, so that one server on base serves every test
+pytestmark = [pytest.mark.model, pytest.mark.timeout(600), pytest.mark.asyncio(loop_scope="module")]
 
 RECORDINGS = {
     "de": "picovoice_leopard_test_de",
@@ -47,10 +49,10 @@ def pcm16k(rid: str) -> np.ndarray:
     return (np.clip(audio, -1, 1) * 32767).astype(np.int16)
 
 
-@pytest.fixture
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def base() -> AsyncIterator[RunningServer]:
-    # per test: grpc.aio objects must not outlive the test's event loop (the model files
-    # are cached on disk, so a load takes a second or two)
+    # for the module, on the module's event loop (grpc.aio objects must not outlive their
+    # loop): a load took a second or two for each test
     server = await running_server(engine={"model": "base"})
     yield server
     await server.close()
