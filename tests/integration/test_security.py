@@ -33,6 +33,10 @@ from tests.pki import SERVER_NAME, Pki, secp256k1_pair
 
 EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
 
+#: how long a client that must not get through waits for its connection: a handshake here
+#: takes milliseconds, and each such wait is a second of the suite
+REFUSED_WITHIN_S = 1.0
+
 
 @pytest.fixture
 def pki(tmp_path: Path) -> Pki:
@@ -84,13 +88,15 @@ async def test_tls_transcribes_and_refuses_plaintext_clients(make_server, pki) -
     received = await stream_audio(tls_client(server.port, pki), speech_pcm(), 16_000, speed=None)
     assert final_text(received) == EXPECTED
 
-    plaintext = ConnectionOptions(f"127.0.0.1:{server.port}", connect_timeout_s=2)
+    plaintext = ConnectionOptions(f"127.0.0.1:{server.port}", connect_timeout_s=REFUSED_WITHIN_S)
     async with AsrClient(plaintext) as client:
         with pytest.raises(TimeoutError):
             await client.wait_ready()
     # a client that trusts another CA does not get through either
     other = Pki(pki.folder / "other", "other-ca")
-    async with AsrClient(tls_client(server.port, other, connect_timeout_s=2)) as client:
+    async with AsrClient(
+        tls_client(server.port, other, connect_timeout_s=REFUSED_WITHIN_S)
+    ) as client:
         with pytest.raises(TimeoutError):
             await client.wait_ready()
     assert server.servicer.active == 0
@@ -119,7 +125,9 @@ async def test_certificate_rotation_keeps_open_streams_and_serves_the_new_one(  
                 tls_client(server.port, new_ca), speech_pcm(), 16_000, speed=None
             )
             assert final_text(received) == EXPECTED
-            async with AsrClient(tls_client(server.port, pki, connect_timeout_s=2)) as stale:
+            async with AsrClient(
+                tls_client(server.port, pki, connect_timeout_s=REFUSED_WITHIN_S)
+            ) as stale:
                 with pytest.raises(TimeoutError):
                     await stale.wait_ready()
 
@@ -204,9 +212,13 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, 
     # no client certificate, or one from another CA: the handshake fails
     mallory_cert, mallory_key = Pki(pki.folder / "rogue", "rogue-ca").client("mallory")
     for options in (
-        tls_client(server.port, pki, connect_timeout_s=2),
+        tls_client(server.port, pki, connect_timeout_s=REFUSED_WITHIN_S),
         tls_client(
-            server.port, pki, cert_file=mallory_cert, key_file=mallory_key, connect_timeout_s=2
+            server.port,
+            pki,
+            cert_file=mallory_cert,
+            key_file=mallory_key,
+            connect_timeout_s=REFUSED_WITHIN_S,
         ),
     ):
         async with AsrClient(options) as client:
