@@ -451,6 +451,12 @@ def test_usage_errors_exit_2(flags: list[str], capsys):
     assert "error:" in capsys.readouterr().err
 
 
+def test_silence_ms_takes_the_servers_range_or_0() -> None:
+    for value in (0, 100, 10_000):
+        args = build_parser().parse_args(["file", "x.wav", "--silence-ms", str(value)])
+        assert args.silence_ms == value
+
+
 @pytest.mark.parametrize("flags", [["--speed", "0"], ["--chunk-ms", "0"], ["--speed", "-1"]])
 def test_load_usage_errors_exit_2(flags: list[str], capsys):
     # --speed 0 used to divide by zero once the calls had started
@@ -468,6 +474,8 @@ def test_load_usage_errors_exit_2(flags: list[str], capsys):
             "argument --chunk-ms: 'abc' is not a whole number",
         ),
         (["file", "x.wav", "--silence-ms", "1.5"], "argument --silence-ms: '1.5' is not a whole"),
+        # the help's range, told before a connection (the server refused it after one)
+        (["mic", "--silence-ms", "50"], "argument --silence-ms: must be 0 or 100 to 10000 ms"),
         (["mic", "--rate", "16k"], "argument --rate: '16k' is not a whole number"),
         (["file", "x.wav", "--speed", "fast"], "argument --speed: 'fast' is not a number"),
     ],
@@ -515,6 +523,28 @@ def test_a_float_files_broken_samples_are_silence_or_full_scale(tmp_path: Path):
         warnings.simplefilter("error")
         audio = load_audio(path)
     assert audio.frames[:, 0].tolist() == [8192, 0, 32767, -32768, -8192]
+
+
+def test_converting_a_long_recording_takes_little_more_than_its_result() -> None:
+    """Each step of the conversion copied the whole float array: a 30-minute stereo file
+    peaked at 8x its int16 size before a byte was sent."""
+    import tracemalloc
+
+    from asr_client.audio_files import to_int16
+
+    rng = np.random.default_rng(0)
+    samples = rng.uniform(-1.2, 1.2, (2_000_000, 2)).astype(np.float32)  # 16 MB
+    samples[::1000] = np.nan
+    expected = np.clip(np.rint(np.nan_to_num(samples) * 32768.0), -32768, 32767)
+    tracemalloc.start()
+    try:
+        converted = to_int16(samples)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(converted, expected.astype(np.int16))
+    # the int16 result (8 MB), and a few MB for a block besides it, not whole copies (48 MB)
+    assert peak < converted.nbytes + 4_000_000, peak
 
 
 def test_a_wav_whose_header_sizes_were_never_written_is_read_whole(tmp_path: Path):
