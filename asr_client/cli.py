@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     streaming.add_argument(
         "--silence-ms",
-        type=int_between(0, 10_000, "ms"),
+        type=int_between(100, 10_000, "ms", or_zero=True),
         default=0,
         metavar="MS",
         help="silence that ends an utterance (100-10000; 0: the server's)",

@@ -182,9 +182,11 @@ def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
     )
 
 
-def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped-def]
-    """argparse type: a whole number from ``low`` to ``high`` (in ``unit``)."""
+def int_between(low: int, high: int, unit: str = "", *, or_zero: bool = False):  # type: ignore[no-untyped-def]
+    """argparse type: a whole number from ``low`` to ``high`` (in ``unit``), or 0 if
+    ``or_zero`` (a flag whose 0 means the server's default)."""
     unit = f" {unit}" if unit else ""
+    zero = "0 or " if or_zero else ""
 
     def parse(text: str) -> int:
         # ArgumentTypeError, not int's ValueError: argparse would name this function
@@ -192,8 +194,8 @@ def int_between(low: int, high: int, unit: str = ""):  # type: ignore[no-untyped
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be {low} to {high}{unit}, got {text}")
+        if not (low <= value <= high or (or_zero and value == 0)):
+            raise argparse.ArgumentTypeError(f"must be {zero}{low} to {high}{unit}, got {text}")
         return value
 
     return parse
