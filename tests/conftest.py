@@ -18,7 +18,8 @@ ServerFactory = Callable[..., Any]
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     # the long, idle scenarios of the collected tests wait while the others run
-    background.start_for(session.items)
+    if not session.config.option.collectonly:
+        background.start_for(session.items)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
