@@ -42,9 +42,8 @@ class ModelLoadError(RuntimeError):
 @dataclass(frozen=True)
 class ResolvedModel:
     name: str  # what the user asked for
-    path_or_id: str  # a local directory, or a hub id for faster-whisper to fetch
+    path_or_id: str  # the local directory faster-whisper loads
     source: str  # human-readable provenance, for the log and errors
-    is_local: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,12 +103,30 @@ def resolve_model(name: str, cache_dir: Path) -> ResolvedModel:
         what = "is not a directory" if path.exists() else "does not exist"
         raise ModelLoadError(f"model directory {path} {what}")
     if "/" in name:
-        return ResolvedModel(name, name, f"hub id {name} (downloaded if not cached)", False)
+        return _fetch_from_hub(name)
     known = ", ".join(sorted(BUNDLED))
     raise ModelLoadError(
         f"unknown model {name!r}: use one of {known}, a local CTranslate2 model directory, "
         "or a hub id such as Systran/faster-whisper-small"
     )
+
+
+def _fetch_from_hub(name: str) -> ResolvedModel:
+    """A hub id, downloaded by faster-whisper (or found in the hub's cache), then checked as
+    a local directory is: no RECORD vouches for a hub repository's files either, and a
+    wrong one crashed the process in its first decode."""
+    from faster_whisper.utils import download_model
+
+    try:
+        path = download_model(name)
+    except Exception as exc:  # (the hub's errors: offline, no such repository, no access)
+        raise ModelLoadError(
+            f"cannot download hub id {name} ({type(exc).__name__}: {exc}); offline, use a "
+            "bundled model name or a local CTranslate2 directory"
+        ) from exc
+    source = f"hub id {name}, in {path}"
+    _check_model_dir(Path(path), source)
+    return ResolvedModel(name, str(path), source)
 
 
 def _import_pinned(package: str, version: str, module: str, hint: str) -> object:

@@ -158,7 +158,7 @@ class WhisperEngine:
                 compute_type=compute_type,
                 cpu_threads=cpu_threads,
                 num_workers=workers,
-                local_files_only=model.is_local,
+                local_files_only=True,  # (a hub id was downloaded by resolve_model)
             )
         except Exception as exc:
             raise ModelLoadError(f"cannot load model from {model.source}: {exc}") from exc

@@ -276,15 +276,47 @@ def test_local_directory(tmp_path: Path) -> None:
     local = tmp_path / "my-model"
     shutil.copytree(tiny_dir(), local)
     resolved = resolve_model(str(local), tmp_path / "cache")
-    assert resolved.path_or_id == str(local) and resolved.is_local
+    assert resolved.path_or_id == str(local)
     (local / "tokenizer.json").unlink()
     with pytest.raises(ModelLoadError, match="missing tokenizer.json"):
         resolve_model(str(local), tmp_path / "cache")
 
 
-def test_hub_id_and_unknown_names(tmp_path: Path) -> None:
-    hub = resolve_model("Systran/faster-whisper-small", tmp_path)
-    assert hub.path_or_id == "Systran/faster-whisper-small" and not hub.is_local
+def test_a_hub_id_is_downloaded_and_checked_as_a_directory_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hub repository's files were loaded unchecked: another model's config.json there
+    crashed the process in its first decode. (No internet here: the download is faked,
+    returning a folder as faster-whisper's download_model does.)"""
+    import faster_whisper.utils
+
+    snapshot = tmp_path / "hub" / "snapshot"
+    shutil.copytree(tiny_dir(), snapshot)
+    asked: list[str] = []
+
+    def download(name: str) -> str:
+        asked.append(name)
+        return str(snapshot)
+
+    monkeypatch.setattr(faster_whisper.utils, "download_model", download)
+    hub = resolve_model("someone/whisper-tiny-ct2", tmp_path)
+    assert asked == ["someone/whisper-tiny-ct2"]
+    assert hub.path_or_id == str(snapshot) and "hub id someone/whisper-tiny-ct2" in hub.source
+    edit_config(snapshot, alignment_heads=[[9, 0]])
+    with pytest.raises(
+        ModelLoadError, match=r"hub id someone/whisper-tiny-ct2, in .*config\.json names the"
+    ):
+        resolve_model("someone/whisper-tiny-ct2", tmp_path)
+
+    def offline(name: str) -> str:
+        raise OSError("cannot reach huggingface.co")
+
+    monkeypatch.setattr(faster_whisper.utils, "download_model", offline)
+    with pytest.raises(ModelLoadError, match=r"cannot download hub id .*huggingface\.co"):
+        resolve_model("someone/whisper-tiny-ct2", tmp_path)
+
+
+def test_unknown_names_and_missing_paths(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="unknown model 'large-v9'"):
         resolve_model("large-v9", tmp_path)
     # a path that is not there is said to be missing (it was "an unknown model")
