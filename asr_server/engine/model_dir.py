@@ -125,6 +125,9 @@ def _check_alignment_heads(path: Path, heads: list[object], shape: DecoderShape)
 
 #: the binary versions whose index this reader knows (CTranslate2 refuses newer ones itself)
 KNOWN_VERSIONS = range(4, 7)
+#: a variable's fewest bytes in the index: a name's length and one character, its rank,
+#: type and byte count
+_SMALLEST_VARIABLE = 2 + 1 + 1 + 1 + 4
 _LAYER = re.compile(r"^decoder/layer_(\d+)/")
 
 
@@ -146,10 +149,14 @@ def read_decoder_shape(path: Path) -> DecoderShape | None:
         _string(f)  # the spec's name
         _unpack(f, "<I")  # its revision
         (count,) = _unpack(f, "<I")
+        if count > size // _SMALLEST_VARIABLE:  # (a damaged count: it ran for minutes)
+            raise ModelDirError(f"its index counts {count} variables, more than the file holds")
         layers: set[int] = set()
         heads = outputs = None
         for _ in range(count):
             name = _string(f)
+            if not name:  # CTranslate2 names every variable: zeros where the index was
+                raise ModelDirError(f"a variable without a name at byte {f.tell()}")
             (rank,) = _unpack(f, "<B")
             shape = _unpack(f, f"<{rank}I")
             _type, num_bytes = _unpack(f, "<BI")
