@@ -23,6 +23,7 @@ from asr_server.settings import (
     DEFAULT_PORT,
     ModelCacheSettings,
     Settings,
+    expand_home,
     listen_address,
     unknown_variables,
 )
@@ -128,7 +129,7 @@ def turn_model_command(argv: list[str]) -> None:
     )
     parser.add_argument(
         "--cache-dir",
-        type=Path,
+        type=_home_expanded,
         help="default: ASR_CACHE_DIR, else ASR_ENGINE__CACHE_DIR, else ~/.cache/streamasr",
     )
     a = parser.parse_args(argv)
@@ -251,3 +252,12 @@ def main(argv: list[str] | None = None) -> None:
         logging.shutdown()
         sys.stderr.flush()
         os._exit(0)
+
+
+def _home_expanded(text: str) -> Path:
+    # as the settings do: no shell expands "~" after "=" (--cache-dir=~/models), and the
+    # model went to a folder named "~" where the server, reading ASR_CACHE_DIR, never looks
+    try:
+        return expand_home(Path(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None

@@ -25,9 +25,19 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from asr_server.log import LOG_LEVELS
 
+
+def expand_home(path: Path) -> Path:
+    """``~`` and ``~user`` at the start of ``path``; ValueError (a settings error, one line)
+    for a user or home that cannot be found."""
+    try:
+        return path.expanduser()
+    except RuntimeError as exc:  # pathlib: "Could not determine home directory."
+        raise ValueError(f"cannot expand {str(path)!r}: {exc}") from None
+
+
 #: a path setting: "~" is the home directory in an env file or systemd's Environment= too,
 #: where no shell expands it (ASR_CACHE_DIR=~/models made a folder named "~")
-UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+UserPath = Annotated[Path, AfterValidator(expand_home)]
 
 DEFAULT_PORT = 50051
 DEFAULT_METRICS_PORT = 9464

@@ -88,6 +88,31 @@ def test_a_path_from_an_env_file_may_start_at_home(monkeypatch: pytest.MonkeyPat
     )
 
 
+def test_a_home_that_cannot_be_found_is_a_settings_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pathlib's RuntimeError went through pydantic: a traceback instead of one line."""
+    monkeypatch.setenv("ASR_CACHE_DIR", "~no-such-user-here/models")
+    with pytest.raises(pydantic.ValidationError, match="cannot expand '~no-such-user-here/models'"):
+        Settings()
+
+
+def test_turn_model_expands_home_in_its_cache_flag(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No shell expands "~" after "=": --cache-dir=~/m made a folder named "~"."""
+    from asr_server import cli
+
+    monkeypatch.setenv("HOME", "/home/operator")
+    installed: list[Path] = []
+    monkeypatch.setattr("asr_server.vad.turn.install_model", lambda p: installed.append(p) or p)
+    cli.turn_model_command(["--cache-dir=~/m"])
+    assert installed == [Path("/home/operator/m")]
+    with pytest.raises(SystemExit):
+        cli.turn_model_command(["--cache-dir=~no-such-user-here/m"])
+    assert "cannot expand '~no-such-user-here/m'" in capsys.readouterr().err
+
+
 def test_plaintext_is_refused_off_loopback_unless_insecure() -> None:
     from pydantic import ValidationError
 
