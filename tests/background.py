@@ -3,14 +3,18 @@ overlaps the tests that run before theirs; the test reads the result (``result``
 
 A scenario is ``python -m tests.scenarios.NAME``, which prints one JSON document as the
 last line of its output. It starts only if the test that reads it was collected (a ``-k``
-run of other tests starts nothing), and every one still running is killed when the
-session ends (tests/conftest.py). A minute spent waiting on the wall clock (a stream held
-silent through proxies) so costs the suite next to nothing, not a minute.
+run of other tests starts nothing). Each runs in a process group of its own with what it
+starts (replicas, proxies): one still running when the session ends (tests/conftest.py),
+or past its time, is stopped with all of them; and a scenario stops itself if pytest dies
+without stopping it (tests/scenarios/__init__.py). A minute spent waiting on the wall
+clock (streams held silent through proxies) so costs the suite next to nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -44,6 +48,7 @@ def _start(name: str) -> subprocess.Popen[str]:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # its group: what it starts is stopped with it
         )
     return _running[name]
 
@@ -55,8 +60,7 @@ def result(name: str, timeout_s: float) -> object:
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
+        output = _stop(process)
         pytest.fail(f"scenario {name} ran past {timeout_s:.0f} s:\n{output}")
     lines = output.strip().splitlines()
     if process.returncode != 0 or not lines:
@@ -70,6 +74,26 @@ def result(name: str, timeout_s: float) -> object:
 def stop_all() -> None:
     for process in _running.values():
         if process.poll() is None:
-            process.kill()
-            process.communicate()
+            _stop(process)
     _running.clear()
+
+
+def _stop(process: subprocess.Popen[str]) -> str:
+    """SIGTERM to the scenario's group, so that it stops what it started (its cleanup
+    runs), then SIGKILL to whatever is left of the group; the scenario's output."""
+    group = process.pid  # (a session leader: its group's id is its pid)
+    _signal_group(group, signal.SIGTERM)
+    try:
+        output, _ = process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        _signal_group(group, signal.SIGKILL)
+        output, _ = process.communicate()
+    _signal_group(group, signal.SIGKILL)  # a child that outlived its parent's cleanup
+    return output
+
+
+def _signal_group(group: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(group, sig)
+    except ProcessLookupError:  # the group is gone
+        pass

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import AsyncIterator, Callable
+from types import FrameType
 from typing import Any
 
 import pytest
@@ -14,6 +16,16 @@ from tests import background
 from tests.helpers import running_server
 
 ServerFactory = Callable[..., Any]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a SIGTERM (a CI job cancelled) ends the run as Ctrl-C does, with the fixtures'
+    # teardowns, which stop the servers, proxies and replicas they started: SIGTERM's
+    # default left them all running
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -194,12 +194,13 @@ async def test_a_refused_stream_is_retried_on_a_replica_with_room(
 
 
 def test_a_stream_survives_minutes_of_silence_through_both_proxies() -> None:
-    """A call with five minutes of silence sent in 66 s (tests/scenarios/
-    silence_through_proxies.py, which runs in the background of the suite): no message
-    from the server for over a minute, past nginx's default grpc_read_timeout (60 s) and
-    Envoy's default route timeout (15 s)."""
+    """Calls with five minutes of silence sent in 66 s, and calls on hold for 66 s with
+    keep-alives only (tests/scenarios/silence_through_proxies.py, which runs in the
+    background of the suite): no message from the server for over a minute, past nginx's
+    default grpc_read_timeout (60 s), and no stream resumed."""
     calls = background.result("silence_through_proxies", timeout_s=240)
-    assert isinstance(calls, dict) and set(calls) == {"nginx", "envoy"}, calls
+    expected = {f"{proxy}/{kind}" for proxy in ("nginx", "envoy") for kind in ("silence", "hold")}
+    assert isinstance(calls, dict) and set(calls) == expected, calls
     for proxy, received in calls.items():
         times = [t for t, _ in received]
         gap, after = max((b - a, i + 1) for i, (a, b) in enumerate(itertools.pairwise(times)))

@@ -1,9 +1,13 @@
-"""A call with five minutes of silence (a caller on hold), through nginx and Envoy at once.
+"""Calls that hold a minute with no word from the server, through nginx and Envoy at once.
+
+Two kinds of call, through each proxy: one sends five minutes of silence (a quiet line),
+the other no audio at all, only a keep-alive every 20 s (a caller on hold, a muted
+microphone). No stream resumes: a proxy that cuts one fails it.
 
 Run in the background of the suite (tests/background.py): it waits a minute on the wall
-clock and needs little CPU. Prints, as its last line, a JSON object: for each proxy the
-(arrival time, kind) of every response, or ``{"skip": reason}``. The assertions are in
-tests/integration/test_proxies.py.
+clock and needs little CPU. Prints, as its last line, a JSON object: for each call
+("nginx/silence", "envoy/hold", ...) the (arrival time, kind) of every response, or
+``{"skip": reason}``. The assertions are in tests/integration/test_proxies.py.
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import numpy as np
 
 from asr_client import AsrClient, audio_config
+from asr_client.api import RecognitionStream
 from tests.helpers import ROOT, read_pcm16
 from tests.processes import proxied_replicas, proxies_missing
+from tests.scenarios import stop_with_the_suite
 
 SR = 16_000
 SPEECH = read_pcm16(ROOT / "audio_samples" / "libri_1089-134691-0001.flac")[0][:, 0]
@@ -27,31 +34,52 @@ SPEECH = read_pcm16(ROOT / "audio_samples" / "libri_1089-134691-0001.flac")[0][:
 #: takes about a minute: what a proxy's timers see is the wall clock with no message from the
 #: server, and that is what has to outlast their defaults.
 SILENCE_S = 300
-#: Wall-clock length of the silence. Through nginx the default grpc_read_timeout (60 s
-#: between two messages from the server) would end the stream; through Envoy the defaults
-#: are the route timeout (15 s, counted from the client's half-close) and the stream idle
-#: timeout (5 min with nothing in either direction; audio keeps flowing here). 66 s of no
-#: server message exceeds both 60 s and 15 s; both proxies are tested at once, so the
-#: scenario costs one gap, not two.
+#: Wall-clock length of the silence and of the hold: over a minute with no message from
+#: the server. Through nginx the default grpc_read_timeout (60 s between two reads from the
+#: server) ends a held call: while audio flows, the server's flow-control updates are reads
+#: too, so only the hold shows it. Through Envoy the defaults are the route timeout (15 s,
+#: counted from the client's half-close) and the stream idle timeout (5 min). All four
+#: calls run at once, so the scenario costs one gap, not four.
 SILENCE_WALL_S = 66
+#: a held call's keep-alives: under the server's idle timeout and nginx's default
+#: client_body_timeout (60 s each)
+KEEPALIVE_EVERY_S = 20
 
 
-async def call_with_a_long_silence(port: int) -> list[tuple[float, str]]:
-    """Speech, 5 min of silence, speech; (arrival time, kind) of every response."""
+async def send_silence(stream: RecognitionStream) -> None:
+    """5 min of silent audio in SILENCE_WALL_S."""
+    second = np.zeros(SR, np.int16).tobytes()
+    t0 = time.monotonic()
+    for i in range(SILENCE_S):
+        await stream.send_audio(second)
+        due = t0 + (i + 1) * SILENCE_WALL_S / SILENCE_S
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+
+async def hold(stream: RecognitionStream) -> None:
+    """No audio for SILENCE_WALL_S, a keep-alive now and then (after a second of silence
+    that ends the utterance before it)."""
+    await stream.send_audio(np.zeros(SR, np.int16).tobytes())
+    t0 = time.monotonic()
+    while (left := t0 + SILENCE_WALL_S - time.monotonic()) > 0:
+        await asyncio.sleep(min(KEEPALIVE_EVERY_S, left))
+        await stream.keep_alive()
+
+
+async def call_with_a_pause(
+    port: int, pause: Callable[[RecognitionStream], Awaitable[None]]
+) -> list[tuple[float, str]]:
+    """Speech, the pause, speech; (arrival time, kind) of every response. A cut call
+    raises: it is not resumed."""
     received: list[tuple[float, str]] = []
     async with AsrClient(f"127.0.0.1:{port}", retry=False) as client:
-        stream = client.stream(audio_config())
+        stream = client.stream(audio_config(), resume=None)
         await stream.open()
 
         async def send() -> None:
             try:
                 await stream.send_audio(SPEECH.tobytes())
-                second = np.zeros(SR, np.int16).tobytes()
-                t0 = time.monotonic()
-                for i in range(SILENCE_S):
-                    await stream.send_audio(second)
-                    due = t0 + (i + 1) * SILENCE_WALL_S / SILENCE_S
-                    await asyncio.sleep(max(0.0, due - time.monotonic()))
+                await pause(stream)
                 await stream.send_audio(SPEECH.tobytes())
                 await stream.end()
             except BaseException:
@@ -70,15 +98,19 @@ async def call_with_a_long_silence(port: int) -> list[tuple[float, str]]:
     return received
 
 
-async def both(nginx: int, envoy: int) -> dict[str, object]:
-    calls = await asyncio.wait_for(
-        asyncio.gather(call_with_a_long_silence(nginx), call_with_a_long_silence(envoy)),
-        SILENCE_WALL_S + 60,
-    )
-    return dict(zip(("nginx", "envoy"), calls, strict=True))
+async def every_call(nginx: int, envoy: int) -> dict[str, object]:
+    calls = {
+        f"{proxy}/{kind}": call_with_a_pause(port, pause)
+        for proxy, port in (("nginx", nginx), ("envoy", envoy))
+        for kind, pause in (("silence", send_silence), ("hold", hold))
+    }
+    async with asyncio.timeout(SILENCE_WALL_S + 60):
+        results = await asyncio.gather(*calls.values())
+    return dict(zip(calls, results, strict=True))
 
 
 def main() -> None:
+    stop_with_the_suite()
     if (why := proxies_missing()) is not None:
         print(json.dumps({"skip": why}))
         return
@@ -87,9 +119,9 @@ def main() -> None:
     quiet = {"ASR_STREAMING__PROGRESS_EVERY_S": "0"}
     with (
         tempfile.TemporaryDirectory(prefix="silence-proxies-") as tmp,
-        proxied_replicas(Path(tmp), replicas=2, max_streams=2, env=quiet) as cluster,
+        proxied_replicas(Path(tmp), replicas=2, max_streams=4, env=quiet) as cluster,
     ):
-        result = asyncio.run(both(cluster.nginx, cluster.envoy))
+        result = asyncio.run(every_call(cluster.nginx, cluster.envoy))
     sys.stdout.flush()
     print(json.dumps(result))
 
