@@ -8,8 +8,12 @@ speech). A turn is complete when both its ``EndOfTurn`` and that utterance's res
 in; ``TurnAssembler`` gathers each channel's finals until then.
 
 With ``eager_finals`` it also says when a turn may be over (``EagerTurn``: an agent can
-start its reply) and when that was wrong (``TurnResumed``: the caller went on). SILENCE
-streams have no ``EndOfTurn``: there each final is a turn.
+start its reply) and when that was wrong (``TurnResumed``: the caller went on).
+
+SILENCE streams send no ``EndOfTurn``: there an utterance's end (``SPEECH_ENDED``) ends
+the turn, with the finals of its splits (a long utterance's parts come with no
+``SPEECH_ENDED`` between them). ``TurnAssembler(silence_endpointing=True)`` reads them so;
+without it, a SILENCE stream's finals would wait for an ``EndOfTurn`` that never comes.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from asr_api.v1 import asr_pb2
 
 _NO_WORDS = asr_pb2.SpeechEvent.NO_WORDS
 _RESUMED = asr_pb2.SpeechEvent.SPEECH_RESUMED
+_ENDED = asr_pb2.SpeechEvent.SPEECH_ENDED
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,8 @@ class Turn:
 
     @property
     def reason(self) -> asr_pb2.EndOfTurn.Reason:
-        """What ended it: ``asr_pb2.EndOfTurn.MODEL``, ``MAX_SILENCE``, ``FINALIZE``…"""
+        """What ended it: ``asr_pb2.EndOfTurn.MODEL``, ``MAX_SILENCE``, ``FINALIZE``… (on
+        a SILENCE stream: ``MAX_SILENCE``, its ``silence_ms``, or ``FINALIZE``)"""
         return self.end_of_turn.reason
 
 
@@ -79,10 +85,14 @@ class _Channel:
 
 
 class TurnAssembler:
-    """Feed it every response of a stream, in order; it returns each turn once whole."""
+    """Feed it every response of a stream, in order; it returns each turn once whole.
 
-    def __init__(self) -> None:
+    ``silence_endpointing``: the stream's endpointing mode is SILENCE, whose turns end
+    where its utterances do (there is no ``EndOfTurn``)."""
+
+    def __init__(self, *, silence_endpointing: bool = False) -> None:
         self._channels: dict[int, _Channel] = {}
+        self._silence = silence_endpointing
 
     def feed(
         self, response: asr_pb2.StreamingRecognizeResponse
@@ -124,6 +134,20 @@ class TurnAssembler:
             ch = self._channels.setdefault(e.channel, _Channel())
             ch.settled = max(ch.settled, e.utterance_id)
             return self._complete(ch)
+        if kind == "speech_event" and response.speech_event.type == _ENDED and self._silence:
+            e = response.speech_event
+            reason = (
+                asr_pb2.EndOfTurn.FINALIZE if e.from_finalize else asr_pb2.EndOfTurn.MAX_SILENCE
+            )
+            response = asr_pb2.StreamingRecognizeResponse(
+                end_of_turn=asr_pb2.EndOfTurn(
+                    offset_s=e.offset_s,
+                    channel=e.channel,
+                    utterance_id=e.utterance_id,
+                    reason=reason,
+                )
+            )
+            kind = "end_of_turn"  # (the same as a SEMANTIC stream's, from here on)
         if kind == "end_of_turn":
             t = response.end_of_turn
             ch = self._channels.setdefault(t.channel, _Channel())

@@ -154,7 +154,7 @@ async def test_eager_turns_and_their_withdrawal_reach_the_assembler(make_server,
     """End to end: the server's eager result at a pause is an EagerTurn, the caller going
     on withdraws it (TurnResumed), and the next pause's eager text is the final's."""
     server = await serve_fake(make_server)
-    assembler = TurnAssembler()
+    assembler = TurnAssembler(silence_endpointing=True)  # (the config's default endpointing)
     seen: list[object] = []
     received: list[asr_pb2.StreamingRecognizeResponse] = []
     # 2 s of speech, a 0.35 s pause (shorter than the 0.5 s endpoint), 1 s more, the end
@@ -175,7 +175,9 @@ async def test_eager_turns_and_their_withdrawal_reach_the_assembler(make_server,
         if out is not None:
             seen.append(out)
     eager = [s for s in seen if isinstance(s, EagerTurn)]
-    assert [type(s).__name__ for s in seen] == ["EagerTurn", "TurnResumed", "EagerTurn"]
+    assert [type(s).__name__ for s in seen] == ["EagerTurn", "TurnResumed", "EagerTurn", "Turn"]
+    # the turn, where the utterance ended: the eager text, confirmed
+    assert seen[3].text == seen[2].text  # type: ignore[attr-defined]
     assert eager[0].text == " ".join(f"w{i}" for i in range(8))
     assert seen[1] == TurnResumed(0, eager[0].utterance_id)
     assert eager[1].text == finals(received)[0][1]  # the final is what it said it would be

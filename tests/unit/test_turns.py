@@ -162,3 +162,44 @@ def test_a_turn_end_withdrawn_by_a_resume_waits_for_the_turns_new_end() -> None:
     turn = turns.feed(end_of_turn(1))
     assert isinstance(turn, Turn) and turn.text == "I want to fly."
     assert turns.feed(final(2, "Hello.")) is None
+
+
+def speech_ended(utterance: int, from_finalize: bool = False) -> Response:
+    return Response(
+        speech_event=asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.SPEECH_ENDED,
+            utterance_id=utterance,
+            offset_s=1.5,
+            from_finalize=from_finalize,
+        )
+    )
+
+
+def test_on_a_silence_stream_each_utterance_is_a_turn() -> None:
+    """A SILENCE stream sends no EndOfTurn: no Turn ever came, and each EagerTurn held every
+    final since the stream began (and they were kept for the whole call)."""
+    turns = TurnAssembler(silence_endpointing=True)
+    assert turns.feed(final(0, "He could wait no longer.")) is None
+    first = turns.feed(speech_ended(0))
+    assert isinstance(first, Turn) and first.text == "He could wait no longer."
+    assert first.reason == MAX_SILENCE and first.end_of_turn.offset_s == 1.5
+    # the next one: its end before its final, and an eager result of its own words only
+    early = turns.feed(eager(1, "Go forward."))
+    assert isinstance(early, EagerTurn) and early.text == "Go forward."
+    assert turns.feed(speech_ended(1, from_finalize=True)) is None
+    second = turns.feed(final(1, "Go forward ten meters."))
+    assert isinstance(second, Turn) and second.text == "Go forward ten meters."
+    assert second.reason == asr_pb2.EndOfTurn.FINALIZE
+    # a long utterance's split: its parts come with no SPEECH_ENDED between them, one turn
+    assert turns.feed(final(2, "A first part,")) is None
+    assert turns.feed(final(3, "and the rest.")) is None
+    third = turns.feed(speech_ended(3))
+    assert isinstance(third, Turn) and third.text == "A first part, and the rest."
+
+
+def test_speech_ended_is_no_turn_end_on_a_semantic_stream() -> None:
+    turns = TurnAssembler()
+    assert turns.feed(final(0, "I want to fly")) is None
+    assert turns.feed(speech_ended(0)) is None  # a mid-turn pause: the turn goes on
+    turn = turns.feed(end_of_turn(0))
+    assert turn is not None and turn.text == "I want to fly"
