@@ -4,6 +4,7 @@ tiny.en and the turn model, on recorded speech paced as a caller speaks it."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import sys
 import types
@@ -14,7 +15,7 @@ import pytest
 
 from asr_api.v1 import asr_pb2
 from asr_client.scoring import wer
-from tests.helpers import ROOT, corpus, first_channel
+from tests.helpers import ROOT, corpus, eventually, first_channel
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
@@ -65,3 +66,23 @@ async def test_the_guides_turns_come_whole_with_their_confidence(make_server, mo
     assert ended_by <= {asr_pb2.EndOfTurn.MODEL, asr_pb2.EndOfTurn.MAX_SILENCE}, got
     assert all(0.3 < t.confidence <= 1.0 for t in got), got
     assert len(barge_ins) >= len(got)  # each turn began with the caller starting to speak
+
+
+async def test_the_guides_turns_leave_nothing_behind_when_the_agent_stops_reading(  # type: ignore[no-untyped-def]
+    make_server, monkeypatch, caplog
+) -> None:
+    """An agent that stops after a turn (the call hung up): the guide's sender task failed
+    with the cancelled stream and nobody read its error ("Task exception was never
+    retrieved", once per call)."""
+    server = await make_server()
+    speech = first_channel(corpus()[RECORDING].path)
+    audio = (np.concatenate([speech, np.zeros(3 * 16_000)]) * 32767).astype(np.int16)
+    turns = doc_module(monkeypatch).turns(f"127.0.0.1:{server.port}", caller(audio, speed=2.0))
+    first = await anext(turns)  # type: ignore[call-overload]
+    assert first.text
+    await turns.aclose()
+    await asyncio.sleep(0.5)  # the sender's next frame: into the cancelled stream
+    gc.collect()
+    await asyncio.sleep(0)
+    assert "never retrieved" not in caplog.text and "destroyed" not in caplog.text
+    await eventually(lambda: server.servicer.active == 0)
