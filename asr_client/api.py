@@ -19,6 +19,8 @@ from asr_client.retry import PUSHBACK, retry_delay
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
 CANCELLED = "the stream was cancelled"
+#: a write after the caller's own end(): refused at once, with or without resume
+ENDED = "the stream was ended (end()): nothing can be sent after it"
 NOT_READ = "the stream's events are no longer read"
 
 
@@ -269,6 +271,8 @@ class RecognitionStream:
         return any(key == PUSHBACK for key, _ in trailing or ())
 
     async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
+        if self._ended:
+            raise StreamClosedError(grpc.StatusCode.FAILED_PRECONDITION, ENDED)
         try:
             await self._call.write(request)
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 from asr_client.acks import FinalizeAck, PendingFinalizes
 from asr_client.api import (
     CANCELLED,
+    ENDED,
     NOT_READ,
     StreamClosedError,
     speech_event_utterance,
@@ -339,13 +340,14 @@ class ResumableStream:
         """Send audio; waits while the server pushes back, and through a resume."""
         await self._hold_back()
         async with self._write_lock:
+            self._check_writable()
             self._kept.append(data)
             await self._write(lambda call: call.send_audio(data))
 
     async def finalize(self, channel: int | None = None) -> FinalizeAck:
         """As ``RecognitionStream.finalize``; the acknowledgement may come on a later call."""
         async with self._write_lock:
-            self._check_cancelled()  # (an ended stream: no acknowledgement would ever come)
+            self._check_writable()  # (an ended stream: no acknowledgement would ever come)
             self._kept.append_finalize(FinalizeRequest(channel))
             ack = self._finalizes.sent(channel, came_at=self._kept.end / self._rate)
             # not withdrawn if the write fails: the FINALIZE is among the kept audio, so a
@@ -356,6 +358,7 @@ class ResumableStream:
 
     async def update(self, update: asr_pb2.StreamingUpdate) -> None:
         async with self._write_lock:
+            self._check_writable()
             # a new call after a break starts with the settings as they are now (the audio
             # it replays from before the update is heard with them too)
             self._config = updated_config(self._config, update)
@@ -364,6 +367,7 @@ class ResumableStream:
     async def keep_alive(self) -> None:
         """As ``RecognitionStream.keep_alive``; not kept: a new call is alive already."""
         async with self._write_lock:
+            self._check_writable()
             await self._write(lambda call: call.keep_alive())
 
     async def end(self) -> None:
@@ -397,6 +401,14 @@ class ResumableStream:
         """In a resume, after each wait: a stream cancelled meanwhile stays cancelled."""
         if self._failed is not None:
             raise self._failed
+
+    def _check_writable(self) -> None:
+        """A write after the caller's end() raises at once, as on a stream without resume:
+        it was dropped without a word until the stream's reading had ended, and audio
+        sent so was kept, for a resume to replay after the end."""
+        if self._ended:
+            raise StreamClosedError(grpc.StatusCode.FAILED_PRECONDITION, ENDED)
+        self._check_cancelled()
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends

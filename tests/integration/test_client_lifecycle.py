@@ -11,7 +11,14 @@ from typing import Any
 import grpc
 import pytest
 
-from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
+from asr_client import (
+    AsrClient,
+    ConnectionOptions,
+    StreamClosedError,
+    audio_config,
+    stream_update,
+)
+from asr_client.api import ENDED
 from asr_client.connection import ConnectionConfigError
 from asr_server.engine.fake import FakeEngine
 from tests.helpers import serve_fake, speech_pcm
@@ -25,16 +32,29 @@ RESUMES: list[Any] = ["default", None]
 @pytest.mark.parametrize("resume", RESUMES)
 async def test_writes_after_the_streams_end_raise(make_server, resume: Any) -> None:  # type: ignore[no-untyped-def]
     """A finalize after the end returned an acknowledgement that never came (the default,
-    resuming stream), and its audio went nowhere without a word."""
+    resuming stream), and its audio went nowhere without a word; until the stream's
+    reading had ended, every write after the end did (the audio kept for a resume)."""
     server = await serve_fake(make_server)
+    ended = (grpc.StatusCode.FAILED_PRECONDITION, ENDED)
     async with AsrClient(f"127.0.0.1:{server.port}") as client:
         async with client.stream(audio_config(), resume=resume) as stream:
             await stream.send_audio(speech_pcm(0.5).tobytes())
             await stream.end()
-            _ = [r async for r in stream]
+            # at once, while the last final is still to come
+            for write in (
+                lambda: stream.send_audio(speech_pcm(0.1).tobytes()),
+                stream.keep_alive,
+                stream.finalize,
+                lambda: stream.update(stream_update(eager_finals=True)),
+            ):
+                with pytest.raises(StreamClosedError) as err:
+                    await asyncio.wait_for(write(), 5)  # type: ignore[no-untyped-call]
+                assert (err.value.code, err.value.details) == ended
+            finals = [r.result.text async for r in stream if r.result.is_final]
+            assert finals == ["w0 w1"]  # the audio before the end, and nothing after it
             with pytest.raises(StreamClosedError) as err:
                 await asyncio.wait_for(stream.finalize(), 5)
-            assert err.value.code == grpc.StatusCode.OK
+            assert (err.value.code, err.value.details) == ended
             with pytest.raises(StreamClosedError):
                 await stream.send_audio(speech_pcm(0.1).tobytes())
 
