@@ -43,6 +43,9 @@ from asr_server.vad.silero import load_silero, silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
 
 logger = logging.getLogger(__name__)
+#: how long before a drain's deadline the calls still open are ended with a status, so
+#: that it is sent before gRPC's own stop cancels them
+DRAIN_CUT_LEAD_S = 0.5
 
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 #: the health port's message limit: a health request or answer is a service name and a status
@@ -186,11 +189,24 @@ class RunningServer:
         await self.health.enter_graceful_shutdown()
         logger.info("draining: %d open stream(s) told to move, up to %.0f s", told, timeout_s)
         ending = asyncio.create_task(self._end_lasting_calls_once_streams_leave())
+        cutting = asyncio.create_task(self._end_streams_at_the_deadline(timeout_s))
         try:
             await self.server.stop(grace=timeout_s)
         finally:
             ending.cancel()
+            cutting.cancel()
         await self.close()
+
+    async def _end_streams_at_the_deadline(self, timeout_s: float) -> None:
+        """Streams still open just before the drain's deadline end with UNAVAILABLE and a
+        reason, before gRPC's stop cancels them (which the server counted as streams their
+        clients had left, and clients read as "Cancelling all calls")."""
+        await asyncio.sleep(max(0.0, timeout_s - DRAIN_CUT_LEAD_S))
+        if ended := self.servicer.end_open_calls(
+            f"the server is shutting down and its drain deadline ({timeout_s:g} s) has "
+            "passed; resume the stream on another replica"
+        ):
+            logger.warning("drain deadline: ended %d call(s) still open", ended)
 
     async def _end_lasting_calls_once_streams_leave(self) -> None:
         """gRPC's graceful stop waits for every call: a health Watch or a reflection call,

@@ -13,6 +13,7 @@ import itertools
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 
@@ -76,6 +77,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         self._drain: tuple[float, float] | None = None
         self._ids = itertools.count(1)
         self._sessions: set[StreamSession] = set()
+        self._calls: set[asyncio.Task[Any]] = set()  # the tasks of the calls open now
 
     def going_away(self, deadline_s: float) -> int:
         """Draining: refuse new calls and tell every open stream when it will be cut.
@@ -95,6 +97,15 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         session.going_away(
             left_s, "server is shutting down; continue the stream on another replica"
         )
+
+    def end_open_calls(self, message: str) -> int:
+        """End every open call with UNAVAILABLE and ``message`` (a drain's deadline):
+        grpc's own stop cancelled them, and they counted as streams their clients had left
+        (CANCELLED), their clients told only "Cancelling all calls"."""
+        for task in self._calls:
+            ENDED_BY_SERVER.setdefault(task, (grpc.StatusCode.UNAVAILABLE, message))
+            task.cancel()
+        return len(self._calls)
 
     @property
     def active(self) -> int:
@@ -226,6 +237,9 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         client_var.set(identity.name)
         error: AsrError | None = None
         handler_ended = self.admission.until_answered(identity, context)
+        task = asyncio.current_task()
+        assert task is not None  # (a handler runs in its call's task)
+        self._calls.add(task)
         try:
             services = self._ready_services()
             with self.admission.call(identity) as ticket:
@@ -234,8 +248,9 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 finally:
                     logger.info("call %s finished", call_id)
         except asyncio.CancelledError:  # the client went away, or the drain ended the call
-            # (or the server did, as for a revoked token: counted with the status it gets)
-            ended = ENDED_BY_SERVER.get(asyncio.current_task())  # type: ignore[arg-type]
+            # (or the server did, as for a revoked token or at the drain's deadline: counted
+            # with the status it gets)
+            ended = ENDED_BY_SERVER.get(task)
             outcome = ended[0].name if ended else "CANCELLED"
             if ended:  # an error, as one this servicer aborts with (the interceptor does)
                 self._count_error(outcome, ended[1])
@@ -247,6 +262,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             error = self._internal("recognition engine failed")
         except Exception:
             error = self._internal("unexpected server error")
+        finally:
+            self._calls.discard(task)
         self.admission.metrics.streams.labels(error.status.value if error else "OK").inc()
         handler_ended()  # (the abort below only raises, to end the call with its status)
         if error is not None:

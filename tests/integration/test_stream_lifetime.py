@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from asr_client import AsrClient, StreamClosedError, audio_config
-from tests.helpers import eventually, serve_fake, speech_pcm, status_of
+from tests.helpers import eventually, sample, serve_fake, speech_pcm, status_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -120,3 +120,37 @@ async def test_a_real_time_stream_is_ended_by_its_audio_or_not_at_all(make_serve
     assert code == grpc.StatusCode.OUT_OF_RANGE, details
     assert details == "stream exceeded the maximum duration of 1 s"
     await eventually(lambda: server.servicer.active == 0)
+
+
+async def test_a_stream_still_open_at_the_drains_deadline_is_ended_with_a_reason(  # type: ignore[no-untyped-def]
+    make_server, caplog
+) -> None:
+    """gRPC's stop cancelled it: counted as a stream its client had left (CANCELLED), not
+    as an error, and its client was told only "Cancelling all calls"."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        stream = client.stream(audio_config(), resume=None)  # (it does not move: it is cut)
+        await stream.open()
+        speech = speech_pcm(1.0)
+
+        async def speak() -> None:  # on and on, never at an utterance boundary
+            with contextlib.suppress(StreamClosedError):
+                while True:
+                    for start in range(0, speech.size, 1600):
+                        await stream.send_audio(speech[start : start + 1600].tobytes())
+                        await asyncio.sleep(0.05)
+
+        speaker = asyncio.create_task(speak())
+        await eventually(lambda: server.servicer.active == 1)
+        drain = asyncio.create_task(server.drain_and_stop(1.5))
+        with pytest.raises(StreamClosedError) as err:
+            async for _ in stream:
+                pass
+        await speaker
+        await drain
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE
+    assert "drain deadline (1.5 s) has passed; resume the stream" in err.value.details
+    assert sample(server, "asr_streams_total", code="UNAVAILABLE") == 1
+    assert sample(server, "asr_streams_total", code="CANCELLED") is None
+    assert sample(server, "asr_stream_errors_total", code="UNAVAILABLE") == 1
+    assert "drain deadline: ended 1 call(s) still open" in caplog.text
