@@ -532,7 +532,11 @@ def _terminated_as_cancelled() -> Iterator[Callable[[], bool]]:
     try:
         yield lambda: came
     finally:
-        if not loop.remove_signal_handler(signal.SIGTERM):  # mic's own took its place
+        # (False where mic's own took its place.) Where it was ours, asyncio leaves SIGTERM
+        # at its default: the caller's handler (a program that runs the command, pytest's)
+        # was lost, so it is put back either way
+        loop.remove_signal_handler(signal.SIGTERM)
+        if previous is not None:  # (None: a handler not set from Python, left alone)
             signal.signal(signal.SIGTERM, previous)
 
 

@@ -73,6 +73,23 @@ def assert_well_ordered(events: list[dict]) -> None:
 # -- file ---------------------------------------------------------------------------------
 
 
+async def test_the_callers_sigterm_handler_is_back_after_a_command(
+    server: str, mono_wav: Path
+) -> None:
+    """The command's own handler was removed to SIGTERM's default: a program running the
+    command lost its handler (pytest's, which ends a cancelled run with its teardowns)."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None: ...
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        assert await run(["file", str(mono_wav), "--server", server, "--fast"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 async def test_file_fast_writes_json_lines(server: str, mono_wav: Path, tmp_path: Path, capsys):
     out = tmp_path / "events.jsonl"
     code = await run(["file", str(mono_wav), "--server", server, "--fast", "--json-out", str(out)])
