@@ -36,6 +36,8 @@ from asr_client.api import (
     stream_update,
 )
 from asr_client.connection import ConnectionOptions
+from asr_client.resume import ResumeError, ResumeInfo, ResumePolicy
+from asr_client.retry import balancing_service_config
 from asr_client.turns import EagerTurn, Turn, TurnAssembler, TurnResumed
 
 __all__ = [
@@ -44,10 +46,14 @@ __all__ = [
     "EagerTurn",
     "FinalizeAck",
     "RecognitionStream",
+    "ResumeError",
+    "ResumeInfo",
+    "ResumePolicy",
     "StreamClosedError",
     "Turn",
     "TurnAssembler",
     "TurnResumed",
     "audio_config",
+    "balancing_service_config",
     "stream_update",
 ]

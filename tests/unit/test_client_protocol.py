@@ -143,3 +143,18 @@ def test_a_recognize_requests_size_is_known_without_building_it(audio_bytes: int
     config = api.audio_config(sample_rate_hz=8_000, channels=2, language="en")
     built = api.asr_pb2.RecognizeRequest(config=config, audio=bytes(audio_bytes)).ByteSize()
     assert api.recognize_request_size(config, audio_bytes) == built
+
+
+def test_the_names_the_docs_use_come_from_asr_client() -> None:
+    """The README and docs/scale-out.md told users to use ResumePolicy(...) and
+    balancing_service_config(), and `from asr_client import` found neither."""
+    import re
+
+    import asr_client
+    from tests.helpers import ROOT
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    text = "\n".join(p.read_text() for p in docs)
+    for name in ("ResumePolicy", "ResumeInfo", "ResumeError", "balancing_service_config"):
+        assert re.search(rf"\b{name}\b", text), name  # (the docs name it)
+        assert name in asr_client.__all__ and getattr(asr_client, name) is not None
