@@ -36,16 +36,13 @@ from asr_server.transport.admission import Admission
 from asr_server.transport.auth import CHECK_INTERVAL_S, TokenRegistry
 from asr_server.transport.decoding import add_recognizer_to_server
 from asr_server.transport.interceptors import Authenticator, AuthInterceptor, HealthCheckOnly
-from asr_server.transport.servicer import RecognizerServicer
+from asr_server.transport.servicer import RecognizerServicer, drain_cut_after
 from asr_server.transport.tls import CertificateFiles, ReloadingServerCredentials
 from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.silero import load_silero, silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnModelError, load_turn_detection
 
 logger = logging.getLogger(__name__)
-#: how long before a drain's deadline the calls still open are ended with a status, so
-#: that it is sent before gRPC's own stop cancels them
-DRAIN_CUT_LEAD_S = 0.5
 
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 #: the health port's message limit: a health request or answer is a service name and a status
@@ -198,13 +195,16 @@ class RunningServer:
         await self.close()
 
     async def _end_streams_at_the_deadline(self, timeout_s: float) -> None:
-        """Streams still open just before the drain's deadline end with UNAVAILABLE and a
-        reason, before gRPC's stop cancels them (which the server counted as streams their
-        clients had left, and clients read as "Cancelling all calls")."""
-        await asyncio.sleep(max(0.0, timeout_s - DRAIN_CUT_LEAD_S))
+        """Streams still open just before the drain's deadline (when their GoingAway said)
+        end with UNAVAILABLE and a reason, before gRPC's stop cancels them (which the server
+        counted as streams their clients had left, and clients read as "Cancelling all
+        calls"). A drain of 0 leaves them to gRPC: no time to send a reason."""
+        if timeout_s <= 0:
+            return
+        await asyncio.sleep(drain_cut_after(timeout_s))
         if ended := self.servicer.end_open_calls(
-            f"the server is shutting down and its drain deadline ({timeout_s:g} s) has "
-            "passed; resume the stream on another replica"
+            f"the server is shutting down and its drain of {timeout_s:g} s is over; resume "
+            "the stream on another replica"
         ):
             logger.warning("drain deadline: ended %d call(s) still open", ended)
 

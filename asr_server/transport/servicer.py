@@ -57,6 +57,14 @@ RECOGNIZE_CHUNK_S = 1.0
 #: as in its logs). A stream ended without it was refused and can be made again as it was;
 #: it also commits the call: no retry (grpc's, or a proxy's) ever replays an admitted stream.
 ADMITTED_HEADER = "asr-stream-id"
+#: how long before a drain's deadline the calls still open are ended with a status, so that
+#: it is sent before gRPC's own stop cancels them (half the drain, for one under a second)
+DRAIN_CUT_LEAD_S = 0.5
+
+
+def drain_cut_after(timeout_s: float) -> float:
+    """When a drain of ``timeout_s`` ends the calls still open: what GoingAway tells them."""
+    return timeout_s - min(DRAIN_CUT_LEAD_S, timeout_s / 2)
 
 
 class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
@@ -85,7 +93,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         Clients move to another replica at their next utterance boundary (a resume);
         returns how many streams were told."""
         self.draining = True
-        self._drain = (asyncio.get_running_loop().time(), deadline_s)
+        self._drain = (asyncio.get_running_loop().time(), drain_cut_after(deadline_s))
         for session in self._sessions:
             self._tell_going_away(session)
         return len(self._sessions)

@@ -143,13 +143,20 @@ async def test_a_stream_still_open_at_the_drains_deadline_is_ended_with_a_reason
         speaker = asyncio.create_task(speak())
         await eventually(lambda: server.servicer.active == 1)
         drain = asyncio.create_task(server.drain_and_stop(1.5))
+        told: list[tuple[float, float]] = []  # (GoingAway's deadline_s, when it came)
         with pytest.raises(StreamClosedError) as err:
-            async for _ in stream:
-                pass
+            async for response in stream:
+                if response.HasField("going_away"):
+                    told.append((response.going_away.deadline_s, time.monotonic()))
+        cut_at = time.monotonic()
         await speaker
         await drain
+    # GoingAway said when the stream would be ended: then, not half a second later
+    ((deadline_s, came),) = told
+    assert deadline_s == pytest.approx(1.0, abs=0.05)
+    assert cut_at - came == pytest.approx(deadline_s, abs=0.25)
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
-    assert "drain deadline (1.5 s) has passed; resume the stream" in err.value.details
+    assert "its drain of 1.5 s is over; resume the stream" in err.value.details
     assert sample(server, "asr_streams_total", code="UNAVAILABLE") == 1
     assert sample(server, "asr_streams_total", code="CANCELLED") is None
     assert sample(server, "asr_stream_errors_total", code="UNAVAILABLE") == 1
