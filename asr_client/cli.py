@@ -51,6 +51,7 @@ from asr_client.render import (
     words_line,
 )
 from asr_client.resume import ResumeInfo, ResumePolicy, resume_notice, resume_record
+from asr_client.signals import calling_on
 from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
 
 DEFAULT_SERVER = "localhost:50051"
@@ -513,7 +514,6 @@ def _terminated_as_cancelled() -> Iterator[Callable[[], bool]]:
     every ``async with`` closes on the way out (the terminal gets its cursor back, the
     call is cancelled). mic replaces this with its own handler, which stops recording
     gracefully. Yields: did SIGTERM come?"""
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     came = False
 
@@ -523,21 +523,9 @@ def _terminated_as_cancelled() -> Iterator[Callable[[], bool]]:
         if task is not None:
             task.cancel()
 
-    previous = signal.getsignal(signal.SIGTERM)
-    try:
-        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread
+    # (the caller's own handler, a program's that runs the command, is back after it)
+    with calling_on([signal.SIGTERM], on_sigterm):
         yield lambda: came
-        return
-    try:
-        yield lambda: came
-    finally:
-        # (False where mic's own took its place.) Where it was ours, asyncio leaves SIGTERM
-        # at its default: the caller's handler (a program that runs the command, pytest's)
-        # was lost, so it is put back either way
-        loop.remove_signal_handler(signal.SIGTERM)
-        if previous is not None:  # (None: a handler not set from Python, left alone)
-            signal.signal(signal.SIGTERM, previous)
 
 
 async def _command(args: argparse.Namespace, stdout: IO[str], stderr: IO[str]) -> int:

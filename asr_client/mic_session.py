@@ -45,6 +45,7 @@ from asr_client.mic import (
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
 from asr_client.resume import ResumeInfo, resume_notice, resume_record
+from asr_client.signals import calling_on
 
 
 class MicStatus(Renderer):
@@ -100,21 +101,10 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 @contextlib.contextmanager
 def on_interrupt(callback: Callable[[], None]) -> Iterator[None]:
     """Call ``callback`` on Ctrl-C or SIGTERM instead of cancelling the command."""
-    loop = asyncio.get_running_loop()
-    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
-    try:
-        for signum in STOP_SIGNALS:
-            loop.add_signal_handler(signum, callback)
-    except (ValueError, RuntimeError, NotImplementedError):
-        # not the main thread, or no signal support: Ctrl-C keeps its usual meaning
+    # (not in the main thread, Ctrl-C keeps its usual meaning; the handlers from before,
+    # the command's own or a calling program's, are back after it)
+    with calling_on(STOP_SIGNALS, callback):
         yield
-        return
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            loop.remove_signal_handler(signum)
-            signal.signal(signum, handler)
 
 
 def list_devices(stdout: IO[str]) -> int:

@@ -90,6 +90,27 @@ async def test_the_callers_sigterm_handler_is_back_after_a_command(
         signal.signal(signal.SIGTERM, previous)
 
 
+async def test_an_asyncio_callers_sigterm_handler_still_runs_after_a_command(
+    server: str, mono_wav: Path
+) -> None:
+    """An asyncio program's own handler (its loop's, behind a no-op Python handler) was
+    lost: SIGTERM then killed it, or, with the no-op put back, did nothing at all."""
+    import os
+    import signal
+
+    loop = asyncio.get_running_loop()
+    saved = signal.getsignal(signal.SIGTERM)
+    heard = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, heard.set)
+    try:
+        assert await run(["file", str(mono_wav), "--server", server, "--fast"]) == 0
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(heard.wait(), 5)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, saved)
+
+
 async def test_file_fast_writes_json_lines(server: str, mono_wav: Path, tmp_path: Path, capsys):
     out = tmp_path / "events.jsonl"
     code = await run(["file", str(mono_wav), "--server", server, "--fast", "--json-out", str(out)])
