@@ -67,8 +67,15 @@ class Partials:
         self._timing_from = max_utterance - int(TIMING_LEAD_S * SAMPLE_RATE)
         self._commits = commits
         self._hearing = hearing
+        #: partials decoded and waiting for room on the stream's way out
+        self._waiting_to_send = 0
 
     def due(self, utt: UtteranceState) -> bool:
+        if self._waiting_to_send:
+            # the client does not take the results as they come: a partial now would only
+            # wait too, with its copy of the utterance's audio (a stream whose client
+            # stopped reading piled up hundreds: 220 MB for one of 8 channels)
+            return False
         if utt.speculation is not None:
             # the final is being decoded early in this pause: a partial now would be
             # thrown away unless speech resumed, and it would slow that decode down
@@ -125,16 +132,20 @@ class Partials:
         if utt.partials_sent == 0:
             self.metrics.time_to_first_partial.observe(max(0.0, now() - utt.speech_arrived))
         utt.partials_sent += 1
-        await self._emit(
-            RecognitionResult(
-                is_final=False,
-                stable_text=stable,
-                unstable_text=unstable,
-                start_s=utt.audio.start_sample / SAMPLE_RATE,
-                end_s=(utt.audio.start_sample + request.audio.size) / SAMPLE_RATE,
-                utterance_id=utt.utterance_id,
-                channel=self.channel,
-                language=hyp.language,
-            )
+        result = RecognitionResult(
+            is_final=False,
+            stable_text=stable,
+            unstable_text=unstable,
+            start_s=utt.audio.start_sample / SAMPLE_RATE,
+            end_s=(utt.audio.start_sample + request.audio.size) / SAMPLE_RATE,
+            utterance_id=utt.utterance_id,
+            channel=self.channel,
+            language=hyp.language,
         )
+        del request  # (its audio is not held while the result waits)
+        self._waiting_to_send += 1
+        try:
+            await self._emit(result)
+        finally:
+            self._waiting_to_send -= 1
         self.metrics.results.labels("partial").inc()

@@ -2316,3 +2316,47 @@ async def test_eager_results_wait_for_the_promised_pause_after_a_client_finalize
     # one eager result, in the 0.25 s pause; its audio ends with the second tone
     assert len(eager) == 1, second
     assert eager[0].end_s == pytest.approx(3.3 + 2.0 + 0.15 + 0.5 + 0.06, abs=0.035)
+
+
+async def test_a_client_that_stops_reading_holds_no_pile_of_partials() -> None:
+    """Results that cannot go out (a client that stopped reading) stopped nothing but the
+    stream's writer: every half second of speech started another partial, which decoded
+    and waited to be sent with its copy of the utterance's audio, hundreds for one stream
+    of 8 channels. Now a partial waiting to be sent holds back the next."""
+
+    h = Harness(result_queue_size=8)
+    scheduler = EngineScheduler(h.engine, h.metrics, workers=h.engine.workers)
+    await scheduler.start()
+    config = StreamConfig(
+        AudioFormat(Encoding.LINEAR16, SR, 2), interim_results=True, max_utterance_ms=28_000
+    )
+    services = SessionServices(h.settings, scheduler, h.metrics, EnergyVoiceDetector)
+    session = StreamSession(config, services, "stalled")
+    never = asyncio.Event()
+
+    async def send(event: object, progress: Progress) -> None:
+        await never.wait()  # the client reads nothing
+
+    speech = np.stack([tone(24.0), tone(24.0)], axis=1)  # two channels, never a pause
+    stereo = (np.clip(speech, -1, 1) * 32767).astype("<i2").tobytes()
+    pulled: list[int] = []
+
+    async def at_5x_real_time() -> AsyncIterator[object]:  # (not behind: partials are asked)
+        async for chunk in chunks(stereo, 6400, pulled=pulled):
+            yield chunk
+            await asyncio.sleep(0.02)
+
+    run = asyncio.create_task(session.run(at_5x_real_time(), send))  # type: ignore[arg-type]
+    try:
+        for _ in range(300):  # until the audio is no longer read: it is all in, or held back
+            before = len(pulled)
+            await asyncio.sleep(0.05)
+            if len(pulled) == before and scheduler.idle:
+                break
+        heard_s = len(pulled) * 0.1
+        assert heard_s > 8, heard_s  # enough speech for a pile: a partial every 0.5 s each
+        assert len(session._partial_tasks) <= 4, (len(session._partial_tasks), heard_s)
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        await scheduler.close()
