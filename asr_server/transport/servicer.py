@@ -62,6 +62,29 @@ ADMITTED_HEADER = "asr-stream-id"
 DRAIN_CUT_LEAD_S = 0.5
 
 
+class ClientLeft(Exception):
+    """The client cancelled its call while a response to it was being written: counted as
+    the client's leaving (CANCELLED), as any other, not as a server error (INTERNAL)."""
+
+
+def response_writer(
+    context: grpc.aio.ServicerContext, offset_s: float
+) -> Callable[[OutEvent, Progress], Awaitable[None]]:
+    """A stream's ``send``: each event written to the call. A write that fails because the
+    client cancelled the call meanwhile raises ClientLeft (grpc says only that an
+    "execute_batch" failed, which was logged and counted as a server error)."""
+
+    async def send(event: OutEvent, progress: Progress) -> None:
+        try:
+            await context.write(event_to_proto(event, progress, offset_s))
+        except Exception:
+            if context.cancelled() or context.done():
+                raise ClientLeft from None
+            raise
+
+    return send
+
+
 def drain_cut_after(timeout_s: float) -> float:
     """When a drain of ``timeout_s`` ends the calls still open: what GoingAway tells them."""
     return timeout_s - min(DRAIN_CUT_LEAD_S, timeout_s / 2)
@@ -153,9 +176,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 )
             offset_s = config.time_offset_s
 
-            async def send(event: OutEvent, progress: Progress) -> None:
-                await context.write(event_to_proto(event, progress, offset_s))
-
+            send = response_writer(context, offset_s)
             self._sessions.add(session)
             if self._drain is not None:
                 # admitted before the drain began, seated after it: told as the others were
@@ -244,6 +265,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         identity = identity_var.get() or Identity(f"ip:{context.peer()}", ANONYMOUS, False)
         client_var.set(identity.name)
         error: AsrError | None = None
+        outcome = "OK"
         handler_ended = self.admission.until_answered(identity, context)
         task = asyncio.current_task()
         assert task is not None  # (a handler runs in its call's task)
@@ -264,6 +286,8 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
                 self._count_error(outcome, ended[1])
             self.admission.metrics.streams.labels(outcome).inc()
             raise
+        except ClientLeft:
+            outcome = "CANCELLED"
         except AsrError as exc:
             error = exc
         except EngineError:
@@ -272,7 +296,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             error = self._internal("unexpected server error")
         finally:
             self._calls.discard(task)
-        self.admission.metrics.streams.labels(error.status.value if error else "OK").inc()
+        self.admission.metrics.streams.labels(error.status.value if error else outcome).inc()
         handler_ended()  # (the abort below only raises, to end the call with its status)
         if error is not None:
             # refused before anything was written back: the client may retry elsewhere
