@@ -238,7 +238,10 @@ class StreamingSettings(BaseModel):
         500, ge=100, description="New speech between two partial results."
     )
     max_buffered_audio_s: float = Field(
-        4.0, gt=0.0, le=120.0, description="Audio a stream may hold unprocessed (backpressure)."
+        4.0,
+        gt=0.0,
+        le=120.0,
+        description="Audio each channel of a stream may hold unprocessed (backpressure).",
     )
     max_audio_message_bytes: int = Field(
         1 << 20, ge=1024, description="Largest audio message on a stream."
