@@ -169,6 +169,22 @@ def updated_config(
     return merged
 
 
+def delivered_status(call: grpc.aio.Call) -> tuple[grpc.StatusCode, str] | None:
+    """The status the server ended ``call`` with, read in the call's done callback.
+
+    grpc-python bug (grpc/grpc#36066): when a write is in flight as the server ends the
+    call, the failed write overwrites the server's status with "Internal error from Core"
+    (a server still loading its model: 3 calls in 300 on a busy machine). The status first
+    delivered is the real one."""
+    status = getattr(getattr(call, "_cython_call", None), "_status", None)
+    if status is None:
+        return None
+    from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
+
+    code = CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(status.code())
+    return None if code is None else (code, status.details() or "")
+
+
 class RecognitionStream:
     """One StreamingRecognize call. Send from one task, iterate events in another."""
 
@@ -182,17 +198,7 @@ class RecognitionStream:
         call.add_done_callback(self._remember_status)
 
     def _remember_status(self, call: grpc.aio.Call) -> None:
-        # grpc-python bug (grpc/grpc#36066): when a write is in flight as the server ends
-        # the call, the failed write overwrites the server's status with "Internal error
-        # from Core". The status first delivered is the real one, so keep it.
-        status = getattr(getattr(call, "_cython_call", None), "_status", None)
-        if status is None:
-            return
-        from grpc._common import CYGRPC_STATUS_CODE_TO_STATUS_CODE
-
-        code = CYGRPC_STATUS_CODE_TO_STATUS_CODE.get(status.code())
-        if code is not None:
-            self._first_status = (code, status.details() or "")
+        self._first_status = delivered_status(call)
 
     async def open(self) -> RecognitionStream:
         """Send the config (``async with`` does this for you)."""
