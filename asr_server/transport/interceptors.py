@@ -36,7 +36,7 @@ from asr_server.log import client_var
 from asr_server.metrics import Metrics
 from asr_server.transport.auth import Credential, TokenRegistry
 from asr_server.transport.reads import read_within
-from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES
+from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES, end_by_server
 
 logger = logging.getLogger(__name__)
 
@@ -157,24 +157,18 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         period). Their handlers are cancelled, and each call's task then ends it with a
         status (``_admit``): a cancelled handler alone left the call open."""
         tasks = {task for calls in self._lasting.values() for task in calls}
-        return self._end(tasks, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+        return end_by_server(tasks, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
 
     def end_calls_of(self, revoked: frozenset[Credential]) -> int:
         """End every open call (streams, Recognize, Watch, reflection) made with a
         ``revoked`` token with UNAUTHENTICATED: the token file no longer holds it. By token,
         not by name: the calls a client makes with its name's new token go on."""
         tasks = {task for token in revoked for task in self._by_token.get(token, ())}
-        ended = self._end(tasks, grpc.StatusCode.UNAUTHENTICATED, "token revoked")
+        ended = end_by_server(tasks, grpc.StatusCode.UNAUTHENTICATED, "token revoked")
         if ended:
             names = sorted({name for name, _ in revoked})
             logger.warning("ended %d open call(s) of revoked token(s) of %s", ended, names)
         return ended
-
-    def _end(self, tasks: set[asyncio.Task[Any]], code: grpc.StatusCode, message: str) -> int:
-        for task in tasks:
-            ENDED_BY_SERVER.setdefault(task, (code, message))
-            task.cancel()
-        return len(tasks)
 
     async def intercept_service(
         self,

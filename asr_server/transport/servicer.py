@@ -47,7 +47,7 @@ from asr_server.transport.convert import (
 from asr_server.transport.decoding import Undecodable
 from asr_server.transport.interceptors import ANONYMOUS, Identity, identity_var
 from asr_server.transport.reads import read_within
-from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES
+from asr_server.transport.status import ENDED_BY_SERVER, GRPC_CODES, end_by_server
 
 logger = logging.getLogger(__name__)
 
@@ -133,10 +133,7 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         """End every open call with UNAVAILABLE and ``message`` (a drain's deadline):
         grpc's own stop cancelled them, and they counted as streams their clients had left
         (CANCELLED), their clients told only "Cancelling all calls"."""
-        for task in self._calls:
-            ENDED_BY_SERVER.setdefault(task, (grpc.StatusCode.UNAVAILABLE, message))
-            task.cancel()
-        return len(self._calls)
+        return end_by_server(self._calls, grpc.StatusCode.UNAVAILABLE, message)
 
     @property
     def active(self) -> int:

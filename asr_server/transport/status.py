@@ -24,9 +24,18 @@ GRPC_CODES: dict[Status, grpc.StatusCode] = {
 
 
 #: calls the server itself ends by cancelling their task (a drain's lasting calls, a
-#: revoked token's calls), with the status and message they end with: the interceptor
+#: revoked token's calls, the calls open at a drain's deadline), with the status and
+#: message they end with (``end_by_server``): the interceptor
 #: aborts each with them, and the outcome metrics count it so, where a cancelled call is
 #: otherwise one its client left
 ENDED_BY_SERVER: weakref.WeakKeyDictionary[asyncio.Task[Any], tuple[grpc.StatusCode, str]] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def end_by_server(tasks: set[asyncio.Task[Any]], code: grpc.StatusCode, message: str) -> int:
+    """End the calls of ``tasks`` with ``code`` and ``message``; how many there were."""
+    for task in tasks:
+        ENDED_BY_SERVER.setdefault(task, (code, message))
+        task.cancel()
+    return len(tasks)
