@@ -135,29 +135,31 @@ class TurnAssembler:
             ch.settled = max(ch.settled, e.utterance_id)
             return self._complete(ch)
         if kind == "speech_event" and response.speech_event.type == _ENDED and self._silence:
+            # a SILENCE stream's turn ends where its utterance does
             e = response.speech_event
             reason = (
                 asr_pb2.EndOfTurn.FINALIZE if e.from_finalize else asr_pb2.EndOfTurn.MAX_SILENCE
             )
-            response = asr_pb2.StreamingRecognizeResponse(
-                end_of_turn=asr_pb2.EndOfTurn(
+            return self._turn_ended(
+                asr_pb2.EndOfTurn(
                     offset_s=e.offset_s,
                     channel=e.channel,
                     utterance_id=e.utterance_id,
                     reason=reason,
                 )
             )
-            kind = "end_of_turn"  # (the same as a SEMANTIC stream's, from here on)
         if kind == "end_of_turn":
-            t = response.end_of_turn
-            ch = self._channels.setdefault(t.channel, _Channel())
-            if t.utterance_id <= ch.ended:
-                # a turn already returned: a resumed stream sends the end of the turn it
-                # was in again when the server had not seen it acknowledged
-                return None
-            ch.ending = t
-            return self._complete(ch)
+            return self._turn_ended(response.end_of_turn)
         return None
+
+    def _turn_ended(self, t: asr_pb2.EndOfTurn) -> Turn | None:
+        ch = self._channels.setdefault(t.channel, _Channel())
+        if t.utterance_id <= ch.ended:
+            # a turn already returned: a resumed stream sends the end of the turn it
+            # was in again when the server had not seen it acknowledged
+            return None
+        ch.ending = t
+        return self._complete(ch)
 
     @staticmethod
     def _complete(ch: _Channel) -> Turn | None:
