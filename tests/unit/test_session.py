@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -136,8 +136,10 @@ class Harness:
         sample_rate: int = SR,
         interim: bool = True,
         max_utterance_ms: int = 15_000,
+        send: Callable[[object, Progress], Awaitable[None]] | None = None,
         **config: object,
     ) -> list[object]:
+        """The session's events; ``send`` (what the writer calls) instead of recording them."""
         scheduler = EngineScheduler(
             self.engine,
             self.metrics,
@@ -161,12 +163,12 @@ class Harness:
         session = StreamSession(config, services, "test")
         self.session, self.scheduler = session, scheduler
 
-        async def send(event: object, progress: Progress) -> None:
+        async def record(event: object, progress: Progress) -> None:
             self.events.append(event)
             self.progress.append(progress)
 
         try:
-            await session.run(source, send)  # type: ignore[arg-type]
+            await session.run(source, send or record)  # type: ignore[arg-type]
         finally:
             await scheduler.close()
         return self.events
@@ -2323,22 +2325,13 @@ async def test_a_client_that_stops_reading_holds_no_pile_of_partials() -> None:
     stream's writer: every half second of speech started another partial, which decoded
     and waited to be sent with its copy of the utterance's audio, hundreds for one stream
     of 8 channels. Now a partial waiting to be sent holds back the next."""
-
     h = Harness(result_queue_size=8)
-    scheduler = EngineScheduler(h.engine, h.metrics, workers=h.engine.workers)
-    await scheduler.start()
-    config = StreamConfig(
-        AudioFormat(Encoding.LINEAR16, SR, 2), interim_results=True, max_utterance_ms=28_000
-    )
-    services = SessionServices(h.settings, scheduler, h.metrics, EnergyVoiceDetector)
-    session = StreamSession(config, services, "stalled")
     never = asyncio.Event()
 
     async def send(event: object, progress: Progress) -> None:
         await never.wait()  # the client reads nothing
 
-    speech = np.stack([tone(24.0), tone(24.0)], axis=1)  # two channels, never a pause
-    stereo = (np.clip(speech, -1, 1) * 32767).astype("<i2").tobytes()
+    stereo = pcm16(np.stack([tone(24.0), tone(24.0)], axis=1))  # two channels, no pause
     pulled: list[int] = []
 
     async def at_5x_real_time() -> AsyncIterator[object]:  # (not behind: partials are asked)
@@ -2346,17 +2339,21 @@ async def test_a_client_that_stops_reading_holds_no_pile_of_partials() -> None:
             yield chunk
             await asyncio.sleep(0.02)
 
-    run = asyncio.create_task(session.run(at_5x_real_time(), send))  # type: ignore[arg-type]
+    run = asyncio.create_task(
+        h.run(at_5x_real_time(), channels=2, max_utterance_ms=28_000, send=send)
+    )
     try:
+        await eventually(lambda: h.scheduler is not None)
+        assert h.session is not None and h.scheduler is not None
         for _ in range(300):  # until the audio is no longer read: it is all in, or held back
             before = len(pulled)
             await asyncio.sleep(0.05)
-            if len(pulled) == before and scheduler.idle:
+            if len(pulled) == before and h.scheduler.idle:
                 break
         heard_s = len(pulled) * 0.1
         assert heard_s > 8, heard_s  # enough speech for a pile: a partial every 0.5 s each
-        assert len(session._partial_tasks) <= 4, (len(session._partial_tasks), heard_s)
+        partials = len(h.session._partial_tasks)
+        assert partials <= 4, (partials, heard_s)
     finally:
-        run.cancel()
+        run.cancel()  # (the harness closes its scheduler)
         await asyncio.gather(run, return_exceptions=True)
-        await scheduler.close()
