@@ -281,8 +281,8 @@ async def start_bridge(
     *,
     host: str = "127.0.0.1",
     port: int = 8080,
-    ssl_certfile: str | None = None,
-    ssl_keyfile: str | None = None,
+    ssl_certfile: str | Path | None = None,
+    ssl_keyfile: str | Path | None = None,
     metrics: BridgeMetrics | None = None,
 ) -> RunningBridge:
     """Bind and serve on this event loop (port 0 = a free port); ``close()`` stops it.

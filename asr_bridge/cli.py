@@ -8,10 +8,14 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from asr_client.connection import ConnectionConfigError, ConnectionOptions, int_between
+from asr_client.connection import (
+    ConnectionConfigError,
+    ConnectionOptions,
+    int_between,
+    user_path,
+)
 from asr_server.log import LOG_LEVELS
 
 if TYPE_CHECKING:
@@ -56,9 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=8080,
         help="HTTP/WebSocket port (default 8080; 0: any free port)",
     )
-    p.add_argument("--ssl-certfile", help="serve HTTPS/WSS (browsers allow the microphone "
-                   "only on https or localhost); with --ssl-keyfile")  # fmt: skip
-    p.add_argument("--ssl-keyfile", help="the certificate's private key")
+    p.add_argument(
+        "--ssl-certfile",
+        type=user_path,
+        help="serve HTTPS/WSS (browsers allow the microphone only on https or localhost); "
+        "with --ssl-keyfile",
+    )
+    p.add_argument("--ssl-keyfile", type=user_path, help="the certificate's private key")
     p.add_argument(
         "--log-level",
         type=str.upper,
@@ -111,14 +119,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     g.add_argument(
         "--server-ca",
-        type=Path,
+        type=user_path,
         default=_env("SERVER_CA"),
         metavar="PEM",
         help="CA bundle to trust for the server; implies --server-tls ($ASR_BRIDGE_SERVER_CA)",
     )
     g.add_argument(
         "--server-cert",
-        type=Path,
+        type=user_path,
         default=_env("SERVER_CERT"),
         metavar="PEM",
         help="the bridge's client certificate, for a server that requires mTLS "
@@ -126,7 +134,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     g.add_argument(
         "--server-key",
-        type=Path,
+        type=user_path,
         default=_env("SERVER_KEY"),
         metavar="PEM",
         help="that certificate's private key ($ASR_BRIDGE_SERVER_KEY)",

@@ -37,6 +37,7 @@ from asr_client.connection import (
     connection_from_args,
     int_between,
     positive_float,
+    user_path,
 )
 from asr_client.load.command import add_parser as add_load_parser
 from asr_client.load.command import load_command
@@ -94,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     path = argparse.ArgumentParser(add_help=False)
-    path.add_argument("path", metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)")
+    path.add_argument(
+        "path", type=user_path, metavar="PATH", help="audio file (WAV, FLAC, OGG, MP3, ...)"
+    )
     common = argparse.ArgumentParser(add_help=False)
     add_connection_arguments(common, default_target=DEFAULT_SERVER)
     common.add_argument("--language", default="", help="language code such as en (default: detect)")
@@ -168,7 +171,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt", default="", metavar="TEXT", help="preceding context for the model"
     )
     streaming.add_argument(
-        "--json-out", metavar="FILE", help="write every event as a JSON line ('-' = stdout)"
+        "--json-out",
+        type=os.path.expanduser,  # a str: "-" is stdout
+        metavar="FILE",
+        help="write every event as a JSON line ('-' = stdout)",
     )
     streaming.add_argument("--quiet", action="store_true", help="no transcript and no summary")
     streaming.add_argument(
@@ -220,8 +226,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HZ",
         help="record at this rate (default: 16000 if the device offers it, else its own rate)",
     )
-    m.add_argument("--save-audio", metavar="FILE", help="also write the recording (WAV or FLAC)")
-    m.add_argument("--save-transcript", metavar="FILE", help="also write the final results")
+    m.add_argument(
+        "--save-audio",
+        type=user_path,
+        metavar="FILE",
+        help="also write the recording (WAV or FLAC)",
+    )
+    m.add_argument(
+        "--save-transcript", type=user_path, metavar="FILE", help="also write the final results"
+    )
     return parser
 
 

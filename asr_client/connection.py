@@ -151,9 +151,9 @@ def add_connection_arguments(parser: argparse.ArgumentParser, *, default_target:
     g = parser.add_argument_group("connection")
     g.add_argument("--server", default=default_target, help=f"HOST:PORT (default {default_target})")
     g.add_argument("--tls", action="store_true", help="connect with TLS (system CAs by default)")
-    g.add_argument("--ca", type=Path, metavar="PEM", help="CA bundle to trust (implies --tls)")
-    g.add_argument("--cert", type=Path, metavar="PEM", help="client certificate for mTLS")
-    g.add_argument("--key", type=Path, metavar="PEM", help="client certificate's private key")
+    g.add_argument("--ca", type=user_path, metavar="PEM", help="CA bundle to trust (implies --tls)")
+    g.add_argument("--cert", type=user_path, metavar="PEM", help="client certificate for mTLS")
+    g.add_argument("--key", type=user_path, metavar="PEM", help="client certificate's private key")
     g.add_argument("--token", metavar="TOKEN", help=f"bearer token (default: ${TOKEN_ENV}, if set)")
     g.add_argument(
         "--no-resume",
@@ -180,6 +180,14 @@ def connection_from_args(args: argparse.Namespace) -> ConnectionOptions:
         token=token_from_env(args.token),
         connect_timeout_s=args.connect_timeout,
     )
+
+
+def user_path(text: str) -> Path:
+    """argparse type: a path, with a leading ``~`` or ``~user`` expanded. A shell does that
+    only for a separate word: not after ``--ca=``, nor in a systemd unit, a Kubernetes
+    ``args:`` list or an env file, where ``~/ca.pem`` would be looked for in a folder named
+    ``~``. An unknown ``~user`` stays as written, so the error that follows names it."""
+    return Path(os.path.expanduser(text))
 
 
 def int_between(low: int, high: int, unit: str = "", *, or_zero: bool = False):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
@@ -274,14 +275,14 @@ async def _record(
     return 0
 
 
-def _open(files: contextlib.ExitStack, path: str) -> IO[str]:
+def _open(files: contextlib.ExitStack, path: Path) -> IO[str]:
     try:
         return files.enter_context(open(path, "w", encoding="utf-8"))  # noqa: ASYNC230
     except OSError as exc:
         raise ClientError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def _open_audio(files: contextlib.ExitStack, path: str, fmt: CaptureFormat) -> Any:
+def _open_audio(files: contextlib.ExitStack, path: Path, fmt: CaptureFormat) -> Any:
     import soundfile
 
     try:

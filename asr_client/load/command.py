@@ -57,6 +57,7 @@ def _writable(path: str) -> str:
     rather than found after it; left as it was found."""
     if path == "-":
         return path
+    path = os.path.expanduser(path)
     existed = os.path.lexists(path)
     try:
         with open(path, "a", encoding="utf-8"):
@@ -79,11 +80,13 @@ def add_parser(sub: Any, common_server: argparse.ArgumentParser) -> None:
     p.add_argument(
         "files",
         nargs="*",
+        type=os.path.expanduser,
         metavar="FILE",
         help="audio files to build calls from (no references, so no WER); default: --corpus",
     )
     p.add_argument(
         "--corpus",
+        type=os.path.expanduser,
         default="audio_samples",
         metavar="DIR",
         help="directory with MANIFEST.tsv/manifest.tsv (id, file, transcript, ...): recordings "

@@ -135,7 +135,7 @@ def test_the_bridges_certificate_and_key_go_together_and_must_be_readable(
         assert f"asr-bridge: error: {phrase}" in err, err
         assert "Traceback" not in err
     a = parse_args([f"--ssl-certfile={cert}", f"--ssl-keyfile={key}"])
-    assert (a.ssl_certfile, a.ssl_keyfile) == (cert, key)
+    assert (a.ssl_certfile, a.ssl_keyfile) == (Path(cert), Path(key))
 
 
 async def test_a_certificate_that_does_not_load_is_one_line_naming_it(
@@ -163,3 +163,21 @@ def test_the_browser_token_is_stripped_and_never_empty(
             parse_args(argv)
         assert exit_.value.code == 2
         assert "--token ($ASR_BRIDGE_TOKEN) is empty" in capsys.readouterr().err
+
+
+def test_paths_may_start_at_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither a systemd ``Environment=`` nor a Kubernetes ``args:`` list expands ``~``,
+    and a shell does not after ``--flag=``: the bridge looked in a folder named ``~``."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("ASR_BRIDGE_SERVER_CA", "~/ca.pem")
+    a = parse_args(["--server-cert=~/c.pem", "--server-key=~/k.pem"])
+    assert (a.server_ca, a.server_cert, a.server_key) == (
+        tmp_path / "ca.pem",
+        tmp_path / "c.pem",
+        tmp_path / "k.pem",
+    )
+    cert, key = tmp_path / "bridge.pem", tmp_path / "bridge.key"
+    cert.write_text("x")
+    key.write_text("x")
+    a = parse_args(["--ssl-certfile=~/bridge.pem", "--ssl-keyfile=~/bridge.key"])
+    assert (a.ssl_certfile, a.ssl_keyfile) == (cert, key)

@@ -1176,3 +1176,32 @@ async def test_sigterm_ends_the_file_command_and_gives_the_terminal_back(
     assert process.returncode == 143, err
     assert err.decode().splitlines()[-1] == "terminated"
     assert screen.rfind(b"\x1b[?25h") > screen.rfind(b"\x1b[?25l"), screen[-200:]
+
+
+async def test_paths_may_start_at_home(
+    server: str, mono_wav: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No shell expands ``~`` after ``--json-out=``, nor in a systemd unit or a Kubernetes
+    ``args:`` list: the command looked for a folder named ``~`` and said "no such file"."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    code = await run(
+        ["file", "~/tone.wav", "--server", server, "--fast", "--json-out=~/events.jsonl"]
+    )
+    assert code == 0
+    assert "final" in [e["type"] for e in read_events(tmp_path / "events.jsonl")]
+    flags = ["--ca=~/ca.pem", "--cert=~/c.pem", "--key=~/k.pem"]
+    args = build_parser().parse_args(["file", "~/tone.wav", *flags])
+    assert (args.path, args.ca, args.cert, args.key) == (
+        mono_wav,
+        tmp_path / "ca.pem",
+        tmp_path / "c.pem",
+        tmp_path / "k.pem",
+    )
+    args = build_parser().parse_args(["mic", "--save-audio=~/a.wav", "--save-transcript=~/t"])
+    assert (args.save_audio, args.save_transcript) == (tmp_path / "a.wav", tmp_path / "t")
+    args = build_parser().parse_args(["load", "~/tone.wav", "--corpus=~/c", "--json=~/r.json"])
+    assert (args.files, args.corpus, args.json) == (
+        [str(mono_wav)],
+        str(tmp_path / "c"),
+        str(tmp_path / "r.json"),
+    )
