@@ -44,6 +44,11 @@ SHORT_LOOP_GAP_WORDS = 2
 #: without_reread_tail); one word in REREAD_ALTERED_EVERY of it may read otherwise
 REREAD_MIN_WORDS = 3
 REREAD_ALTERED_EVERY = 5
+#: words a loop cut (trim_loops) that, aligned to the audio, took at least this share of
+#: the time per word that as many words before them took, and at least SPOKEN_WORD_S
+#: each, were spoken (see repeat_was_spoken)
+SPOKEN_REPEAT_PACE = 0.5
+SPOKEN_WORD_S = 0.08
 
 
 #: numbers spoken as words; with digits, what a speaker says again and again for real
@@ -151,6 +156,29 @@ def trim_loops(words: list[str], protected: int = 0) -> list[str]:
         if trimmed == words:
             return trimmed
         words = trimmed
+
+
+def repeat_was_spoken(words: Sequence[WordTiming], kept: int) -> bool:
+    """Whether the words after the first ``kept`` of ``words`` (a text's words aligned to
+    its audio; after ``kept``: what ``trim_loops`` would cut) took the time spoken words
+    take: per word, at least SPOKEN_REPEAT_PACE of what as many words before them took,
+    and at least SPOKEN_WORD_S.
+
+    A speaker may say a phrase twice ("Ask what you can do for your country. Ask what
+    you can do for your country."), which the loop checks cannot tell from Whisper
+    reading a phrase again once its audio has run out. The audio can: the aligner gives
+    a spoken copy as long as the first (2.4 s against 3.0 s, jfk.flac's phrase said
+    twice), and a loop's copy next to none (0.1 s for 8 words, the same phrase once)."""
+    removed = words[kept:]
+    before = words[max(0, kept - len(removed)) : kept]
+    if not removed or not before:
+        return False
+
+    def per_word(run: Sequence[WordTiming]) -> float:
+        return (run[-1].end_s - run[0].start_s) / len(run)
+
+    pace = per_word(removed)
+    return pace >= SPOKEN_WORD_S and pace >= SPOKEN_REPEAT_PACE * per_word(before)
 
 
 def trim_dangling_restart(words: list[str]) -> list[str]:

@@ -44,6 +44,7 @@ from asr_server.engine.text import (
     compression_ratio,
     loop_trimmed,
     merge_punctuation,
+    repeat_was_spoken,
     timings_in_text,
     trim_loops,
 )
@@ -277,13 +278,21 @@ class WhisperEngine:
                     )
                 results[i] = res
                 tokens[i] = retried
+        repeats: dict[int, str] = {}  # decodes whose end trim_loops cut: their whole text
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):
-            hyp = self._hypothesis(
+            hyp, whole = self._hypothesis(
                 req, res, tokens[i], len(prefixes[i]), tok, languages[i], trimmed.get(i)
             )
             hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
+            if whole is not None:
+                repeats[i] = whole
+        aligned = (
+            self._keep_spoken_repeats(repeats, requests, hyps, tokens, tokenizers, encoded, frames)
+            if repeats
+            else set()
+        )
         if any(r.word_timestamps for r in requests):
-            self._add_words(requests, hyps, tokens, tokenizers, encoded, frames)
+            self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
         if logger.isEnabledFor(logging.DEBUG):
             # where an engine call's time goes (a final is 2-3x slower in a busy server
             # than in an idle one): mel features, encoder, generation, then the rest
@@ -493,8 +502,10 @@ class WhisperEngine:
         tok,
         language: str,
         loop_cut: str | None = None,
-    ) -> Hypothesis:
-        """``loop_cut``: the new text with the loop at its end cut off, if it had one."""
+    ) -> tuple[Hypothesis, str | None]:
+        """The hypothesis, and its whole text where ``trim_loops`` cut the end of what the
+        tokens read (None: it cut nothing, or the text is not the tokens': ``loop_cut``,
+        the new text with the loop at its end cut off, if it had one)."""
         new_tokens = [t for t in tokens[n_prefix:] if t < tok.eot]
         n_new = max(1, len(new_tokens))
         avg_logprob = float(result.scores[0]) * n_new / (n_new + 1) if result.scores else 0.0
@@ -510,43 +521,73 @@ class WhisperEngine:
         wordless = not any(c.isalnum() for c in new_text)  # "." or "..." on silence
         if silent or looping or wordless:
             if not prefix_text:
-                return Hypothesis("", language, [], no_speech, avg_logprob, rejected=True)
+                rejected = Hypothesis("", language, [], no_speech, avg_logprob, rejected=True)
+                return rejected, None
             new_raw = ""
         text = (prefix_text + new_raw).strip() if prefix_text else new_text
         protected = len(prefix_text.split())
         words = trim_loops(text.split(), protected=protected)
-        return Hypothesis(" ".join(words), language, [], no_speech, avg_logprob)
+        hyp = Hypothesis(" ".join(words), language, [], no_speech, avg_logprob)
+        cut = loop_cut is None and new_raw and words != text.split()
+        return hyp, (text if cut else None)
+
+    def _keep_spoken_repeats(  # type: ignore[no-untyped-def]
+        self, repeats, requests, hyps, tokens, tokenizers, encoded, frames
+    ) -> set[int]:
+        """Put back the words ``trim_loops`` cut from the decodes in ``repeats`` (index:
+        whole text) where the audio shows them spoken (``repeat_was_spoken``): a speaker
+        saying a phrase twice, not Whisper reading it again. Costs an alignment, only for
+        a decode whose end repeats itself. Returns the decodes given word timings."""
+        given: set[int] = set()
+        for members in self._by_language(list(repeats), tokenizers).values():
+            timings = self._timings(members, requests, tokens, tokenizers, encoded, frames)
+            for i, words in zip(members, timings, strict=True):
+                whole, kept = repeats[i], len(hyps[i].text.split())
+                if len(words) != len(whole.split()) or not repeat_was_spoken(words, kept):
+                    continue
+                logger.debug("kept a spoken repeat: %r, not %r", whole, hyps[i].text)
+                shown = words if requests[i].word_timestamps else []
+                hyps[i] = dataclasses.replace(hyps[i], text=whole, words=shown)
+                given.add(i)
+        return given
 
     def _add_words(  # type: ignore[no-untyped-def]
-        self, requests, hyps, tokens, tokenizers, encoded, frames
+        self, requests, hyps, tokens, tokenizers, encoded, frames, aligned
     ) -> None:
+        """Word timings for the requests that ask for them (but those in ``aligned``)."""
         wanted = [
             i
             for i, (r, h) in enumerate(zip(requests, hyps, strict=True))
-            if r.word_timestamps and h is not None and h.text
+            if r.word_timestamps and h is not None and h.text and i not in aligned
         ]
-        if not wanted:
-            return
-        # one alignment per language: its tokenizer says how the words split (one per
-        # character in Chinese or Japanese) and which language token starts the sequence
-        by_language: dict[str, list[int]] = {}
-        for i in wanted:
-            by_language.setdefault(tokenizers[i].language_code, []).append(i)
-        for members in by_language.values():
-            self._align(members, requests, hyps, tokens, tokenizers, encoded, frames)
+        for members in self._by_language(wanted, tokenizers).values():
+            timings = self._timings(members, requests, tokens, tokenizers, encoded, frames)
+            for i, words in zip(members, timings, strict=True):
+                # the text may have lost a trimmed repetition: keep the timings it still has
+                hyps[i] = dataclasses.replace(hyps[i], words=timings_in_text(words, hyps[i].text))
 
-    def _align(  # type: ignore[no-untyped-def]
-        self, wanted, requests, hyps, tokens, tokenizers, encoded, frames
-    ) -> None:
-        enc = encoded if len(wanted) == len(requests) else self._select(encoded, wanted)
-        text_tokens = [[t for t in tokens[i] if t < tokenizers[i].eot] for i in wanted]
+    @staticmethod
+    def _by_language(indices: list[int], tokenizers) -> dict[str, list[int]]:  # type: ignore[no-untyped-def]
+        """``indices`` by their decode's language: one alignment per language, since its
+        tokenizer says how the words split (one per character in Chinese or Japanese) and
+        which language token starts the sequence."""
+        by_language: dict[str, list[int]] = {}
+        for i in indices:
+            by_language.setdefault(tokenizers[i].language_code, []).append(i)
+        return by_language
+
+    def _timings(  # type: ignore[no-untyped-def]
+        self, members, requests, tokens, tokenizers, encoded, frames
+    ) -> list[list[WordTiming]]:
+        """The words of each of ``members``' tokens (one language), aligned to its audio."""
+        enc = encoded if len(members) == len(requests) else self._select(encoded, members)
+        text_tokens = [[t for t in tokens[i] if t < tokenizers[i].eot] for i in members]
         # faster-whisper's aligner runs CTranslate2's cross-attention DTW; it is stateless.
         alignments = self._model.find_alignment(
-            tokenizers[wanted[0]], text_tokens, enc, [frames[i] for i in wanted]
+            tokenizers[members[0]], text_tokens, enc, [frames[i] for i in members]
         )
-        for i, words in zip(wanted, alignments, strict=True):
-            h = hyps[i]
-            timings = merge_punctuation(
+        return [
+            merge_punctuation(
                 [
                     WordTiming(
                         word=w["word"].strip(),
@@ -557,8 +598,8 @@ class WhisperEngine:
                     for w in words
                 ]
             )
-            # the text may have lost a trimmed repetition: keep the timings it still has
-            hyps[i] = dataclasses.replace(h, words=timings_in_text(timings, h.text))
+            for words in alignments
+        ]
 
 
 def whisper_languages(tokenizer: Any = None) -> frozenset[str] | None:

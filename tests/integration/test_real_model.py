@@ -248,3 +248,23 @@ async def test_a_long_silence_setting_keeps_both_sentences_around_a_pause(make_s
         texts = [f.text for f in finals(received)]
         for rid, text in zip((first, second), texts, strict=True):
             assert wer([recordings[rid].transcript], [text]) <= 0.25, (rid, texts)
+
+
+async def test_a_phrase_said_twice_comes_out_twice(make_server) -> None:  # type: ignore[no-untyped-def]
+    """JFK's "ask what you can do for your country", said twice with a quarter second
+    between: offline faster-whisper writes it twice; the loop checks cut the second
+    copy as Whisper reading the phrase again, streamed and recognized alike."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+
+    def silence(seconds: float) -> np.ndarray:
+        return np.zeros(int(seconds * 16_000), np.float32)
+
+    audio = np.concatenate([silence(0.5), phrase, silence(0.25), phrase, silence(1.5)])
+    server = await make_server()
+    received = await stream_audio(server.port, to_pcm16(audio), 16_000, speed=2.0)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        reply = await client.recognize(to_pcm16(audio).tobytes(), audio_config())
+    for text in (final_text(received), " ".join(r.text for r in reply.results)):
+        words = text.lower().replace(".", "").replace(",", "").split()
+        assert words == "ask what you can do for your country".split() * 2, text

@@ -13,7 +13,7 @@ from asr_client.scoring import normalize
 from asr_server.engine.base import DecodeKind, DecodeRequest
 from asr_server.engine.models import resolve_model
 from asr_server.engine.whisper import WhisperEngine
-from tests.helpers import corpus, read_pcm16
+from tests.helpers import corpus, first_channel, read_pcm16
 
 pytestmark = pytest.mark.model
 
@@ -255,3 +255,30 @@ def test_the_decoder_may_run_the_whole_token_budget(engine: WhisperEngine) -> No
     assert seen[1] == seen[0] + 2 * forced_tokens  # the forced prefix's steps besides
     assert alone.text.startswith("If the reader will excuse me")
     assert forced.text.startswith("If the reader will excuse me,")
+
+
+@pytest.mark.parametrize("times_said", [1, 2])
+def test_a_phrase_read_twice_is_cut_unless_the_audio_says_it_twice(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch, times_said: int
+) -> None:
+    """The same decode, "ask what you can do for your country" twice (a stand-in for
+    generate), over JFK saying it once, as Whisper looping reads it, and twice: only the
+    aligner's times tell the two apart, for a partial and a final, words asked or not."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+    gap = np.zeros(4_000, np.float32)
+    speech = np.concatenate([gap, *[phrase, gap] * times_said, np.zeros(16_000, np.float32)])
+    tok = engine._tokenizer("en")
+    read = " Ask what you can do for your country." * 2
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        return [_Result([*p, *tok.encode(read), tok.eot]) for p in prompts]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    said = " ".join(["Ask what you can do for your country."] * times_said)
+    for kind in DecodeKind:
+        for word_timestamps in (False, True):
+            request = DecodeRequest(speech, kind, language="en", word_timestamps=word_timestamps)
+            (hyp,) = engine.transcribe([request])
+            assert hyp.text == said, (kind, word_timestamps)
+            assert [w.word for w in hyp.words] == (said.split() if word_timestamps else [])

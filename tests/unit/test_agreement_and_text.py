@@ -14,6 +14,7 @@ from asr_server.engine.text import (
     looped_tail,
     merge_punctuation,
     normalize_word,
+    repeat_was_spoken,
     repeats_back_to_back,
     spoken_words,
     timings_in_text,
@@ -116,6 +117,29 @@ def test_trailing_sentence_loop_is_trimmed_but_prefix_protected() -> None:
     assert trim_trailing_repeats(text.split(), protected=2) == text.split()[:5]
     # never cuts into committed words
     assert trim_trailing_repeats("a b c a b c".split(), protected=5) == "a b c a b c".split()
+
+
+def test_a_repeat_the_audio_has_room_for_was_spoken() -> None:
+    """Times as the aligner gives them (jfk.flac's phrase said twice, and said once but
+    read twice): a spoken copy takes about as long as the first, a loop's next to none."""
+
+    def timed(*spans: tuple[float, float]) -> list[WordTiming]:
+        return [WordTiming(f"w{i}", a, b, 0.9) for i, (a, b) in enumerate(spans)]
+
+    first = [(0.0, 0.9), (0.9, 1.2), (1.2, 1.5), (1.5, 1.7), (1.7, 2.0)]
+    spoken = [(3.1, 3.7), (3.7, 3.9), (3.9, 4.3), (4.3, 4.5), (4.5, 4.7)]
+    read = [(2.0, 2.0), (2.0, 2.0), (2.0, 2.0), (2.0, 2.0), (2.0, 2.1)]
+    assert repeat_was_spoken(timed(*first, *spoken), kept=5)
+    assert not repeat_was_spoken(timed(*first, *read), kept=5)
+    # said a lot faster than the words before it: squeezed in, not spoken
+    assert not repeat_was_spoken(
+        timed(*first, *[(2.0 + i / 10, 2.1 + i / 10) for i in range(5)]), 5
+    )
+    # nothing to compare with, or nothing cut
+    assert not repeat_was_spoken(timed(*read), kept=0)
+    assert not repeat_was_spoken(timed(*first), kept=5)
+    # too quick for a word whatever the pace before
+    assert not repeat_was_spoken(timed(*read, *[(2.1, 2.15)] * 5), kept=5)
 
 
 def test_short_phrases_need_many_repeats() -> None:
