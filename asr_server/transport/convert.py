@@ -218,7 +218,9 @@ def stream_update_from_proto(
         eager_finals=eager_finals,
         hotwords=hotwords,
     )
-    if msg.replace_hotwords:  # with the stream's initial prompt, which stays
+    # with the stream's initial prompt, which stays; said once, as the prompt grows past
+    # what is read: an agent updating its hotwords every turn logged a warning each time
+    if msg.replace_hotwords and len(current.prompt) <= PROMPT_READ_CHARS:
         _warn_if_partly_read(updated.prompt, "update")
     return updated
 

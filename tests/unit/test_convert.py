@@ -201,3 +201,19 @@ def test_the_warning_counts_the_prompt_as_the_model_is_given_it(
     with caplog.at_level("WARNING", logger="asr_server.transport.convert"):
         config = parse(audio_config(initial_prompt=exact, hotwords=["Acme", "Beta"]))
     assert len(config.prompt) == 900 and not caplog.records
+
+
+def test_updates_past_what_the_model_reads_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Each update with hotwords past what the model reads logged a warning, so an agent
+    updating its hotwords every turn (or any client, 50 KB a line) filled the log. Said
+    when the prompt grows past it, not again while it stays past."""
+    current = parse(audio_config(hotwords=["Acme"]))
+    many = asr_pb2.StreamingUpdate(
+        replace_hotwords=True, hotwords=[f"Product name {i}" for i in range(80)]
+    )
+    few = asr_pb2.StreamingUpdate(replace_hotwords=True, hotwords=["Acme"])
+    with caplog.at_level("WARNING", logger="asr_server.transport.convert"):
+        for update in (many, many, many, few, many):
+            current = stream_update_from_proto(update, current, Settings())
+    assert len(caplog.records) == 2  # the first crossing, and the one after it came back
+    assert all("the model reads only" in r.getMessage() for r in caplog.records)
