@@ -36,6 +36,7 @@ from asr_client.connection import (
     add_connection_arguments,
     connection_from_args,
     int_between,
+    optional_user_path,
     positive_float,
     user_path,
 )
@@ -228,12 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     m.add_argument(
         "--save-audio",
-        type=user_path,
+        type=optional_user_path,
         metavar="FILE",
         help="also write the recording (WAV or FLAC)",
     )
     m.add_argument(
-        "--save-transcript", type=user_path, metavar="FILE", help="also write the final results"
+        "--save-transcript",
+        type=optional_user_path,
+        metavar="FILE",
+        help="also write the final results",
     )
     return parser
 

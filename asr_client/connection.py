@@ -190,6 +190,12 @@ def user_path(text: str) -> Path:
     return Path(os.path.expanduser(text))
 
 
+def optional_user_path(text: str) -> Path | None:
+    """argparse type: ``user_path``, or None for an empty value, which a wrapper passing
+    ``--save-transcript "$OUT"`` with OUT unset means as "none" (``Path("")`` is ".")."""
+    return user_path(text) if text else None
+
+
 def int_between(low: int, high: int, unit: str = "", *, or_zero: bool = False):  # type: ignore[no-untyped-def]
     """argparse type: a whole number from ``low`` to ``high`` (in ``unit``), or 0 if
     ``or_zero`` (a flag whose 0 means the server's default)."""

@@ -1199,6 +1199,9 @@ async def test_paths_may_start_at_home(
     )
     args = build_parser().parse_args(["mic", "--save-audio=~/a.wav", "--save-transcript=~/t"])
     assert (args.save_audio, args.save_transcript) == (tmp_path / "a.wav", tmp_path / "t")
+    # empty (a wrapper's unset variable): nothing saved, as before, not a write to "."
+    args = build_parser().parse_args(["mic", "--save-audio=", "--save-transcript", ""])
+    assert (args.save_audio, args.save_transcript) == (None, None)
     args = build_parser().parse_args(["load", "~/tone.wav", "--corpus=~/c", "--json=~/r.json"])
     assert (args.files, args.corpus, args.json) == (
         [str(mono_wav)],
