@@ -45,10 +45,12 @@ SHORT_LOOP_GAP_WORDS = 2
 REREAD_MIN_WORDS = 3
 REREAD_ALTERED_EVERY = 5
 #: words a loop cut (trim_loops) that, aligned to the audio, took at least this share of
-#: the time per word that as many words before them took, and at least SPOKEN_WORD_S
-#: each, were spoken (see repeat_was_spoken)
+#: the time per word that as many words before them took, at least SPOKEN_WORD_S each
+#: on average and every one at least SHORTEST_SPOKEN_WORD_S (two of the aligner's
+#: 20 ms steps), were spoken (see repeat_was_spoken)
 SPOKEN_REPEAT_PACE = 0.5
 SPOKEN_WORD_S = 0.08
+SHORTEST_SPOKEN_WORD_S = 0.04
 
 
 #: numbers spoken as words; with digits, what a speaker says again and again for real
@@ -162,7 +164,11 @@ def repeat_was_spoken(words: Sequence[WordTiming], kept: int) -> bool:
     """Whether the words after the first ``kept`` of ``words`` (a text's words aligned to
     its audio; after ``kept``: what ``trim_loops`` would cut) took the time spoken words
     take: per word, at least SPOKEN_REPEAT_PACE of what as many words before them took,
-    and at least SPOKEN_WORD_S.
+    and at least SPOKEN_WORD_S; and every one of them some time of its own
+    (SHORTEST_SPOKEN_WORD_S). A loop over other speech (crosstalk, another language)
+    has a word or two stretched over that speech and the rest given none ("Go" 0.18 s,
+    "forward" 0.40 s, "10" 1.78 s, "meters." 0 s, over Mandarin), which the span of the
+    copy alone took for spoken.
 
     A speaker may say a phrase twice ("Ask what you can do for your country. Ask what
     you can do for your country."), which the loop checks cannot tell from Whisper
@@ -178,7 +184,33 @@ def repeat_was_spoken(words: Sequence[WordTiming], kept: int) -> bool:
         return (run[-1].end_s - run[0].start_s) / len(run)
 
     pace = per_word(removed)
-    return pace >= SPOKEN_WORD_S and pace >= SPOKEN_REPEAT_PACE * per_word(before)
+    return (
+        pace >= SPOKEN_WORD_S
+        and pace >= SPOKEN_REPEAT_PACE * per_word(before)
+        and all(w.end_s - w.start_s >= SHORTEST_SPOKEN_WORD_S for w in removed)
+    )
+
+
+def timings_of_tokens(words: Sequence[WordTiming], text: str) -> list[WordTiming] | None:
+    """The aligned ``words`` joined into ``text.split()``'s tokens (None where they do not
+    make them up): the aligner splits a hyphenated word ("flower", "-fattened") that the
+    text has as one token."""
+    tokens = text.split()
+    joined: list[WordTiming] = []
+    at = 0
+    for token in tokens:
+        piece = ""
+        first = at
+        while at < len(words) and len(piece) < len(token):
+            piece += "".join(words[at].word.split())
+            at += 1
+        if piece != token:
+            return None
+        part = words[first:at]
+        joined.append(
+            WordTiming(token, part[0].start_s, part[-1].end_s, min(w.probability for w in part))
+        )
+    return joined if at == len(words) else None
 
 
 def trim_dangling_restart(words: list[str]) -> list[str]:

@@ -46,6 +46,7 @@ from asr_server.engine.text import (
     merge_punctuation,
     repeat_was_spoken,
     timings_in_text,
+    timings_of_tokens,
     trim_loops,
 )
 
@@ -541,13 +542,14 @@ class WhisperEngine:
         given: set[int] = set()
         for members in self._by_language(list(repeats), tokenizers).values():
             timings = self._timings(members, requests, tokens, tokenizers, encoded, frames)
-            for i, words in zip(members, timings, strict=True):
+            for i, aligned in zip(members, timings, strict=True):
                 whole, kept = repeats[i], len(hyps[i].text.split())
-                if len(words) != len(whole.split()) or not repeat_was_spoken(words, kept):
+                words = timings_of_tokens(aligned, whole)
+                if words is None or not repeat_was_spoken(words, kept):
                     continue
                 logger.debug("kept a spoken repeat: %r, not %r", whole, hyps[i].text)
                 shown = words if requests[i].word_timestamps else []
-                hyps[i] = dataclasses.replace(hyps[i], text=whole, words=shown)
+                hyps[i] = dataclasses.replace(hyps[i], text=whole, words=shown, spoken_repeat=True)
                 given.add(i)
         return given
 

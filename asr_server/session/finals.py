@@ -173,6 +173,10 @@ class FinalDecoder:
         unheard = own_audio - utt.heard_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
+        if hyp.spoken_repeat:
+            # the audio has the repeat at its end spoken twice; the partial, decoded on
+            # less of it, may have looped there and been cut to one copy
+            return hyp
         text = without_unheard_loops(hyp.text, spoken_words(utt.heard_text))
         if text == hyp.text:
             return hyp

@@ -282,3 +282,26 @@ def test_a_phrase_read_twice_is_cut_unless_the_audio_says_it_twice(
             (hyp,) = engine.transcribe([request])
             assert hyp.text == said, (kind, word_timestamps)
             assert [w.word for w in hyp.words] == (said.split() if word_timestamps else [])
+
+
+def test_a_repeat_with_a_hyphenated_word_is_checked_too(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The aligner splits "flower-fattened" in two, so the words no longer matched the
+    text's and a spoken repeat with such a word was cut unchecked."""
+    clip = first_channel(corpus()["libri_1089-134686-0000"].path)[
+        int(8.3 * 16_000) : int(10.3 * 16_000)
+    ]
+    gap = np.zeros(4_800, np.float32)
+    speech = np.concatenate([gap, clip, gap, clip, np.zeros(12_800, np.float32)])
+    tok = engine._tokenizer("en")
+    read = " Peppered flower-fattened sauce." * 2
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        return [_Result([*p, *tok.encode(read), tok.eot]) for p in prompts]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    request = DecodeRequest(speech, DecodeKind.FINAL, language="en", word_timestamps=True)
+    (hyp,) = engine.transcribe([request])
+    assert hyp.text == read.strip() and hyp.spoken_repeat
+    assert [w.word for w in hyp.words] == read.split()

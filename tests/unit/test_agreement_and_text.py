@@ -18,6 +18,7 @@ from asr_server.engine.text import (
     repeats_back_to_back,
     spoken_words,
     timings_in_text,
+    timings_of_tokens,
     trim_dangling_restart,
     trim_loops,
     trim_restarted_passage,
@@ -140,6 +141,30 @@ def test_a_repeat_the_audio_has_room_for_was_spoken() -> None:
     assert not repeat_was_spoken(timed(*first), kept=5)
     # too quick for a word whatever the pace before
     assert not repeat_was_spoken(timed(*read, *[(2.1, 2.15)] * 5), kept=5)
+    # a loop over other speech: one word stretched over it, another given no time
+    # (the aligner's times for "Go forward 10 meters." read again over Mandarin)
+    over_speech = [(3.44, 3.62), (3.62, 4.02), (4.02, 5.8), (5.8, 5.8)]
+    said_once = [(0.3, 0.6), (0.6, 1.0), (1.0, 1.4), (1.4, 1.9)]
+    assert not repeat_was_spoken(timed(*said_once, *over_speech), kept=4)
+
+
+def test_aligned_words_are_joined_into_the_texts_tokens() -> None:
+    """The aligner splits a hyphenated word the text has as one token, so a repeat with
+    one was never checked against the audio (always cut)."""
+    aligned = [
+        WordTiming("Heppered", 0.3, 0.8, 0.9),
+        WordTiming("flower", 0.8, 1.1, 0.8),
+        WordTiming("-fattened", 1.1, 1.6, 0.7),
+        WordTiming("sauce.", 1.6, 2.0, 0.9),
+    ]
+    joined = timings_of_tokens(aligned, "Heppered flower-fattened sauce.")
+    assert joined == [
+        WordTiming("Heppered", 0.3, 0.8, 0.9),
+        WordTiming("flower-fattened", 0.8, 1.6, 0.7),
+        WordTiming("sauce.", 1.6, 2.0, 0.9),
+    ]
+    assert timings_of_tokens(aligned, "Heppered flower-fattened") is None  # words left
+    assert timings_of_tokens(aligned, "Peppered flower-fattened sauce.") is None
 
 
 def test_short_phrases_need_many_repeats() -> None:

@@ -794,6 +794,26 @@ async def test_a_final_that_reads_its_end_again_loses_the_repeat_its_partials_la
     assert h.metrics.looped_tails_trimmed._value.get() == int(trimmed)
 
 
+class SaysItsEndAgain(LoopsAtItsEnd):
+    """The same final, from an engine that found the repeat spoken in the audio."""
+
+    def _hear(self, req):  # type: ignore[no-untyped-def]
+        hyp = super()._hear(req)
+        return dataclasses.replace(hyp, spoken_repeat=req.kind is DecodeKind.FINAL)
+
+
+async def test_a_repeat_the_engine_found_spoken_stays_though_the_partials_lack_it() -> None:
+    """The latest partial had heard both copies but read the phrase over and over and was
+    cut to one copy; the final, checked against it, lost its spoken copy (diff review:
+    "He could wait no longer." twice, streamed at real time)."""
+    audio = np.concatenate([silence(0.5), tone(4.0), silence(1.0)])
+    h = Harness(SaysItsEndAgain(), partial_interval_ms=500)
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=True)
+    (final,) = [r.text for r in results(events, final=True)]
+    assert final == " ".join([*(f"w{i}" for i in range(16)), "w6", "w7", "w8"])
+    assert h.metrics.looped_tails_trimmed._value.get() == 0
+
+
 def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
     from asr_server.session.carry import Carry
 
