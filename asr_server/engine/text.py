@@ -191,6 +191,18 @@ def repeat_was_spoken(words: Sequence[WordTiming], kept: int) -> bool:
     )
 
 
+def next_copy_size(words: Sequence[str], kept: int) -> int:
+    """How many of ``words`` after the first ``kept`` make the next copy to check: the
+    fewest that repeat, back to back, as many just before them ("A B C | A B C A B"
+    → 3), else all of them (a restart, "A B C D | A B": 2); 0 when none are left."""
+    rest = len(words) - kept
+    norm = [normalize_word(w) for w in words]
+    for size in range(1, min(rest, kept) + 1):
+        if norm[kept : kept + size] == norm[kept - size : kept]:
+            return size
+    return rest
+
+
 def timings_of_tokens(words: Sequence[WordTiming], text: str) -> list[WordTiming] | None:
     """The aligned ``words`` joined into ``text.split()``'s tokens (None where they do not
     make them up): the aligner splits a hyphenated word ("flower", "-fattened") that the

@@ -44,6 +44,7 @@ from asr_server.engine.text import (
     compression_ratio,
     loop_trimmed,
     merge_punctuation,
+    next_copy_size,
     repeat_was_spoken,
     timings_in_text,
     timings_of_tokens,
@@ -67,6 +68,8 @@ CPU_FINAL_MIN_WINDOW_S = 10.0
 NO_SPEECH_THRESHOLD = 0.6
 LOGPROB_THRESHOLD = -1.0
 COMPRESSION_RATIO_THRESHOLD = 2.4
+#: the most copies of a cut phrase put back as spoken (a chant, a number read back)
+MAX_SPOKEN_COPIES = 4
 
 
 def single_threaded_blas() -> None:
@@ -279,19 +282,22 @@ class WhisperEngine:
                     )
                 results[i] = res
                 tokens[i] = retried
-        repeats: dict[int, str] = {}  # decodes whose end trim_loops cut: their whole text
+        # decodes whose end the loop rules cut: the whole text they read
+        repeats: dict[int, str] = {}
         for i, (req, res, tok) in enumerate(zip(requests, results, tokenizers, strict=True)):
             hyp, whole = self._hypothesis(
                 req, res, tokens[i], len(prefixes[i]), tok, languages[i], trimmed.get(i)
             )
             hyps[i] = dataclasses.replace(hyp, language_scores=scores[i])
+            if whole is None and i in trimmed and not hyp.rejected:  # cut by loop_trimmed
+                whole = f"{req.prefix.strip()} {tok.decode(tokens[i][len(prefixes[i]) :])}"
             if whole is not None:
-                repeats[i] = whole
-        aligned = (
-            self._keep_spoken_repeats(repeats, requests, hyps, tokens, tokenizers, encoded, frames)
-            if repeats
-            else set()
-        )
+                repeats[i] = whole.strip()
+        aligned = {
+            i
+            for i, whole in repeats.items()
+            if self._keep_spoken_copies(i, whole, requests, hyps, tokenizers, encoded, frames)
+        }
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
         if logger.isEnabledFor(logging.DEBUG):
@@ -532,26 +538,48 @@ class WhisperEngine:
         cut = loop_cut is None and new_raw and words != text.split()
         return hyp, (text if cut else None)
 
-    def _keep_spoken_repeats(  # type: ignore[no-untyped-def]
-        self, repeats, requests, hyps, tokens, tokenizers, encoded, frames
-    ) -> set[int]:
-        """Put back the words ``trim_loops`` cut from the decodes in ``repeats`` (index:
-        whole text) where the audio shows them spoken (``repeat_was_spoken``): a speaker
-        saying a phrase twice, not Whisper reading it again. Costs an alignment, only for
-        a decode whose end repeats itself. Returns the decodes given word timings."""
-        given: set[int] = set()
-        for members in self._by_language(list(repeats), tokenizers).values():
-            timings = self._timings(members, requests, tokens, tokenizers, encoded, frames)
-            for i, aligned in zip(members, timings, strict=True):
-                whole, kept = repeats[i], len(hyps[i].text.split())
-                words = timings_of_tokens(aligned, whole)
-                if words is None or not repeat_was_spoken(words, kept):
-                    continue
-                logger.debug("kept a spoken repeat: %r, not %r", whole, hyps[i].text)
-                shown = words if requests[i].word_timestamps else []
-                hyps[i] = dataclasses.replace(hyps[i], text=whole, words=shown, spoken_repeat=True)
-                given.add(i)
-        return given
+    def _keep_spoken_copies(  # type: ignore[no-untyped-def]
+        self, i, whole, requests, hyps, tokenizers, encoded, frames
+    ) -> bool:
+        """Put back, a copy at a time, the words the loop rules cut from decode ``i``
+        (``whole``: all it read) where the audio shows them spoken (``repeat_was_spoken``):
+        a speaker saying a phrase twice, not Whisper reading it again. Whisper may read a
+        phrase said twice three times or more, to the compression-ratio limit: each copy
+        is checked in turn, and the first one not spoken ends it. Costs an alignment a
+        copy, only for a decode whose end repeats itself. Whether ``hyps[i]`` changed
+        (it has word timings then, if asked for)."""
+        words = whole.split()
+        kept = len(hyps[i].text.split())
+        if words[:kept] != hyps[i].text.split():
+            return False  # (a cut inside the text: not a tail to check)
+        best: tuple[str, list[WordTiming]] | None = None
+        for _ in range(MAX_SPOKEN_COPIES):
+            size = next_copy_size(words, kept)
+            if not size:
+                break
+            text = " ".join(words[: kept + size])
+            timings = self._timings_of_text(i, text, requests, tokenizers, encoded, frames)
+            if timings is None or not repeat_was_spoken(timings, kept):
+                break
+            kept += size
+            best = text, timings
+        if best is None:
+            return False
+        text, timings = best
+        logger.debug("kept a spoken repeat: %r, not %r", text, hyps[i].text)
+        shown = timings if requests[i].word_timestamps else []
+        hyps[i] = dataclasses.replace(hyps[i], text=text, words=shown, spoken_repeat=True)
+        return True
+
+    def _timings_of_text(  # type: ignore[no-untyped-def]
+        self, i, text, requests, tokenizers, encoded, frames
+    ) -> list[WordTiming] | None:
+        """``text``'s tokens (``text.split()``) aligned to request ``i``'s audio (None where
+        the aligner's words do not make them up)."""
+        enc = encoded if len(requests) == 1 else self._select(encoded, [i])
+        tok = tokenizers[i]
+        (alignment,) = self._model.find_alignment(tok, [tok.encode(" " + text)], enc, [frames[i]])
+        return timings_of_tokens(word_timings(alignment), text)
 
     def _add_words(  # type: ignore[no-untyped-def]
         self, requests, hyps, tokens, tokenizers, encoded, frames, aligned
@@ -588,20 +616,22 @@ class WhisperEngine:
         alignments = self._model.find_alignment(
             tokenizers[members[0]], text_tokens, enc, [frames[i] for i in members]
         )
-        return [
-            merge_punctuation(
-                [
-                    WordTiming(
-                        word=w["word"].strip(),
-                        start_s=float(w["start"]),
-                        end_s=float(w["end"]),
-                        probability=float(w["probability"]),
-                    )
-                    for w in words
-                ]
+        return [word_timings(words) for words in alignments]
+
+
+def word_timings(alignment: list[dict[str, Any]]) -> list[WordTiming]:
+    """faster-whisper's aligned words, with punctuation joined to its neighbours."""
+    return merge_punctuation(
+        [
+            WordTiming(
+                word=w["word"].strip(),
+                start_s=float(w["start"]),
+                end_s=float(w["end"]),
+                probability=float(w["probability"]),
             )
-            for words in alignments
+            for w in alignment
         ]
+    )
 
 
 def whisper_languages(tokenizer: Any = None) -> frozenset[str] | None:

@@ -257,19 +257,22 @@ def test_the_decoder_may_run_the_whole_token_budget(engine: WhisperEngine) -> No
     assert forced.text.startswith("If the reader will excuse me,")
 
 
+@pytest.mark.parametrize("times_read", [2, 8])
 @pytest.mark.parametrize("times_said", [1, 2])
 def test_a_phrase_read_twice_is_cut_unless_the_audio_says_it_twice(
-    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch, times_said: int
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch, times_said: int, times_read: int
 ) -> None:
-    """The same decode, "ask what you can do for your country" twice (a stand-in for
-    generate), over JFK saying it once, as Whisper looping reads it, and twice: only the
-    aligner's times tell the two apart, for a partial and a final, words asked or not."""
+    """The same decode, "ask what you can do for your country" read twice or to the
+    compression-ratio limit (a stand-in for generate: Whisper read a phrase said twice
+    that way at pauses of 0.4-1 s), over JFK saying it once, as Whisper looping reads it,
+    and twice: only the aligner's times tell them apart, for a partial and a final,
+    words asked or not."""
     jfk = first_channel(corpus()["jfk"].path)
     phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
     gap = np.zeros(4_000, np.float32)
     speech = np.concatenate([gap, *[phrase, gap] * times_said, np.zeros(16_000, np.float32)])
     tok = engine._tokenizer("en")
-    read = " Ask what you can do for your country." * 2
+    read = " Ask what you can do for your country." * times_read
 
     def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
         return [_Result([*p, *tok.encode(read), tok.eot]) for p in prompts]

@@ -13,6 +13,7 @@ from asr_server.engine.text import (
     loop_trimmed,
     looped_tail,
     merge_punctuation,
+    next_copy_size,
     normalize_word,
     repeat_was_spoken,
     repeats_back_to_back,
@@ -146,6 +147,15 @@ def test_a_repeat_the_audio_has_room_for_was_spoken() -> None:
     over_speech = [(3.44, 3.62), (3.62, 4.02), (4.02, 5.8), (5.8, 5.8)]
     said_once = [(0.3, 0.6), (0.6, 1.0), (1.0, 1.4), (1.4, 1.9)]
     assert not repeat_was_spoken(timed(*said_once, *over_speech), kept=4)
+
+
+def test_the_copies_a_cut_took_are_checked_one_at_a_time() -> None:
+    words = "I said ask what you can ask what you can ask what".split()
+    assert next_copy_size(words, kept=6) == 4  # "ask what you can" again
+    assert next_copy_size(words, kept=10) == 2  # what is left: a copy cut short
+    assert next_copy_size("a b c d a b".split(), kept=4) == 2  # a restart
+    assert next_copy_size("no, no no".split(), kept=1) == 1  # as normalized words
+    assert next_copy_size("a b c".split(), kept=3) == 0
 
 
 def test_aligned_words_are_joined_into_the_texts_tokens() -> None:
