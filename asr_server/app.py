@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 #: the health port's message limit: a health request or answer is a service name and a status
 HEALTH_MESSAGE_BYTES = 4096
+#: how long a second signal lets the open streams' statuses go out before the server stops
+HURRY_STATUS_S = 0.5
 
 
 class StartupError(Exception):
@@ -219,10 +221,20 @@ class RunningServer:
             logger.info("drained: ended %d health Watch or reflection call(s)", ended)
 
     async def hurry(self) -> None:
-        """End now (a second signal): the open streams are cut, and closing waits for no
-        engine call under way."""
+        """End now (a second signal): the open streams end with UNAVAILABLE and a reason,
+        and closing waits for no engine call under way. (gRPC's own stop cancelled them:
+        counted as streams their clients had left, CANCELLED, and their clients read
+        "Cancelling all calls".)"""
         if self._scheduler is not None:
             self._scheduler.abandon()
+        self.servicer.end_open_calls(
+            "the server was told to stop at once, during its drain; resume the stream on "
+            "another replica"
+        )
+        # their statuses go out as their handlers end: a moment, not a wait for any engine
+        deadline = asyncio.get_running_loop().time() + HURRY_STATUS_S
+        while self.servicer.active and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
         await self.server.stop(grace=None)
 
     async def close(self) -> None:

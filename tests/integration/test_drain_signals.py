@@ -37,7 +37,11 @@ async def test_a_second_signal_ends_the_drain_at_once(second: signal.Signals) ->
             with pytest.raises(StreamClosedError) as ended:
                 async for _ in stream:
                     pass
+            # with the reason, and counted as the server's ending, not the client's leaving
+            # (gRPC's stop cancelled it: "Cancelling all calls", counted CANCELLED)
             assert ended.value.code is grpc.StatusCode.UNAVAILABLE
+            assert "told to stop at once" in str(ended.value), ended.value
+            assert replica.count(r"call s\d+ ended with UNAVAILABLE: the server was told") == 1
     finally:
         replica.stop()
     assert replica.proc.returncode == 0
