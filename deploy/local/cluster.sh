@@ -54,9 +54,15 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamasr-cluster.XXXXXX")
 pids=()  # the replicas', then the proxy's (last)
+hurried=
 hurry() {
-  echo "hurrying: the replicas stop without waiting for their streams" >&2
-  for pid in "${pids[@]:0:replicas}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # once: a replica's second SIGTERM is all there is. (No `return` here: bash loses
+  # track of its function context returning from a trap run inside stop's wait.)
+  if [[ -z $hurried ]]; then
+    hurried=1
+    echo "hurrying: the replicas stop without waiting for their streams" >&2
+    for pid in "${pids[@]:0:replicas}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  fi
 }
 stop() {
   # the replicas drain (their streams end or move) while the proxy still carries them;
