@@ -39,6 +39,7 @@ async def start_bridge(grpc_port: int) -> tuple[asyncio.subprocess.Process, int]
         env={k: v for k, v in os.environ.items() if k != "ASR_BRIDGE_TOKEN"},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
+        preexec_fn=sb.die_with_parent,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -38,6 +38,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from children import die_with_parent  # noqa: E402
+
 from asr_client.load.command import default_options, make_calls  # noqa: E402
 from asr_client.load.report import summarize  # noqa: E402
 from asr_client.load.runner import run_load  # noqa: E402
@@ -64,7 +66,9 @@ class Server:
         # the log goes to a file: a pipe nobody reads fills up and blocks the server's loop
         self.log = tempfile.NamedTemporaryFile(prefix="asr-server-", suffix=".log", delete=False)
         print(f"server log: {self.log.name}", flush=True)
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=self.log, preexec_fn=die_with_parent
+        )
         self.ps = psutil.Process(self.proc.pid)
 
     def cpu_s(self) -> float:
@@ -82,15 +86,23 @@ class Server:
             self.proc.kill()
 
 
-async def wait_ready(port: int) -> None:
-    """Until the server reports SERVING (its model loaded)."""
+async def wait_ready(server: Server) -> None:
+    """Until the server reports SERVING (its model loaded); if it exits first, its log's
+    last lines say why (a bad --server-arg), at once rather than after 3 minutes."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         health = health_pb2_grpc.HealthStub(channel)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
+            if server.proc.poll() is not None:
+                log = Path(server.log.name).read_text(errors="replace")  # noqa: ASYNC240 (once)
+                last = log.splitlines()[-10:]
+                raise SystemExit(
+                    f"the server exited before it was ready (status {server.proc.returncode}):\n"
+                    + "\n".join(last)
+                )
             try:
                 reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
@@ -204,7 +216,7 @@ def plot(levels: list[dict[str, Any]], path: Path, target: float, title: str) ->
 async def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     server = Server(args.server_arg)
     try:
-        await wait_ready(server.port)
+        await wait_ready(server)
         levels = []
         for n in [int(x) for x in args.concurrency.split(",") if x]:
             lv = await talking_level(server, n, args)
@@ -264,6 +276,11 @@ def main() -> None:
             f"--silent-duration must be more than {SILENT_WARM_UP_S + 1:g} s: the silent calls' "
             f"CPU is sampled from {SILENT_WARM_UP_S:g} s in"
         )
+    if args.plot:
+        try:  # said now, not after a run of minutes
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib: .venv/bin/pip install -e '.[bench]'")
     levels, silent = asyncio.run(measure(args))
     ok = [
         lv["concurrency"]

@@ -40,6 +40,8 @@ def environment(spec: str) -> dict[str, str]:
 async def run(a: argparse.Namespace) -> dict[str, object]:
     configs = [environment(spec) for spec in a.configs]
     items = [i for i in sb.load_items(a.limit, a.ids) if len(sb.references(i)) == 1]
+    if not items:
+        sys.exit("no mono recording of the corpus's WER set matches --ids/--limit")
     client_ends = {i.id: sb.client_vad_speech_ends(i) for i in items}
     servers: list[tuple[asyncio.subprocess.Process, int, int]] = []
     bridges: dict[int, tuple[asyncio.subprocess.Process, int]] = {}  # config → its bridge

@@ -31,6 +31,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from children import die_with_parent  # noqa: E402
+
 from asr_client import AsrClient, ConnectionOptions, audio_config  # noqa: E402
 from asr_client.audio_files import load_audio  # noqa: E402
 from asr_server.transport.auth import new_token  # noqa: E402
@@ -56,6 +58,7 @@ async def start_server(*args: str) -> Server:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "asr_server", "--port", "0", "--metrics-port", "0", *args,
         cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=die_with_parent,
     )  # fmt: skip
     log: list[str] = []
     found: asyncio.Future[int] = asyncio.get_running_loop().create_future()

@@ -46,6 +46,7 @@ import soundfile as sf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from children import die_with_parent  # noqa: E402
 from word_latency import ChannelWords, SpokenWord, spoken_words  # noqa: E402
 
 from asr_client import AsrClient, audio_config  # noqa: E402
@@ -93,6 +94,14 @@ class Outcome:
 
 
 def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
+    """The corpus's WER set (``pattern``: ids it matches; ``limit``: the first so many).
+    None of it is an error, not a perfect score over nothing."""
+    try:
+        wanted = re.compile(pattern or "")
+    except re.error as exc:
+        sys.exit(f"--ids {pattern!r} is not a regular expression: {exc}")
+    if not (SHARED / "MANIFEST.tsv").is_file():
+        sys.exit(f"no shared corpus at {SHARED} (set ASR_SHARED_AUDIO to its folder)")
     with open(SHARED / "NOTES.tsv", newline="") as f:
         category = {r["id"]: r["category"] for r in csv.DictReader(f, delimiter="\t")}
     items = []
@@ -102,13 +111,16 @@ def load_items(limit: int | None, pattern: str | None = None) -> list[Item]:
                 continue
             if category.get(r["id"]) not in WER_CATEGORIES:
                 continue
-            if pattern and not re.search(pattern, r["id"]):
+            if not wanted.search(r["id"]):
                 continue
             source = r["id"].split("_")[0]
             items.append(
                 Item(r["id"], SHARED / r["file"], float(r["duration_s"]), r["transcript"], source)
             )
-    return items[:limit] if limit else items
+    items = items[:limit] if limit else items
+    if not items:
+        sys.exit("no recording of the corpus's WER set matches --ids/--limit")
+    return items
 
 
 def references(item: Item) -> dict[int, str]:
@@ -433,12 +445,19 @@ async def start_server(
         cwd=code,
         env={**os.environ, **(env or {})},
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=die_with_parent,
     )
     assert proc.stderr is not None
+    said: list[str] = []
     while True:
         line = (await proc.stderr.readline()).decode()
         if not line:
-            raise RuntimeError("server exited before it was ready")
+            await proc.wait()
+            last = "".join(said[-10:]).rstrip()  # the server's own reason (a bad --model)
+            raise SystemExit(
+                f"the server exited before it was ready (status {proc.returncode}):\n{last}"
+            )
+        said.append(line)
         if "streamasr is ready" in line:
             break
 

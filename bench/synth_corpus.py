@@ -131,11 +131,32 @@ def reference(passage: str) -> str:
     return " ".join(passage.replace("|", " ").replace(".", " ").split()).upper()
 
 
+def is_synthetic_corpus(folder: Path) -> bool:
+    """``folder`` is empty, or holds what this script writes and nothing else."""
+    if not folder.is_dir():
+        return False
+    entries = {p.name for p in folder.iterdir()}
+    if not entries:
+        return True
+    made = {"audio", "MANIFEST.tsv", "NOTES.tsv"}
+    return (
+        entries <= made
+        and all(p.name.startswith("synth_") for p in (folder / "audio").glob("*"))
+        and "bench/synth_corpus.py" in (folder / "MANIFEST.tsv").read_text(errors="replace")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", type=Path, help="directory to write (replaced)")
+    parser.add_argument(
+        "out", type=Path, help="directory to write: new, empty, or an earlier synthetic corpus"
+    )
     parser.add_argument("--seed", type=int, default=20261205)
     args = parser.parse_args()
+    # only a corpus this script made is replaced: `synth_corpus.py .` from the checkout
+    # deleted the checkout, and any folder given by mistake went before a word was said
+    if args.out.exists() and not is_synthetic_corpus(args.out):
+        sys.exit(f"{args.out} is not empty and not a corpus this script made: not replaced")
     if shutil.which("espeak-ng") is None:
         sys.exit("espeak-ng is not installed (apt install espeak-ng)")
     rng = np.random.default_rng(args.seed)

@@ -70,3 +70,24 @@ def test_the_corpus_is_laid_out_as_the_benchmarks_read_it(
         assert (tmp_path / "corpus" / row["file"]).is_file()
         assert row["language"] == "en" and int(row["sample_rate"]) == SR
         assert notes[row["id"]] in WER_CATEGORIES  # scored, not skipped
+
+
+def test_synth_corpus_replaces_only_a_corpus_it_made(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`synth_corpus.py OUT` deleted OUT whatever it held, before a word was synthesized
+    (`synth_corpus.py .` from the checkout deleted the checkout)."""
+    victim = tmp_path / "victim"
+    (victim / "sub").mkdir(parents=True)
+    (victim / "important.txt").write_text("keep me")
+    monkeypatch.setattr(sys, "argv", ["synth_corpus.py", str(victim)])
+    with pytest.raises(SystemExit, match="not a corpus this script made"):
+        synth_corpus.main()
+    assert (victim / "important.txt").read_text() == "keep me" and (victim / "sub").is_dir()
+    made = tmp_path / "made"
+    (made / "audio").mkdir(parents=True)
+    (made / "audio" / "synth_00.wav").write_bytes(b"")
+    (made / "MANIFEST.tsv").write_text("id\tsource_path\nsynth_00\tbench/synth_corpus.py\n")
+    assert synth_corpus.is_synthetic_corpus(made)
+    (tmp_path / "empty").mkdir()
+    assert synth_corpus.is_synthetic_corpus(tmp_path / "empty")
+    (made / "notes.md").write_text("mine")  # anything else in it: not replaced
+    assert not synth_corpus.is_synthetic_corpus(made)
