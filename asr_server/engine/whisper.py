@@ -296,7 +296,7 @@ class WhisperEngine:
         aligned = {
             i
             for i, whole in repeats.items()
-            if self._keep_spoken_copies(i, whole, requests, hyps, tokenizers, encoded, frames)
+            if self._spoken_copies_kept(i, whole, requests, hyps, tokenizers, encoded, frames)
         }
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
@@ -537,6 +537,16 @@ class WhisperEngine:
         hyp = Hypothesis(" ".join(words), language, [], no_speech, avg_logprob)
         cut = loop_cut is None and new_raw and words != text.split()
         return hyp, (text if cut else None)
+
+    def _spoken_copies_kept(self, i, whole, *rest) -> bool:  # type: ignore[no-untyped-def]
+        """``_keep_spoken_copies``, which only ever puts words back: should the aligner
+        fail on a text, the loop's cut stands, and the batch's other decodes are not
+        failed with it."""
+        try:
+            return self._keep_spoken_copies(i, whole, *rest)
+        except Exception:
+            logger.warning("a repeat could not be checked against the audio", exc_info=True)
+            return False
 
     def _keep_spoken_copies(  # type: ignore[no-untyped-def]
         self, i, whole, requests, hyps, tokenizers, encoded, frames

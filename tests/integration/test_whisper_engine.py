@@ -308,3 +308,29 @@ def test_a_repeat_with_a_hyphenated_word_is_checked_too(
     (hyp,) = engine.transcribe([request])
     assert hyp.text == read.strip() and hyp.spoken_repeat
     assert [w.word for w in hyp.words] == read.split()
+
+
+def test_a_repeat_the_aligner_fails_on_is_cut_and_fails_nothing_else(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check only ever puts words back: an aligner error leaves the loop's cut, and
+    the batch's other decode, instead of failing both streams with INTERNAL."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+    gap = np.zeros(4_000, np.float32)
+    twice = np.concatenate([gap, phrase, gap, phrase, gap])
+    tok = engine._tokenizer("en")
+    texts = [" Ask what you can do for your country." * 2, " And so my fellow Americans."]
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        return [_Result([*p, *tok.encode(t), tok.eot]) for p, t in zip(prompts, texts, strict=True)]
+
+    def find_alignment(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the aligner failed")
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    monkeypatch.setattr(engine._model, "find_alignment", find_alignment)
+    requests = [DecodeRequest(twice, DecodeKind.FINAL, language="en") for _ in texts]
+    first, second = engine.transcribe(requests)
+    assert first.text == "Ask what you can do for your country." and not first.spoken_repeat
+    assert second.text == "And so my fellow Americans."
