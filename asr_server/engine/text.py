@@ -250,6 +250,14 @@ def repeats_back_to_back(words: Sequence[str], min_words: int = LONG_REPEAT_WORD
     return next(_back_to_back(norm, range(min_words, len(norm) // 2 + 1)), None) is not None
 
 
+def repeated_phrases(words: Sequence[str]) -> list[tuple[int, int]]:
+    """(start, length) of each phrase of LONG_REPEAT_WORDS words or more that comes twice
+    in a row in ``words`` (as ``text.split()`` has them, compared normalized): where a
+    final's text may say what the speaker said twice, or Whisper read twice."""
+    norm = [normalize_word(w) for w in words]
+    return list(_back_to_back(norm, range(len(norm) // 2, LONG_REPEAT_WORDS - 1, -1)))
+
+
 def _back_to_back(norm: Sequence[str], lengths: Iterable[int]) -> Iterator[tuple[int, int]]:
     """(start, length) of each phrase of one of ``lengths`` words that comes twice in a
     row in ``norm`` (normalized words), in the order of ``lengths``."""

@@ -41,11 +41,13 @@ from asr_server.engine.base import (
 from asr_server.engine.cpu import cpu_flags, slow_int8_warning, usable_cores
 from asr_server.engine.models import ModelLoadError, ResolvedModel
 from asr_server.engine.text import (
+    LONG_REPEAT_WORDS,
     compression_ratio,
     loop_trimmed,
     merge_punctuation,
     next_copy_size,
     repeat_was_spoken,
+    repeated_phrases,
     timings_in_text,
     timings_of_tokens,
     trim_loops,
@@ -298,6 +300,14 @@ class WhisperEngine:
             for i, whole in repeats.items()
             if self._spoken_copies_kept(i, whole, requests, hyps, tokenizers, encoded, frames)
         }
+        for i, (req, decoded) in enumerate(zip(requests, hyps, strict=True)):
+            # a final that says a phrase twice and goes on: the session checks such repeats
+            # against a partial, whose reading may have had the phrase once
+            if req.kind is DecodeKind.FINAL and i not in repeats and decoded and decoded.text:
+                if repeated_phrases(decoded.text.split()) and self._inner_repeats_spoken(
+                    i, requests, hyps, tokenizers, encoded, frames
+                ):
+                    aligned.add(i)
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
         if logger.isEnabledFor(logging.DEBUG):
@@ -565,7 +575,10 @@ class WhisperEngine:
         best: tuple[str, list[WordTiming]] | None = None
         for _ in range(MAX_SPOKEN_COPIES):
             size = next_copy_size(words, kept)
-            if not size:
+            if size < LONG_REPEAT_WORDS:
+                # a word or two again ("and, and,"; "which which"): the last words aligned
+                # get what audio is left, too little to tell a speaker from a loop, and the
+                # loop rules cut such short copies only from the fourth on anyway
                 break
             text = " ".join(words[: kept + size])
             timings = self._timings_of_text(i, text, requests, tokenizers, encoded, frames)
@@ -579,6 +592,29 @@ class WhisperEngine:
         logger.debug("kept a spoken repeat: %r, not %r", text, hyps[i].text)
         shown = timings if requests[i].word_timestamps else []
         hyps[i] = dataclasses.replace(hyps[i], text=text, words=shown, spoken_repeat=True)
+        return True
+
+    def _inner_repeats_spoken(  # type: ignore[no-untyped-def]
+        self, i, requests, hyps, tokenizers, encoded, frames
+    ) -> bool:
+        """Whether every phrase decode ``i`` says twice in a row (``repeated_phrases``)
+        took the time a spoken one does the second time (``repeat_was_spoken``); if so
+        it is marked ``spoken_repeat`` (and given its word timings, if asked for), which
+        keeps the session's partial-based loop cuts off it. An aligner failure: not."""
+        text = hyps[i].text
+        try:
+            timings = self._timings_of_text(i, text, requests, tokenizers, encoded, frames)
+        except Exception:
+            logger.warning("a repeat could not be checked against the audio", exc_info=True)
+            return False
+        if timings is None or not all(
+            repeat_was_spoken(timings[: start + 2 * size], start + size)
+            for start, size in repeated_phrases(text.split())
+        ):
+            return False
+        logger.debug("a final's repeat is spoken: %r", text)
+        shown = timings if requests[i].word_timestamps else []
+        hyps[i] = dataclasses.replace(hyps[i], words=shown, spoken_repeat=True)
         return True
 
     def _timings_of_text(  # type: ignore[no-untyped-def]

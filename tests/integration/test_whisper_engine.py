@@ -334,3 +334,49 @@ def test_a_repeat_the_aligner_fails_on_is_cut_and_fails_nothing_else(
     first, second = engine.transcribe(requests)
     assert first.text == "Ask what you can do for your country." and not first.spoken_repeat
     assert second.text == "And so my fellow Americans."
+
+
+@pytest.mark.parametrize("times_said", [1, 2])
+def test_a_final_saying_a_phrase_twice_and_going_on_is_marked_spoken_if_it_was(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch, times_said: int
+) -> None:
+    """A final that says a phrase twice and goes on ("…up and down. For a full hour he had
+    paced up and down. Waiting."): the session cut the second copy against a partial that
+    had read it once. The engine now checks such a repeat against the audio, and marks
+    the final when it was spoken, which keeps the session's cut off it."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+    americans = jfk[: int(2.3 * 16_000)]
+    gap = np.zeros(4_000, np.float32)
+    speech = np.concatenate([gap, *[phrase, gap] * times_said, americans, gap])
+    tok = engine._tokenizer("en")
+    read = " Ask what you can do for your country." * 2 + " And so my fellow Americans."
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        return [_Result([*p, *tok.encode(read), tok.eot]) for p in prompts]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    (hyp,) = engine.transcribe([DecodeRequest(speech, DecodeKind.FINAL, language="en")])
+    assert hyp.text == read.strip()  # (the engine's own rules cut only a repeat at the end)
+    assert hyp.spoken_repeat is (times_said == 2)
+
+
+def test_a_word_or_two_read_again_is_never_put_back(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy of a word or two is the last thing aligned and gets whatever audio is left:
+    "…the arts and crafts, repts, repts," (a partial of LJ Speech cut mid-sentence) was
+    kept as spoken. Such short copies stay cut, as the loop rules cut them."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+    speech = np.concatenate([phrase, np.zeros(8_000, np.float32)])
+    tok = engine._tokenizer("en")
+    read = " Ask what you can do for your country, country, country, country, country,"
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        return [_Result([*p, *tok.encode(read), tok.eot]) for p in prompts]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    for kind in DecodeKind:
+        (hyp,) = engine.transcribe([DecodeRequest(speech, kind, language="en")])
+        assert hyp.text == "Ask what you can do for your country," and not hyp.spoken_repeat

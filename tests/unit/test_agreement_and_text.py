@@ -16,6 +16,7 @@ from asr_server.engine.text import (
     next_copy_size,
     normalize_word,
     repeat_was_spoken,
+    repeated_phrases,
     repeats_back_to_back,
     spoken_words,
     timings_in_text,
@@ -156,6 +157,13 @@ def test_the_copies_a_cut_took_are_checked_one_at_a_time() -> None:
     assert next_copy_size("a b c d a b".split(), kept=4) == 2  # a restart
     assert next_copy_size("no, no no".split(), kept=1) == 1  # as normalized words
     assert next_copy_size("a b c".split(), kept=3) == 0
+
+
+def test_phrases_said_twice_in_a_row_of_any_length_are_found() -> None:
+    text = "For a full hour he had paced up and down. " * 2 + "Waiting."
+    assert repeated_phrases(text.split()) == [(0, 10)]
+    assert repeated_phrases("very very good".split()) == []  # shorter than 3 words
+    assert repeated_phrases("no repeat here at all".split()) == []
 
 
 def test_aligned_words_are_joined_into_the_texts_tokens() -> None:
