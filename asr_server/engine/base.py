@@ -55,10 +55,10 @@ class Hypothesis:
     #: (language, probability), most likely first, over the request's allowed languages;
     #: empty when nothing was detected
     language_scores: tuple[tuple[str, float], ...] = ()
-    #: the text ends with a phrase said again that the loop checks would cut, and the
-    #: audio shows it spoken twice (engine/text.py, repeat_was_spoken): no partial's
-    #: reading, which may have looped and been cut, is to take it out again
-    spoken_repeat: bool = False
+    #: phrases the text says twice in a row that the audio shows spoken twice (engine/
+    #: text.py, repeat_was_spoken): the speaker's, which no partial's reading (that may
+    #: have looped and been cut, or read the phrase once) is to take out again
+    spoken_phrases: tuple[str, ...] = ()
 
     @property
     def confidence(self) -> float:

@@ -300,14 +300,13 @@ class WhisperEngine:
             for i, whole in repeats.items()
             if self._spoken_copies_kept(i, whole, requests, hyps, tokenizers, encoded, frames)
         }
-        for i, (req, decoded) in enumerate(zip(requests, hyps, strict=True)):
-            # a final that says a phrase twice and goes on: the session checks such repeats
-            # against a partial, whose reading may have had the phrase once
-            if req.kind is DecodeKind.FINAL and i not in repeats and decoded and decoded.text:
-                if repeated_phrases(decoded.text.split()) and self._inner_repeats_spoken(
-                    i, requests, hyps, tokenizers, encoded, frames
-                ):
-                    aligned.add(i)
+        for i, req in enumerate(requests):
+            # a final that says a phrase twice (and maybe goes on): the session checks such
+            # repeats against a partial, whose reading may have had the phrase once
+            if req.kind is DecodeKind.FINAL and self._check_inner_repeats(
+                i, requests, hyps, tokenizers, encoded, frames
+            ):
+                aligned.add(i)
         if any(r.word_timestamps for r in requests):
             self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
         if logger.isEnabledFor(logging.DEBUG):
@@ -591,31 +590,41 @@ class WhisperEngine:
         text, timings = best
         logger.debug("kept a spoken repeat: %r, not %r", text, hyps[i].text)
         shown = timings if requests[i].word_timestamps else []
-        hyps[i] = dataclasses.replace(hyps[i], text=text, words=shown, spoken_repeat=True)
+        hyps[i] = dataclasses.replace(hyps[i], text=text, words=shown)
         return True
 
-    def _inner_repeats_spoken(  # type: ignore[no-untyped-def]
+    def _check_inner_repeats(  # type: ignore[no-untyped-def]
         self, i, requests, hyps, tokenizers, encoded, frames
     ) -> bool:
-        """Whether every phrase decode ``i`` says twice in a row (``repeated_phrases``)
-        took the time a spoken one does the second time (``repeat_was_spoken``); if so
-        it is marked ``spoken_repeat`` (and given its word timings, if asked for), which
-        keeps the session's partial-based loop cuts off it. An aligner failure: not."""
-        text = hyps[i].text
+        """Note in ``hyps[i].spoken_phrases`` each phrase decode ``i`` says twice in a row
+        (``repeated_phrases``) whose second copy took the time a spoken one does
+        (``repeat_was_spoken``), and only those: another loop in the same text is left to
+        the session's checks. Repeats inside the forced prefix (committed text, or the
+        previous final's, carried) are not this decode's to vouch for. Costs an alignment,
+        only for a final with such a repeat; whether ``hyps[i]`` got word timings."""
+        hyp, req = hyps[i], requests[i]
+        words = hyp.text.split() if hyp is not None else []
+        own = len(req.prefix.split())
+        found = [(s, k) for s, k in repeated_phrases(words) if s + 2 * k > own]
+        if not found:
+            return False
         try:
-            timings = self._timings_of_text(i, text, requests, tokenizers, encoded, frames)
+            timings = self._timings_of_text(i, hyp.text, requests, tokenizers, encoded, frames)
         except Exception:
             logger.warning("a repeat could not be checked against the audio", exc_info=True)
             return False
-        if timings is None or not all(
-            repeat_was_spoken(timings[: start + 2 * size], start + size)
-            for start, size in repeated_phrases(text.split())
-        ):
+        if timings is None:
             return False
-        logger.debug("a final's repeat is spoken: %r", text)
-        shown = timings if requests[i].word_timestamps else []
-        hyps[i] = dataclasses.replace(hyps[i], words=shown, spoken_repeat=True)
-        return True
+        spoken = tuple(
+            " ".join(words[start : start + size])
+            for start, size in found
+            if repeat_was_spoken(timings[: start + 2 * size], start + size)
+        )
+        if spoken:
+            logger.debug("spoken twice in a final: %r", spoken)
+        shown = timings if req.word_timestamps else hyp.words
+        hyps[i] = dataclasses.replace(hyp, words=shown, spoken_phrases=spoken)
+        return bool(req.word_timestamps)
 
     def _timings_of_text(  # type: ignore[no-untyped-def]
         self, i, text, requests, tokenizers, encoded, frames

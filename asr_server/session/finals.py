@@ -38,6 +38,21 @@ logger = logging.getLogger(__name__)
 LOOP_CHECK_UNHEARD_S = 0.8
 
 
+def heard_with(heard_text: str, spoken_phrases: tuple[str, ...]) -> list[str]:
+    """What a final's loop checks compare it with: its partial's reading (``spoken_words``)
+    and, as if heard twice in a row, each phrase the engine found the audio saying twice
+    (``Hypothesis.spoken_phrases``). The partial, decoded on less audio, may have looped
+    there and been cut to one copy, or read the phrase once; the checks let stand a
+    repeat that what they compare with has ("A repeat heard has is the speaker's"),
+    and still cut any other loop in the same final. (Before the partial's words: after
+    them, they matched the final's start and hid a re-read tail from the check that
+    finds it after the last word the two share.)"""
+    heard: list[str] = []
+    for phrase in spoken_phrases:
+        heard += spoken_words(phrase) * 2
+    return heard + spoken_words(heard_text)
+
+
 class FinalDecoder:
     """Decodes one channel's finals (see the module docstring)."""
 
@@ -173,11 +188,7 @@ class FinalDecoder:
         unheard = own_audio - utt.heard_samples
         if unheard > LOOP_CHECK_UNHEARD_S * SAMPLE_RATE:
             return hyp  # the partial may not have heard the speaker say it again
-        if hyp.spoken_repeat:
-            # the audio has the repeat at its end spoken twice; the partial, decoded on
-            # less of it, may have looped there and been cut to one copy
-            return hyp
-        text = without_unheard_loops(hyp.text, spoken_words(utt.heard_text))
+        text = without_unheard_loops(hyp.text, heard_with(utt.heard_text, hyp.spoken_phrases))
         if text == hyp.text:
             return hyp
         logger.debug(

@@ -285,6 +285,9 @@ def test_a_phrase_read_twice_is_cut_unless_the_audio_says_it_twice(
             (hyp,) = engine.transcribe([request])
             assert hyp.text == said, (kind, word_timestamps)
             assert [w.word for w in hyp.words] == (said.split() if word_timestamps else [])
+            if kind is DecodeKind.FINAL:  # what the session's checks are to let stand
+                spoken = ("Ask what you can do for your country.",) if times_said == 2 else ()
+                assert hyp.spoken_phrases == spoken
 
 
 def test_a_repeat_with_a_hyphenated_word_is_checked_too(
@@ -306,7 +309,7 @@ def test_a_repeat_with_a_hyphenated_word_is_checked_too(
     monkeypatch.setattr(engine, "_generate", generate)
     request = DecodeRequest(speech, DecodeKind.FINAL, language="en", word_timestamps=True)
     (hyp,) = engine.transcribe([request])
-    assert hyp.text == read.strip() and hyp.spoken_repeat
+    assert hyp.text == read.strip() and hyp.spoken_phrases == ("Peppered flower-fattened sauce.",)
     assert [w.word for w in hyp.words] == read.split()
 
 
@@ -332,7 +335,7 @@ def test_a_repeat_the_aligner_fails_on_is_cut_and_fails_nothing_else(
     monkeypatch.setattr(engine._model, "find_alignment", find_alignment)
     requests = [DecodeRequest(twice, DecodeKind.FINAL, language="en") for _ in texts]
     first, second = engine.transcribe(requests)
-    assert first.text == "Ask what you can do for your country." and not first.spoken_repeat
+    assert first.text == "Ask what you can do for your country." and not first.spoken_phrases
     assert second.text == "And so my fellow Americans."
 
 
@@ -358,7 +361,8 @@ def test_a_final_saying_a_phrase_twice_and_going_on_is_marked_spoken_if_it_was(
     monkeypatch.setattr(engine, "_generate", generate)
     (hyp,) = engine.transcribe([DecodeRequest(speech, DecodeKind.FINAL, language="en")])
     assert hyp.text == read.strip()  # (the engine's own rules cut only a repeat at the end)
-    assert hyp.spoken_repeat is (times_said == 2)
+    phrase = "Ask what you can do for your country."
+    assert hyp.spoken_phrases == ((phrase,) if times_said == 2 else ())
 
 
 def test_a_word_or_two_read_again_is_never_put_back(
@@ -379,4 +383,40 @@ def test_a_word_or_two_read_again_is_never_put_back(
     monkeypatch.setattr(engine, "_generate", generate)
     for kind in DecodeKind:
         (hyp,) = engine.transcribe([DecodeRequest(speech, kind, language="en")])
-        assert hyp.text == "Ask what you can do for your country," and not hyp.spoken_repeat
+        assert hyp.text == "Ask what you can do for your country," and not hyp.spoken_phrases
+
+
+def test_a_final_vouches_only_for_its_own_spoken_repeats(
+    engine: WhisperEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spoken repeat inside a final, and a loop at its end, in one decode: the loop is
+    cut and the repeat still noted (the repeat was lost when the end looped too); and a
+    repeat in the forced prefix (the previous final's text, carried) is not this decode's
+    to vouch for (it switched the session's loop checks off for the next utterance)."""
+    jfk = first_channel(corpus()["jfk"].path)
+    phrase = jfk[int(8.2 * 16_000) : int(10.75 * 16_000)]
+    americans = jfk[: int(2.3 * 16_000)]
+    gap = np.zeros(4_000, np.float32)
+    speech = np.concatenate([gap, phrase, gap, phrase, gap, americans, gap])
+    tok = engine._tokenizer("en")
+    ask, so = " Ask what you can do for your country.", " And so my fellow Americans."
+    reads: list[str] = []
+
+    def generate(requests, encoded, prompts, frames, *, repetition_retry, batch_index=None):  # type: ignore[no-untyped-def]
+        # as CTranslate2 gives it: the forced prefix's tokens, then what it read
+        return [
+            _Result(
+                [*(tok.encode(" " + r.prefix) if r.prefix else []), *tok.encode(reads[-1]), tok.eot]
+            )
+            for r in requests
+        ]
+
+    monkeypatch.setattr(engine, "_generate", generate)
+    reads.append(ask * 2 + so * 2)  # the end read twice, said once
+    (hyp,) = engine.transcribe([DecodeRequest(speech, DecodeKind.FINAL, language="en")])
+    assert hyp.text == (ask * 2 + so).strip()
+    assert hyp.spoken_phrases == (ask.strip(),)
+    reads.append(so)  # the new utterance's own text, after a carried prefix with a repeat
+    carried = DecodeRequest(speech, DecodeKind.FINAL, language="en", prefix=(ask * 2).strip())
+    (hyp,) = engine.transcribe([carried])
+    assert hyp.text == (ask * 2 + so).strip() and hyp.spoken_phrases == ()

@@ -22,7 +22,7 @@ from asr_server.engine.base import (
 )
 from asr_server.engine.fake import FakeEngine
 from asr_server.engine.scheduler import EngineError, EngineScheduler
-from asr_server.engine.text import spoken_words
+from asr_server.engine.text import spoken_words, without_unheard_loops
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.session import (
@@ -799,7 +799,9 @@ class SaysItsEndAgain(LoopsAtItsEnd):
 
     def _hear(self, req):  # type: ignore[no-untyped-def]
         hyp = super()._hear(req)
-        return dataclasses.replace(hyp, spoken_repeat=req.kind is DecodeKind.FINAL)
+        if req.kind is not DecodeKind.FINAL:
+            return hyp
+        return dataclasses.replace(hyp, spoken_phrases=(" ".join(hyp.text.split()[-3:]),))
 
 
 async def test_a_repeat_the_engine_found_spoken_stays_though_the_partials_lack_it() -> None:
@@ -812,6 +814,27 @@ async def test_a_repeat_the_engine_found_spoken_stays_though_the_partials_lack_i
     (final,) = [r.text for r in results(events, final=True)]
     assert final == " ".join([*(f"w{i}" for i in range(16)), "w6", "w7", "w8"])
     assert h.metrics.looped_tails_trimmed._value.get() == 0
+
+
+def test_a_spoken_phrase_is_let_stand_and_every_other_loop_still_cut() -> None:
+    """The engine vouches for the phrases it found spoken twice, not for the whole final:
+    a blanket mark let a two-word loop and a re-read tail ride along with them."""
+    from asr_server.session.finals import heard_with
+
+    phrase = "He hoped there would be stew for dinner."
+    partial = f"{phrase} turnips and carrots and bruised potatoes."  # the phrase read once
+    for loop, kept in (
+        ("turnips and carrots, and carrots and bruised potatoes.", "carrots, and bruised"),
+        ("turnips and carrots and bruised potatoes and carrots and bruised potatoes.", ""),
+        ("turnips and carrots and bruised potatoes, turnips and carrots and bruised patatoes.", ""),
+    ):
+        final = f"{phrase} {phrase} {loop}"
+        out = without_unheard_loops(final, heard_with(partial, (phrase,)))
+        assert out.startswith(f"{phrase} {phrase} turnips"), out  # the speaker's, kept
+        assert out.count("carrots") == 1 and kept in out, out  # the loops, cut
+        # the partial alone cut the speaker's repeat too
+        alone = without_unheard_loops(final, heard_with(partial, ()))
+        assert not alone.startswith(f"{phrase} {phrase}"), alone
 
 
 def test_a_carried_final_that_hears_other_words_than_the_partials_is_doubtful() -> None:
