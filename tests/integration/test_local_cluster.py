@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from asr_client import AsrClient, audio_config
-from tests.helpers import ROOT, tone
+from tests.helpers import ROOT, eventually, tone
 from tests.processes import connectable
 
 pytestmark = pytest.mark.timeout(180)
@@ -63,7 +63,10 @@ async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
             first = await anext(aiter(stream))  # the stream is open, through the proxy
             assert first is not None
             script.send_signal(signal.SIGINT)  # Ctrl-C: the replica drains (its stream is open)
-            await asyncio.sleep(1.0)
+            # once it does (a second SIGTERM before that is its first one's again, and it
+            # drained its whole 30 s: now and then in a full run, after a fixed 1 s sleep)
+            replica_log = work / "replica-1.log"
+            await eventually(lambda: "draining:" in replica_log.read_text(), timeout_s=20)
             script.send_signal(signal.SIGINT)  # again, while it drains
             await asyncio.sleep(0.1)
             script.send_signal(signal.SIGINT)  # and again, as an impatient operator does
