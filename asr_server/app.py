@@ -465,10 +465,17 @@ async def serve(
 ) -> None:
     """Run until SIGTERM/SIGINT, then drain."""
     running = await start_server(settings)
-    stop = asyncio.Event()
+    # the first SIGTERM or Ctrl-C drains; a second cuts the drain short (the operator
+    # wants out now). One handler counts them: with a second handler set once the first
+    # had been seen, a signal in between was taken for the first again, and ignored.
+    stop, hurry = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        (hurry if stop.is_set() else stop).set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     # off the loop: reading and checking certificates is file I/O
     loop.add_signal_handler(
         signal.SIGHUP, lambda: loop.run_in_executor(None, running.credentials.reload)
@@ -488,10 +495,6 @@ async def serve(
         on_ready(running)
     await stopping
     ready.cancel()
-    # a second SIGTERM or Ctrl-C cuts the drain short: the operator wants out now
-    hurry = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, hurry.set)
     drain = asyncio.create_task(running.drain_and_stop(settings.drain_timeout_s))
     hurried = asyncio.create_task(hurry.wait())
     await asyncio.wait({drain, hurried}, return_when=asyncio.FIRST_COMPLETED)

@@ -47,6 +47,30 @@ async def test_a_second_signal_ends_the_drain_at_once(second: signal.Signals) ->
     assert replica.proc.returncode == 0
 
 
+async def test_two_signals_close_together_end_the_drain_at_once() -> None:
+    """An impatient operator, or a supervisor sending two: the second SIGTERM 50 ms after
+    the first (closer, the kernel may merge them into one) still cuts the drain short.
+    One handler counts the signals; the second's handler used to be set only once the
+    first had been seen, which left a moment where a signal was taken for the first."""
+    replica = wait_started(start_replica(env={"ASR_DRAIN_TIMEOUT_S": "30"}))
+    try:
+        async with AsrClient(f"127.0.0.1:{replica.port}", resume=None) as client:
+            stream = await client.stream(audio_config()).open()
+            await stream.send_audio((silence(0.5) * 32767).astype("<i2").tobytes())
+            wait_for(lambda: replica.opened == 1, 10, "the stream to be seated")
+            started = time.monotonic()
+            replica.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.05)
+            replica.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: replica.proc.poll() is not None, 15, "the server to exit")
+            assert time.monotonic() - started < 10  # not the 30 s drain
+            assert replica.count("a second signal: ending the 1 open stream") == 1
+            stream.cancel()
+    finally:
+        replica.stop()
+    assert replica.proc.returncode == 0
+
+
 STUCK_ENGINE_SERVER = """
 import sys, threading
 from asr_server.engine import factory
