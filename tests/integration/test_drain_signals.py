@@ -17,21 +17,33 @@ from tests.processes import start_replica, wait_for, wait_started
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("second", [signal.SIGTERM, signal.SIGINT])
-async def test_a_second_signal_ends_the_drain_at_once(second: signal.Signals) -> None:
+@pytest.mark.parametrize(
+    ("second", "after"),
+    [(signal.SIGTERM, "draining"), (signal.SIGINT, "draining"), (signal.SIGTERM, 0.05)],
+)
+async def test_a_second_signal_ends_the_drain_at_once(
+    second: signal.Signals, after: str | float
+) -> None:
     """Before, a second SIGTERM or a Ctrl-C during a drain was ignored: the operator could
-    only wait out drain_timeout_s (30 s by default) or SIGKILL the server."""
+    only wait out drain_timeout_s (30 s by default) or SIGKILL the server. Also 50 ms
+    after the first (an impatient operator, a supervisor sending two; closer, the kernel
+    may merge them): one handler counts the signals, where the second's handler used to
+    be set only once the first had been seen, a moment in which it was taken for the
+    first. (That moment is too short to hit on purpose: this case passed before too.)"""
     replica = wait_started(start_replica(env={"ASR_DRAIN_TIMEOUT_S": "30"}))
     try:
         async with AsrClient(f"127.0.0.1:{replica.port}", resume=None) as client:
             stream = await client.stream(audio_config()).open()
             await stream.send_audio((silence(0.5) * 32767).astype("<i2").tobytes())
             wait_for(lambda: replica.opened == 1, 10, "the stream to be seated")
-            replica.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: replica.count("draining:"), 10, "the drain to begin")
             started = time.monotonic()
+            replica.proc.send_signal(signal.SIGTERM)
+            if after == "draining":
+                wait_for(lambda: replica.count("draining:"), 10, "the drain to begin")
+            else:
+                await asyncio.sleep(float(after))
             replica.proc.send_signal(second)
-            wait_for(lambda: replica.proc.poll() is not None, 10, "the server to exit")
+            wait_for(lambda: replica.proc.poll() is not None, 15, "the server to exit")
             assert time.monotonic() - started < 10  # not the 30 s drain
             assert replica.count("a second signal: ending the 1 open stream") == 1
             with pytest.raises(StreamClosedError) as ended:
@@ -42,30 +54,6 @@ async def test_a_second_signal_ends_the_drain_at_once(second: signal.Signals) ->
             assert ended.value.code is grpc.StatusCode.UNAVAILABLE
             assert "told to stop at once" in str(ended.value), ended.value
             assert replica.count(r"call s\d+ ended with UNAVAILABLE: the server was told") == 1
-    finally:
-        replica.stop()
-    assert replica.proc.returncode == 0
-
-
-async def test_two_signals_close_together_end_the_drain_at_once() -> None:
-    """An impatient operator, or a supervisor sending two: the second SIGTERM 50 ms after
-    the first (closer, the kernel may merge them into one) still cuts the drain short.
-    One handler counts the signals; the second's handler used to be set only once the
-    first had been seen, which left a moment where a signal was taken for the first."""
-    replica = wait_started(start_replica(env={"ASR_DRAIN_TIMEOUT_S": "30"}))
-    try:
-        async with AsrClient(f"127.0.0.1:{replica.port}", resume=None) as client:
-            stream = await client.stream(audio_config()).open()
-            await stream.send_audio((silence(0.5) * 32767).astype("<i2").tobytes())
-            wait_for(lambda: replica.opened == 1, 10, "the stream to be seated")
-            started = time.monotonic()
-            replica.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.05)
-            replica.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: replica.proc.poll() is not None, 15, "the server to exit")
-            assert time.monotonic() - started < 10  # not the 30 s drain
-            assert replica.count("a second signal: ending the 1 open stream") == 1
-            stream.cancel()
     finally:
         replica.stop()
     assert replica.proc.returncode == 0
