@@ -295,20 +295,26 @@ class WhisperEngine:
                 whole = f"{req.prefix.strip()} {tok.decode(tokens[i][len(prefixes[i]) :])}"
             if whole is not None:
                 repeats[i] = whole.strip()
-        aligned = {
-            i
-            for i, whole in repeats.items()
-            if self._spoken_copies_kept(i, whole, requests, hyps, tokenizers, encoded, frames)
-        }
+        # decodes aligned as their text now reads: each alignment is made once
+        timed: dict[int, list[WordTiming]] = {}
+        for i, whole in repeats.items():
+            kept = self._keep_spoken_copies(i, whole, requests, hyps, tokenizers, encoded, frames)
+            if kept is not None:
+                timed[i] = kept
         for i, req in enumerate(requests):
             # a final that says a phrase twice (and maybe goes on): the session checks such
             # repeats against a partial, whose reading may have had the phrase once
-            if req.kind is DecodeKind.FINAL and self._check_inner_repeats(
-                i, requests, hyps, tokenizers, encoded, frames
-            ):
-                aligned.add(i)
+            if req.kind is DecodeKind.FINAL:
+                checked = self._note_spoken_phrases(
+                    i, requests, hyps, tokenizers, encoded, frames, timed.get(i)
+                )
+                if checked is not None:
+                    timed[i] = checked
+        for i, timings in timed.items():
+            if (timed_hyp := hyps[i]) is not None and requests[i].word_timestamps:
+                hyps[i] = dataclasses.replace(timed_hyp, words=timings)
         if any(r.word_timestamps for r in requests):
-            self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, aligned)
+            self._add_words(requests, hyps, tokens, tokenizers, encoded, frames, set(timed))
         if logger.isEnabledFor(logging.DEBUG):
             # where an engine call's time goes (a final is 2-3x slower in a busy server
             # than in an idle one): mel features, encoder, generation, then the rest
@@ -547,30 +553,20 @@ class WhisperEngine:
         cut = loop_cut is None and new_raw and words != text.split()
         return hyp, (text if cut else None)
 
-    def _spoken_copies_kept(self, i, whole, *rest) -> bool:  # type: ignore[no-untyped-def]
-        """``_keep_spoken_copies``, which only ever puts words back: should the aligner
-        fail on a text, the loop's cut stands, and the batch's other decodes are not
-        failed with it."""
-        try:
-            return self._keep_spoken_copies(i, whole, *rest)
-        except Exception:
-            logger.warning("a repeat could not be checked against the audio", exc_info=True)
-            return False
-
     def _keep_spoken_copies(  # type: ignore[no-untyped-def]
         self, i, whole, requests, hyps, tokenizers, encoded, frames
-    ) -> bool:
+    ) -> list[WordTiming] | None:
         """Put back, a copy at a time, the words the loop rules cut from decode ``i``
         (``whole``: all it read) where the audio shows them spoken (``repeat_was_spoken``):
         a speaker saying a phrase twice, not Whisper reading it again. Whisper may read a
         phrase said twice three times or more, to the compression-ratio limit: each copy
-        is checked in turn, and the first one not spoken ends it. Costs an alignment a
-        copy, only for a decode whose end repeats itself. Whether ``hyps[i]`` changed
-        (it has word timings then, if asked for)."""
+        is checked in turn, and the first one not spoken (or not aligned) ends it. Costs
+        an alignment a copy, only for a decode whose end repeats itself. The words of the
+        text put back, aligned; None where nothing was."""
         words = whole.split()
         kept = len(hyps[i].text.split())
         if words[:kept] != hyps[i].text.split():
-            return False  # (a cut inside the text: not a tail to check)
+            return None  # (a cut inside the text: not a tail to check)
         best: tuple[str, list[WordTiming]] | None = None
         for _ in range(MAX_SPOKEN_COPIES):
             size = next_copy_size(words, kept)
@@ -586,35 +582,32 @@ class WhisperEngine:
             kept += size
             best = text, timings
         if best is None:
-            return False
+            return None
         text, timings = best
         logger.debug("kept a spoken repeat: %r, not %r", text, hyps[i].text)
-        shown = timings if requests[i].word_timestamps else []
-        hyps[i] = dataclasses.replace(hyps[i], text=text, words=shown)
-        return True
+        hyps[i] = dataclasses.replace(hyps[i], text=text)
+        return timings
 
-    def _check_inner_repeats(  # type: ignore[no-untyped-def]
-        self, i, requests, hyps, tokenizers, encoded, frames
-    ) -> bool:
+    def _note_spoken_phrases(  # type: ignore[no-untyped-def]
+        self, i, requests, hyps, tokenizers, encoded, frames, timings
+    ) -> list[WordTiming] | None:
         """Note in ``hyps[i].spoken_phrases`` each phrase decode ``i`` says twice in a row
         (``repeated_phrases``) whose second copy took the time a spoken one does
         (``repeat_was_spoken``), and only those: another loop in the same text is left to
         the session's checks. Repeats inside the forced prefix (committed text, or the
-        previous final's, carried) are not this decode's to vouch for. Costs an alignment,
-        only for a final with such a repeat; whether ``hyps[i]`` got word timings."""
+        previous final's, carried) are not this decode's to vouch for. ``timings``: the
+        text's words already aligned, if they are; else it costs an alignment, only for a
+        final with such a repeat. The text's words aligned, if they are now."""
         hyp, req = hyps[i], requests[i]
         words = hyp.text.split() if hyp is not None else []
         own = len(req.prefix.split())
         found = [(s, k) for s, k in repeated_phrases(words) if s + 2 * k > own]
         if not found:
-            return False
-        try:
-            timings = self._timings_of_text(i, hyp.text, requests, tokenizers, encoded, frames)
-        except Exception:
-            logger.warning("a repeat could not be checked against the audio", exc_info=True)
-            return False
+            return timings
         if timings is None:
-            return False
+            timings = self._timings_of_text(i, hyp.text, requests, tokenizers, encoded, frames)
+            if timings is None:
+                return None
         spoken = tuple(
             " ".join(words[start : start + size])
             for start, size in found
@@ -622,18 +615,25 @@ class WhisperEngine:
         )
         if spoken:
             logger.debug("spoken twice in a final: %r", spoken)
-        shown = timings if req.word_timestamps else hyp.words
-        hyps[i] = dataclasses.replace(hyp, words=shown, spoken_phrases=spoken)
-        return bool(req.word_timestamps)
+        hyps[i] = dataclasses.replace(hyp, spoken_phrases=spoken)
+        return timings
 
     def _timings_of_text(  # type: ignore[no-untyped-def]
         self, i, text, requests, tokenizers, encoded, frames
     ) -> list[WordTiming] | None:
-        """``text``'s tokens (``text.split()``) aligned to request ``i``'s audio (None where
-        the aligner's words do not make them up)."""
+        """``text``'s tokens (``text.split()``) aligned to request ``i``'s audio; None where
+        the aligner's words do not make them up, or the aligner fails: a repeat's check
+        only ever puts words back, so the loop's cut stands, and the batch's other decodes
+        are not failed with it."""
         enc = encoded if len(requests) == 1 else self._select(encoded, [i])
         tok = tokenizers[i]
-        (alignment,) = self._model.find_alignment(tok, [tok.encode(" " + text)], enc, [frames[i]])
+        try:
+            (alignment,) = self._model.find_alignment(
+                tok, [tok.encode(" " + text)], enc, [frames[i]]
+            )
+        except Exception:
+            logger.warning("a repeat could not be checked against the audio", exc_info=True)
+            return None
         return timings_of_tokens(word_timings(alignment), text)
 
     def _add_words(  # type: ignore[no-untyped-def]
