@@ -318,8 +318,8 @@ def _load_pyav(path: Path) -> PcmAudio:
         # a resampler takes one input format, so each new one gets its own, and its
         # audio comes out in the first one's
         resampler, heard = None, None
-        skipped = [0]
-        for frame in _frames_of(stream, container, skipped):
+        frames = _DecodedFrames(container, stream)
+        for frame in frames:
             if resampler is None or heard != (frame.format.name, frame.layout.name, frame.rate):
                 if resampler is not None:
                     converted_by(resampler, None)  # flush what it buffered
@@ -328,29 +328,35 @@ def _load_pyav(path: Path) -> PcmAudio:
             converted_by(resampler, frame)
         if resampler is not None:
             converted_by(resampler, None)
-    if skipped[0]:
+    if frames.skipped:
         # said, as FFmpeg says it: a damaged file's gaps are not silently closed up
         logger.warning(
             "%s: %d packet(s) the decoder could not read were skipped (a joined file's"
             " header is one; more means the file is damaged)",
             path,
-            skipped[0],
+            frames.skipped,
         )
     data = np.concatenate(parts) if parts else np.zeros((0, channels), dtype=np.int16)
     return _checked(path, data.astype(np.int16, copy=False), int(rate))
 
 
-def _frames_of(stream, container, skipped: list[int]):  # type: ignore[no-untyped-def]
-    """The stream's decoded frames, past packets the decoder refuses (counted in
-    ``skipped[0]``): where files were joined, the second one's header (an MP3's Xing
-    frame) sits among the audio, as FFmpeg's own command line skips it."""
-    import av
+class _DecodedFrames:
+    """A stream's decoded frames, past packets the decoder refuses (counted in
+    ``skipped``): where files were joined, the second one's header (an MP3's Xing frame)
+    sits among the audio, as FFmpeg's own command line skips it."""
 
-    for packet in container.demux(stream):
-        try:
-            yield from packet.decode()
-        except av.error.InvalidDataError:
-            skipped[0] += 1
+    def __init__(self, container, stream) -> None:  # type: ignore[no-untyped-def]
+        self.container, self.stream = container, stream
+        self.skipped = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        import av
+
+        for packet in self.container.demux(self.stream):
+            try:
+                yield from packet.decode()
+            except av.error.InvalidDataError:
+                self.skipped += 1
 
 
 def _checked(path: Path, data: np.ndarray, rate: int) -> PcmAudio:
