@@ -51,12 +51,20 @@ DEFAULT_IDS = r"^(concat_ljspeech_LJ001-0001_to_0032|osr_us_000_0034_8k)$"
 
 
 def long_items(pattern: str) -> list[Item]:
+    """The recordings whose ids ``pattern`` matches (a bad pattern, or no corpus, is a
+    usage error, said in one line, as streaming_bench's load_items says it)."""
+    try:
+        wanted = re.compile(pattern)
+    except re.error as exc:
+        sys.exit(f"--ids {pattern!r} is not a regular expression: {exc}")
+    if not (SHARED / "MANIFEST.tsv").is_file():
+        sys.exit(f"no shared corpus at {SHARED} (set ASR_SHARED_AUDIO to its folder)")
     with open(SHARED / "MANIFEST.tsv", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     return [
         Item(r["id"], SHARED / r["file"], float(r["duration_s"]), r["transcript"], r["id"])
         for r in rows
-        if re.search(pattern, r["id"]) and r["transcript"] != "unknown"
+        if wanted.search(r["id"]) and r["transcript"] != "unknown"
     ]
 
 

@@ -9,6 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
+import longform_bench  # noqa: E402
 import streaming_bench  # noqa: E402
 
 
@@ -19,6 +20,13 @@ def test_ids_that_match_nothing_or_are_no_regex_are_errors() -> None:
         streaming_bench.load_items(None, "nomatch_xyz")
     with pytest.raises(SystemExit, match=r"--ids '\[' is not a regular expression"):
         streaming_bench.load_items(None, "[")
+
+
+def test_longform_ids_that_are_no_regex_are_a_usage_error() -> None:
+    """longform_bench, with its own loader, ended in re.error's traceback."""
+    assert [i.id for i in longform_bench.long_items(r"^jfk$")] == ["jfk"]
+    with pytest.raises(SystemExit, match=r"--ids '\(' is not a regular expression"):
+        longform_bench.long_items("(")
 
 
 async def test_a_server_that_cannot_start_says_why_at_once() -> None:
