@@ -147,6 +147,40 @@ def test_a_final_without_a_speech_end_has_no_endpointing_latency() -> None:
     assert outcome.final_latency_s == [] and len(outcome.finals) == 1
 
 
+async def test_a_final_the_end_of_the_call_made_has_no_endpointing_latency() -> None:
+    """A call that ends inside speech gets SPEECH_ENDED at its last sample, then a final
+    with no silence waited for: it was timed, and pulled the latency figures down."""
+    call = short_phone_call()
+    outcome = StreamOutcome(call, silent=False, status="OK")
+    stream = _Stream(outcome, LoadOptions())
+
+    def ended(utterance_id: int, offset_s: float) -> asr_pb2.StreamingRecognizeResponse:
+        event = asr_pb2.SpeechEvent(
+            type=asr_pb2.SpeechEvent.SPEECH_ENDED, offset_s=offset_s, utterance_id=utterance_id
+        )
+        return asr_pb2.StreamingRecognizeResponse(speech_event=event)
+
+    def final(utterance_id: int) -> asr_pb2.StreamingRecognizeResponse:
+        result = asr_pb2.Result(is_final=True, text="words", utterance_id=utterance_id)
+        return asr_pb2.StreamingRecognizeResponse(result=result)
+
+    class Replayed:
+        def __aiter__(self):  # type: ignore[no-untyped-def]
+            return self._responses()
+
+        async def _responses(self):  # type: ignore[no-untyped-def]
+            for response in (
+                ended(1, call.duration_s - 0.8),  # endpointed: its silence follows it
+                final(1),
+                ended(2, call.duration_s - 0.02),  # the end of the audio, a frame short
+                final(2),
+            ):
+                yield response
+
+    await stream._receive(Replayed())
+    assert len(outcome.finals) == 2 and len(outcome.final_latency_s) == 1
+
+
 class _TimedStream:
     """Records when each chunk was sent (monotonic) and how many frames it held."""
 
