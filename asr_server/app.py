@@ -82,8 +82,8 @@ def _not_bound(address: str, tls: bool) -> str:
         # curves, no secp256k1, no Ed448)
         return (
             f"cannot listen on {address}: gRPC could not use the TLS certificate and key "
-            "(its BoringSSL takes RSA, ECDSA P-256/P-384/P-521 and Ed25519 keys; its log "
-            "line above says more)"
+            "(gRPC's TLS works with RSA, ECDSA P-256 and P-384 keys; its log line above "
+            "says more)"
         )
     return f"cannot listen on {address}: {reason}"
 

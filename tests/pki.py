@@ -42,17 +42,27 @@ class Pki:
 
 def secp256k1_pair(folder: Path) -> tuple[Path, Path]:
     """A self-signed certificate and key on secp256k1: OpenSSL takes the pair, gRPC's
-    BoringSSL does not (it takes RSA, ECDSA P-256/P-384/P-521 and Ed25519 keys)."""
+    BoringSSL does not."""
+    return key_kind_pair(folder, "secp256k1")
+
+
+def key_kind_pair(folder: Path, kind: str) -> tuple[Path, Path]:
+    """A self-signed certificate for SERVER_NAME and 127.0.0.1 and its key, of ``kind``:
+    "secp256k1", "P-384", "P-521" or "Ed25519" (trustme makes only P-256 and RSA)."""
     import datetime
+    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
     from cryptography.x509.oid import NameOID
 
-    key = ec.generate_private_key(ec.SECP256K1())
+    curves = {"secp256k1": ec.SECP256K1(), "P-384": ec.SECP384R1(), "P-521": ec.SECP521R1()}
+    key = ed25519.Ed25519PrivateKey.generate() if kind == "Ed25519" else None
+    key = key or ec.generate_private_key(curves[kind])
     now = datetime.datetime.now(datetime.UTC)
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVER_NAME)])
+    names = [x509.DNSName(SERVER_NAME), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -61,9 +71,11 @@ def secp256k1_pair(folder: Path) -> tuple[Path, Path]:
         .serial_number(1)
         .not_valid_before(now - datetime.timedelta(hours=1))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, None if kind == "Ed25519" else hashes.SHA256())
     )
-    cert_path, key_path = folder / "secp256k1.crt", folder / "secp256k1.key"
+    cert_path, key_path = folder / f"{kind}.crt", folder / f"{kind}.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
         key.private_bytes(

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 
+from asr_server.transport.cert_keys import GRPC_UNUSABLE, leaf_key_kind
 from asr_server.transport.file_stamp import FileStamp, file_stamp, stamp_or_missing
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def load_certificates(files: CertificateFiles) -> _Loaded:
     _check_pair(cert, key, files)
     if files.client_ca is not None and client_ca is not None:
         client_ca = _client_ca_certificates(client_ca, files.client_ca)
+    _check_clients_can_connect(cert, files)
     _check_grpc_takes(cert, key, client_ca, files)
     return _Loaded(cert, key, client_ca, stamp)
 
@@ -202,6 +204,19 @@ def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
         ) from None
 
 
+def _check_clients_can_connect(cert: bytes, files: CertificateFiles) -> None:
+    """gRPC serves an Ed25519 or P-521 key (the probe below binds with it), but its
+    clients offer no signature algorithm for them: the server said it was ready, a
+    rotation to such a key counted "ok", and every client then failed its handshake
+    (NO_COMMON_SIGNATURE_ALGORITHMS in the server's log, "no answer" at the client)."""
+    kind = leaf_key_kind(cert)
+    if kind in GRPC_UNUSABLE:
+        raise CertificateError(
+            f"the TLS certificate {files.cert} has an {kind} key, which no gRPC client can "
+            f"complete a handshake with: use an RSA, ECDSA P-256 or P-384 key"
+        )
+
+
 def _check_grpc_takes(
     cert: bytes, key: bytes, client_ca: bytes | None, files: CertificateFiles
 ) -> None:
@@ -226,8 +241,8 @@ def _check_grpc_takes(
     if not taken:
         raise CertificateError(
             f"gRPC cannot use the TLS certificate {files.cert} and key {files.key}, which "
-            "OpenSSL accepts: its BoringSSL takes RSA, ECDSA P-256/P-384/P-521 and Ed25519 "
-            "keys (its log line above says more)"
+            "OpenSSL accepts: gRPC's TLS works with RSA, ECDSA P-256 and P-384 keys (its "
+            "log line above says more)"
         )
 
 

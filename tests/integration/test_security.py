@@ -29,7 +29,7 @@ from tests.helpers import (
     status_of,
     stream_audio,
 )
-from tests.pki import SERVER_NAME, Pki, secp256k1_pair
+from tests.pki import SERVER_NAME, Pki, key_kind_pair, secp256k1_pair
 
 EXPECTED = "w0 w1 w2 w3"  # what the fake engine hears in speech_pcm()
 
@@ -176,10 +176,45 @@ async def test_a_bad_certificate_on_reload_keeps_the_old_one(
     key.write_bytes(odd_key.read_bytes())
     assert not await asyncio.to_thread(server.credentials.tls.reload)
     assert f"gRPC cannot use the TLS certificate {cert}" in caplog.text
+    # one gRPC serves and no gRPC client can connect to: the rotation counted "ok"
+    ed_cert, ed_key = key_kind_pair(tmp_path, "Ed25519")
+    cert.write_bytes(ed_cert.read_bytes())
+    key.write_bytes(ed_key.read_bytes())
+    assert not await asyncio.to_thread(server.credentials.tls.reload)
+    assert f"the TLS certificate {cert} has an Ed25519 key" in caplog.text
     received = await stream_audio(tls_client(server.port, pki), speech_pcm(), 16_000, speed=None)
     assert final_text(received) == EXPECTED
-    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="failed") == 3
+    assert sample(server, "asr_credential_reloads_total", file="tls", outcome="failed") == 4
     assert sample(server, "asr_credential_reloads_total", file="tls", outcome="ok") is None
+
+
+@pytest.mark.parametrize("kind", ["Ed25519", "P-521"])
+async def test_a_key_no_grpc_client_can_connect_with_is_refused_at_start(
+    make_server, tmp_path, kind
+) -> None:  # type: ignore[no-untyped-def]
+    """gRPC serves these keys and its clients offer no signature algorithm for them: the
+    server said it was ready and every client's handshake failed ("no answer")."""
+    from asr_server.transport.tls import CertificateError
+
+    cert, key = key_kind_pair(tmp_path, kind)
+    with pytest.raises(CertificateError) as err:
+        await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    named = "ECDSA P-521" if kind == "P-521" else kind
+    assert str(err.value) == (
+        f"the TLS certificate {cert} has an {named} key, which no gRPC client can complete"
+        " a handshake with: use an RSA, ECDSA P-256 or P-384 key"
+    )
+
+
+async def test_a_p384_key_serves_grpc_clients(make_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The kinds the refusal names are the ones that fail: P-384, beside trustme's P-256."""
+    cert, key = key_kind_pair(tmp_path, "P-384")
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key)
+    options = ConnectionOptions(
+        f"127.0.0.1:{server.port}", ca_file=cert, server_name=SERVER_NAME, connect_timeout_s=5.0
+    )
+    received = await stream_audio(options, speech_pcm(), 16_000, speed=None)
+    assert final_text(received) == EXPECTED
 
 
 # -- mTLS ---------------------------------------------------------------------------------
