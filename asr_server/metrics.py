@@ -56,6 +56,7 @@ class Metrics:
             "Audio received but not yet processed, all streams.",
             registry=r,
         )
+        self._buffered_samples = 0  # what buffered_audio shows, counted exactly
         self.results = Counter("asr_results_total", "Results sent, by kind.", ["kind"], registry=r)
         self.early_finals_kept = Counter(
             "asr_early_finals_kept_total",
@@ -243,3 +244,10 @@ class Metrics:
             ["file", "outcome"],
             registry=r,
         )
+
+    def add_buffered_samples(self, count: int, sample_rate: int) -> None:
+        """``count`` samples (at ``sample_rate``) more, or fewer, wait to be processed. The
+        gauge is set from an exact count: float increments and decrements of every chunk
+        left it at -5e-16 on an idle server."""
+        self._buffered_samples += count
+        self.buffered_audio.set(self._buffered_samples / sample_rate)

@@ -116,7 +116,7 @@ class StreamSession:
 
     def _buffered_changed(self, n: int) -> None:
         self._buffered_samples += n
-        self.services.metrics.buffered_audio.inc(n / SAMPLE_RATE)
+        self.services.metrics.add_buffered_samples(n, SAMPLE_RATE)
 
     @property
     def progress(self) -> Progress:
@@ -166,7 +166,7 @@ class StreamSession:
             raise _most_telling(group) from None
         finally:
             # whatever is still buffered leaves the gauge with the stream
-            self.services.metrics.buffered_audio.dec(self._buffered_samples / SAMPLE_RATE)
+            self.services.metrics.add_buffered_samples(-self._buffered_samples, SAMPLE_RATE)
             self._buffered_samples = 0
 
     async def _limit_wall_time(self, admitted_at: float) -> None:
