@@ -1,7 +1,8 @@
 """Which kind of public key a PEM certificate holds, read from its DER (no crypto library).
 
 gRPC's TLS (BoringSSL, with gRPC's default signature algorithms) serves a certificate whose
-key no gRPC client can sign or verify a handshake with: Ed25519 and ECDSA P-521. The server
+key no client on gRPC's C core (Python's, C++'s grpc: asr-client, the bridge) can verify a
+handshake with: Ed25519 and ECDSA P-521. The server
 builds and binds with it, and every client's handshake then fails with
 NO_COMMON_SIGNATURE_ALGORITHMS. The key's kind is in the certificate's
 SubjectPublicKeyInfo; this reads only that far into the certificate.
@@ -32,7 +33,7 @@ _CURVES = {
     bytes.fromhex("2b8104000a"): "ECDSA secp256k1",
 }
 
-#: kinds gRPC serves and its clients cannot complete a handshake with (grpcio 1.85);
+#: kinds gRPC serves and its C core's clients cannot complete a handshake with (grpcio 1.85);
 #: secp256k1, Ed448 and Brainpool keys gRPC does not serve at all (tls._check_grpc_takes)
 GRPC_UNUSABLE = frozenset({"Ed25519", "ECDSA P-521"})
 

@@ -205,15 +205,16 @@ def _check_pair(cert: bytes, key: bytes, files: CertificateFiles) -> None:
 
 
 def _check_clients_can_connect(cert: bytes, files: CertificateFiles) -> None:
-    """gRPC serves an Ed25519 or P-521 key (the probe below binds with it), but its
-    clients offer no signature algorithm for them: the server said it was ready, a
+    """gRPC serves an Ed25519 or P-521 key (the probe below binds with it), but its C
+    core's clients offer no signature algorithm for them: the server said it was ready, a
     rotation to such a key counted "ok", and every client then failed its handshake
     (NO_COMMON_SIGNATURE_ALGORITHMS in the server's log, "no answer" at the client)."""
     kind = leaf_key_kind(cert)
     if kind in GRPC_UNUSABLE:
         raise CertificateError(
-            f"the TLS certificate {files.cert} has an {kind} key, which no gRPC client can "
-            f"complete a handshake with: use an RSA, ECDSA P-256 or P-384 key"
+            f"the TLS certificate {files.cert} has an {kind} key, which clients on gRPC's C "
+            "core (asr-client, the bridge, Python's and C++'s grpc) cannot complete a "
+            "handshake with: use an RSA, ECDSA P-256 or P-384 key"
         )
 
 

@@ -192,8 +192,9 @@ async def test_a_bad_certificate_on_reload_keeps_the_old_one(
 async def test_a_key_no_grpc_client_can_connect_with_is_refused_at_start(
     make_server, tmp_path, kind
 ) -> None:  # type: ignore[no-untyped-def]
-    """gRPC serves these keys and its clients offer no signature algorithm for them: the
-    server said it was ready and every client's handshake failed ("no answer")."""
+    """gRPC serves these keys and its C core's clients offer no signature algorithm for
+    them: the server said it was ready and every such client's handshake failed ("no
+    answer")."""
     from asr_server.transport.tls import CertificateError
 
     cert, key = key_kind_pair(tmp_path, kind)
@@ -201,8 +202,9 @@ async def test_a_key_no_grpc_client_can_connect_with_is_refused_at_start(
         await serve_fake(make_server, tls_cert=cert, tls_key=key)
     named = "ECDSA P-521" if kind == "P-521" else kind
     assert str(err.value) == (
-        f"the TLS certificate {cert} has an {named} key, which no gRPC client can complete"
-        " a handshake with: use an RSA, ECDSA P-256 or P-384 key"
+        f"the TLS certificate {cert} has an {named} key, which clients on gRPC's C core"
+        " (asr-client, the bridge, Python's and C++'s grpc) cannot complete a handshake"
+        " with: use an RSA, ECDSA P-256 or P-384 key"
     )
 
 
