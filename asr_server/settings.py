@@ -212,6 +212,23 @@ class TurnSettings(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _eager_below_the_first_asks(self) -> TurnSettings:
+        # every stream's eager threshold must be below its first ask's (a stream's config
+        # is refused otherwise): a default at or above one refused every stream, SILENCE
+        # and Recognize too, behind a "ready" server, blaming a field no client had sent
+        for name, first in (
+            ("threshold", self.threshold),
+            ("narrowband_threshold", self.narrowband_threshold),
+        ):
+            if self.eager_threshold >= first:
+                raise ValueError(
+                    f"turn.eager_threshold ({self.eager_threshold:g}) must be below "
+                    f"turn.{name} ({first:g}): an eager result is sent below the first "
+                    "ask's threshold, which ends the turn"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _asks_in_order_within_the_longest_pause(self) -> TurnSettings:
         # out of order, an ask was dropped or never came, and SEMANTIC streams became
         # silence endpointing without a word

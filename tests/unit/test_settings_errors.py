@@ -230,6 +230,42 @@ def test_turn_asks_out_of_order_are_refused(
     assert start_error(capsys).startswith(f"asr-server: error: turn: {error}")
 
 
+@pytest.mark.parametrize(
+    ("variables", "error"),
+    [
+        ({"THRESHOLD": "0.5"}, "turn.eager_threshold (0.5) must be below turn.threshold (0.5)"),
+        (
+            {"EAGER_THRESHOLD": "0.99"},
+            "turn.eager_threshold (0.99) must be below turn.threshold (0.98)",
+        ),
+        (
+            {"NARROWBAND_THRESHOLD": "0.4", "EAGER_THRESHOLD": "0.4", "THRESHOLD": "0.9"},
+            "turn.eager_threshold (0.4) must be below turn.narrowband_threshold (0.4)",
+        ),
+    ],
+)
+def test_an_eager_threshold_not_below_a_first_ask_is_refused_at_start(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variables: dict[str, str],
+    error: str,
+) -> None:
+    """Lowering the first ask's bar to the eager one (the README lists ASR_TURN__THRESHOLD)
+    started a server that refused every stream, SILENCE and Recognize alike, with an
+    error about an eager_threshold no client had sent."""
+    for name, value in variables.items():
+        monkeypatch.setenv(f"ASR_TURN__{name}", value)
+    assert start_error(capsys).startswith(f"asr-server: error: turn: {error}")
+
+
+def test_a_lower_first_ask_above_the_eager_bar_serves_silence_streams() -> None:
+    """The per-stream check still passes what the settings allow."""
+    from asr_server.transport.convert import _Endpointing
+
+    settings = Settings(turn={"threshold": 0.6})  # type: ignore[arg-type]
+    _Endpointing(500, 2000, None, None).check(settings, 16_000, "config.endpointing")
+
+
 def test_a_turn_model_asked_once_is_taken() -> None:
     assert Settings(turn={"second_probe_ms": 0}).turn.second_probe_ms == 0  # type: ignore[arg-type]
 
