@@ -541,6 +541,14 @@ class ScriptedTurnModel:
         return TurnVerdict(self.probability)
 
 
+def assert_ended_near(processed_s: float, expected_s: float) -> None:
+    """A turn the model ended, at ``expected_s`` of audio processed: lockstep waits for
+    the engine, not for the model's answer, which comes back from its thread a chunk or
+    two late on a loaded machine (3.21 s once for 3.1), never early. The asks are 0.45 s
+    apart, so the bound still tells which one ended the turn."""
+    assert expected_s - 0.1 <= processed_s <= expected_s + 0.25, (processed_s, expected_s)
+
+
 def semantic(model: ScriptedTurnModel) -> TurnDetection:
     """The settings' defaults: asked at 150 ms (0.98) and 600 ms (0.7), eager from 0.5."""
     return TurnDetection(model, 0.98, 150, 600, 0.7, eager_threshold=0.5, narrowband_threshold=0.99)  # type: ignore[arg-type]
@@ -656,7 +664,7 @@ async def test_semantic_asks_twice_then_waits_for_the_longest_pause(
     assert len(model.heard) < 2 or model.heard[1] == pytest.approx(2.3 + 0.6, abs=0.05)
     # the turn ended after ends_after_s of pause: the audio processed when it was sent
     processed = h.progress[events.index(end)].audio_processed_s
-    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+    assert_ended_near(processed, 2.5 + ends_after_s)
     # the final is decoded once, early in the pause (before the first probe), whenever
     # the turn ends after it; it used to be decoded again with the 0.2 s pad: 0.1 s added
     # to every SEMANTIC final
@@ -1361,7 +1369,7 @@ async def test_a_stream_sets_its_own_turn_threshold(
     (end,) = [e for e in events if isinstance(e, EndOfTurn)]
     assert end.reason is reason
     processed = h.progress[events.index(end)].audio_processed_s
-    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+    assert_ended_near(processed, 2.5 + ends_after_s)
     assert (model.heard == []) == (turn_threshold == 1.0)
 
 
@@ -1392,7 +1400,7 @@ async def test_a_phone_lines_first_ask_needs_the_narrowband_threshold(
     (end,) = [e for e in events if isinstance(e, EndOfTurn)]
     assert end.reason is TurnEndReason.MODEL and end.probability == pytest.approx(0.985)
     processed = h.progress[events.index(end)].audio_processed_s
-    assert processed == pytest.approx(2.5 + ends_after_s, abs=0.1)
+    assert_ended_near(processed, 2.5 + ends_after_s)
     assert len(results(events, final=True)) == 1
     # judged by its band, not its rate: counted
     assert h.metrics.turn_phone_band._value.get() == (rate == SR and not full_band)
@@ -1419,7 +1427,7 @@ async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on()
     assert [e.reason for e in ends] == [TurnEndReason.MAX_SILENCE, TurnEndReason.MODEL]
     ended_at = [h.progress[events.index(e)].audio_processed_s for e in ends]
     assert ended_at[0] == pytest.approx(1.3 + 2.0, abs=0.1)
-    assert ended_at[1] == pytest.approx(3.6 + 1.3 + 0.6, abs=0.1)
+    assert_ended_near(ended_at[1], 3.6 + 1.3 + 0.6)
     finals = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
     assert "Ishmael" not in finals[0].prompt and "Ishmael" in finals[-1].prompt
 
