@@ -13,8 +13,11 @@ from __future__ import annotations
 import base64
 import re
 
+#: the first certificate, as OpenSSL and BoringSSL find it: also under the old "X509
+#: CERTIFICATE" label, or OpenSSL's "TRUSTED CERTIFICATE" (its DER starts the same)
 _PEM_CERTIFICATE = re.compile(
-    rb"-----BEGIN CERTIFICATE-----\s*(.+?)\s*-----END CERTIFICATE-----", re.DOTALL
+    rb"-----BEGIN ((?:X509 |TRUSTED )?CERTIFICATE)-----\s*(.+?)\s*-----END \1-----",
+    re.DOTALL,
 )
 _SEQUENCE, _OID, _CONTEXT_0 = 0x30, 0x06, 0xA0
 
@@ -45,7 +48,7 @@ def leaf_key_kind(pem: bytes) -> str | None:
     if match is None:
         return None
     try:
-        der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
+        der = base64.b64decode(b"".join(match.group(2).split()), validate=True)
         return _spki_kind(der)
     except (ValueError, IndexError):
         return None

@@ -26,6 +26,17 @@ def test_other_kinds(tmp_path: Path, kind: str) -> None:
     assert leaf_key_kind(cert.read_bytes()) == (kind if kind == "Ed25519" else f"ECDSA {kind}")
 
 
+@pytest.mark.parametrize("label", [b"X509 CERTIFICATE", b"TRUSTED CERTIFICATE"])
+def test_older_labels_are_read_as_openssl_reads_them(tmp_path: Path, label: bytes) -> None:
+    """An Ed25519 leaf under "X509 CERTIFICATE" was passed by (or, before its CA's
+    certificate, read as the CA's RSA), and the server started with it."""
+    leaf, _ = key_kind_pair(tmp_path, "Ed25519")
+    relabelled = leaf.read_bytes().replace(b"CERTIFICATE", label)
+    ca = trustme.CA(key_type=trustme.KeyType.RSA).cert_pem.bytes()
+    assert leaf_key_kind(relabelled) == "Ed25519"
+    assert leaf_key_kind(relabelled + ca) == "Ed25519"
+
+
 def test_what_is_no_certificate_has_no_kind() -> None:
     assert leaf_key_kind(b"not PEM") is None
     assert leaf_key_kind(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----") is None
