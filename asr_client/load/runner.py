@@ -80,9 +80,8 @@ class LoadOptions:
     resume: bool = True  # streams continue on a new call when theirs breaks
 
 
-#: how far before the end of a call a speech end is taken for the call's end: more than a
-#: voice-detector frame (30 ms), less than any endpointing silence (100 ms at least)
-_CALL_END_SLACK_S = 0.05
+#: audio processed this close to a call's end counts as all of it (_made_by_call_end)
+_CALL_END_SLACK_S = 0.005
 
 
 class _Stream:
@@ -167,19 +166,22 @@ class _Stream:
                 key = (ev.channel, ev.utterance_id)
                 if ev.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
                     self._speech_start[key] = ev.offset_s
-                elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED and not self._at_call_end(
-                    ev.offset_s
+                elif ev.type == asr_pb2.SpeechEvent.SPEECH_ENDED and not self._made_by_call_end(
+                    response.progress
                 ):
                     self._speech_end[key] = ev.offset_s
             elif response.HasField("result"):
                 self._result(response.result, now)
 
-    def _at_call_end(self, speech_end_s: float) -> bool:
+    def _made_by_call_end(self, progress: asr_pb2.Progress) -> bool:
         """A speech end the end of the call made: the server ends an utterance still open
-        there (SPEECH_ENDED at the last audio, a voice frame short of it at most) without
-        the silence endpointing waits for, so its final is no endpointing latency. An
-        endpointed end has its silence after it, inside the call."""
-        return speech_end_s >= self.outcome.call.duration_s - _CALL_END_SLACK_S
+        there once it has all the call's audio, without the silence endpointing waits
+        for, so its final is no endpointing latency. Its SPEECH_ENDED says where the voice
+        stopped, up to a whole endpointing silence before the end (a call ending 300 ms
+        after its last word); what tells it apart is the progress it comes with: all the
+        audio processed. An endpointed end comes once its silence has been heard, before
+        the end of a call that goes on past it."""
+        return progress.audio_processed_s >= self.outcome.call.duration_s - _CALL_END_SLACK_S
 
     def _result(self, result: asr_pb2.Result, now: float) -> None:
         out = self.outcome
@@ -193,7 +195,7 @@ class _Stream:
             end = self._speech_end.get(key)
             # no speech end: the server split the utterance at a pause (its end_s is the
             # pause's pad, 200 ms after the speech) or cut it at the length limit, or the
-            # call ended inside it (its end not kept: _at_call_end); none is endpointing,
+            # call ended inside it (its end not kept: _made_by_call_end); none is endpointing,
             # whose latency this measures
             if end is not None:
                 out.final_latency_s.append(now - self.existed_at(end))

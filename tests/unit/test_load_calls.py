@@ -148,21 +148,26 @@ def test_a_final_without_a_speech_end_has_no_endpointing_latency() -> None:
 
 
 async def test_a_final_the_end_of_the_call_made_has_no_endpointing_latency() -> None:
-    """A call that ends inside speech gets SPEECH_ENDED at its last sample, then a final
-    with no silence waited for: it was timed, and pulled the latency figures down."""
+    """A call that ends inside an utterance (in speech, or 300 ms after its last word:
+    less than the endpointing silence) gets its SPEECH_ENDED once all its audio is in,
+    then a final with no silence waited for: it was timed, and pulled the latency
+    figures down. Its offset is where the voice stopped; its progress tells."""
     call = short_phone_call()
     outcome = StreamOutcome(call, silent=False, status="OK")
     stream = _Stream(outcome, LoadOptions())
 
-    def ended(utterance_id: int, offset_s: float) -> asr_pb2.StreamingRecognizeResponse:
+    def ended(utterance_id: int, offset_s: float, processed_s: float):  # type: ignore[no-untyped-def]
         event = asr_pb2.SpeechEvent(
             type=asr_pb2.SpeechEvent.SPEECH_ENDED, offset_s=offset_s, utterance_id=utterance_id
         )
-        return asr_pb2.StreamingRecognizeResponse(speech_event=event)
+        progress = asr_pb2.Progress(audio_processed_s=processed_s)
+        return asr_pb2.StreamingRecognizeResponse(speech_event=event, progress=progress)
 
-    def final(utterance_id: int) -> asr_pb2.StreamingRecognizeResponse:
+    def final(utterance_id: int):  # type: ignore[no-untyped-def]
         result = asr_pb2.Result(is_final=True, text="words", utterance_id=utterance_id)
         return asr_pb2.StreamingRecognizeResponse(result=result)
+
+    end = call.duration_s
 
     class Replayed:
         def __aiter__(self):  # type: ignore[no-untyped-def]
@@ -170,9 +175,9 @@ async def test_a_final_the_end_of_the_call_made_has_no_endpointing_latency() -> 
 
         async def _responses(self):  # type: ignore[no-untyped-def]
             for response in (
-                ended(1, call.duration_s - 0.8),  # endpointed: its silence follows it
+                ended(1, end - 2.0, end - 1.5),  # endpointed: heard 0.5 s of silence
                 final(1),
-                ended(2, call.duration_s - 0.02),  # the end of the audio, a frame short
+                ended(2, end - 0.3, end),  # the end of the call ended it
                 final(2),
             ):
                 yield response
