@@ -160,6 +160,8 @@ class ChannelRecognizer:
         self._speech_check = speech_check
         self._set_aside_max = int(SET_ASIDE_MAX_S * SAMPLE_RATE)
         self._inbox: AudioInbox | None = None
+        #: the turn model's yeses, to take before more audio is heard (_answers_first)
+        self._answers: deque[TurnComplete] = deque()
         caps = scheduler.engine.capabilities
         # an engine that cannot continue after a forced prefix could not make a final start
         # with words committed from partials: then nothing is committed (all unstable)
@@ -337,10 +339,11 @@ class ChannelRecognizer:
             item = await inbox.get()
             if isinstance(item, AudioChunk):
                 self._account(item)
-                await self._handle(await self._vad(self.endpointer.feed, item.samples))
+                await self._feed(item.samples)
             elif isinstance(item, DetectedEvents):
                 await self._handle(item.events)
             elif isinstance(item, EndOfAudio):
+                await self._answers_first()
                 await self._handle(
                     await self._vad(self.endpointer.flush), TurnEndReason.END_OF_AUDIO
                 )
@@ -353,6 +356,29 @@ class ChannelRecognizer:
             else:
                 await self._client_finalize(item)
             self._settle()
+
+    async def _feed(self, samples: np.ndarray) -> None:
+        """Voice detection over ``samples``, and what it finds. A SEMANTIC stream's audio
+        is heard a detector frame at a time, each frame only once the turn model has
+        answered every ask made before it (_answers_first): the turn ends where the model
+        said whether the audio came in 20 ms messages or 0.5 s ones, and the same for
+        Recognize and a client sending faster than real time."""
+        if not self._turns.semantic:
+            await self._handle(await self._vad(self.endpointer.feed, samples))
+            return
+        frame = self.endpointer.detector.frame_samples
+        for start in range(0, samples.size, frame):
+            await self._answers_first()
+            await self._handle(
+                await self._vad(self.endpointer.feed, samples[start : start + frame])
+            )
+
+    async def _answers_first(self) -> None:
+        """The turn model's answers to asks already made, before any later audio: a yes
+        ends the turn here (its copy in the inbox then finds it ended, and does nothing)."""
+        await self._turns.asks_answered()
+        while self._answers:
+            await self._turn_complete(self._answers.popleft())
 
     async def _client_finalize(self, request: Finalize) -> None:
         """The client's finalize: the utterance open now ends here, its final is sent,
@@ -482,8 +508,10 @@ class ChannelRecognizer:
         return early
 
     def _queue_turn_complete(self, ev: TurnComplete) -> None:
-        """The turn model's yes, behind the audio not yet handled (speech may resume in it)."""
+        """The turn model's yes: taken before the next audio heard (_answers_first), or
+        from the inbox when the channel is waiting there for more."""
         assert self._inbox is not None
+        self._answers.append(ev)
         self._inbox.put_event(DetectedEvents([ev]))
 
     async def _turn_complete(self, ev: TurnComplete) -> None:

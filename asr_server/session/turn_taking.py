@@ -77,6 +77,10 @@ class TurnTaking:
         self._bandwidth = BandwidthMeter()
         self._metered = (-1, 0)
         self.narrowband = False
+        #: asks whose answer is not in yet (see asks_answered); set when there are none
+        self._asking = 0
+        self._none_asking = asyncio.Event()
+        self._none_asking.set()
         self.reconfigure(config)
 
     def reconfigure(self, config: StreamConfig) -> None:
@@ -149,41 +153,77 @@ class TurnTaking:
         threshold = self._probes[utt.probes_asked][1]
         first = utt.probes_asked == 0
         utt.probes_asked += 1
-        self._spawn(self._ask(utt, utt.pause, speech_end, threshold, first))
+        release = self._hold_the_audio()
+        self._spawn(self._ask(utt, utt.pause, speech_end, threshold, first, release))
+
+    async def asks_answered(self) -> None:
+        """Until every ask made so far has its answer (a yes handed to turn_complete): the
+        channel hears no audio past an ask before its answer, so that a turn ends where
+        the model said it did however the client cut its audio into messages. (In 0.5 s
+        messages, speech that resumed in the ask's own message came first, the answer
+        was dropped, and two sentences were decoded as one utterance.)"""
+        await self._none_asking.wait()
+
+    def _hold_the_audio(self) -> Callable[[], None]:
+        """One more ask to wait for; the function given back ends the wait (once)."""
+        self._asking += 1
+        self._none_asking.clear()
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._asking -= 1
+                if not self._asking:
+                    self._none_asking.set()
+
+        return release
 
     async def _ask(
-        self, utt: UtteranceState, pause: int, speech_end: int, threshold: float, first: bool
+        self,
+        utt: UtteranceState,
+        pause: int,
+        speech_end: int,
+        threshold: float,
+        first: bool,
+        release: Callable[[], None],
     ) -> None:
-        """Is the turn complete? If so, the channel ends the utterance when it reaches
-        this answer in its inbox, if the pause still lasts."""
+        """Is the turn complete? If so, the channel ends the utterance when it comes to
+        this answer, if the pause still lasts."""
         assert self.turn is not None
-        early = utt.speculation
-        if early is not None and self._client_ends_turns_first():
-            # Beside the final's decode on the same cores, the model slowed it by about
-            # 40 ms (a 5.5 s final: 224 -> 262 ms, medians of 9, the Zen 4 machine), and
-            # this client's finalize ends the turn before the answer would come anyway.
-            await asyncio.wait([early.task])
-        if utt.finalizing or utt.pause != pause or self._hearing() is not utt:
-            # the turn ended (the client's finalize) or speech resumed before the question
-            # came to be asked: its answer could change nothing
-            self.metrics.turn_model_skipped.inc()
-            return
-        answer = utt.first_answer if first else None
-        heard = self._heard(utt)
         try:
-            with self.metrics.turn_model.time():
-                verdict = await asyncio.to_thread(self.turn.model.predict, heard)
-        except BaseException:
-            if answer is not None:
-                answer.cancel()  # no eager result; the error surfaces as before
-            raise
-        if answer is not None and not answer.done():  # (done: cancelled, speech resumed)
-            answer.set_result(verdict.probability)
-        utt.turn_probability = verdict.probability
-        if verdict.complete(threshold):
-            self._turn_complete(
-                TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)
-            )
+            early = utt.speculation
+            if early is not None and self._client_ends_turns_first():
+                # Beside the final's decode on the same cores, the model slowed it by about
+                # 40 ms (a 5.5 s final: 224 -> 262 ms, medians of 9, the Zen 4 machine), and
+                # this client's finalize ends the turn before the answer would come anyway:
+                # its audio does not wait for this answer either
+                release()
+                await asyncio.wait([early.task])
+            if utt.finalizing or utt.pause != pause or self._hearing() is not utt:
+                # the turn ended (the client's finalize) or speech resumed before the
+                # question came to be asked: its answer could change nothing
+                self.metrics.turn_model_skipped.inc()
+                return
+            answer = utt.first_answer if first else None
+            heard = self._heard(utt)
+            try:
+                with self.metrics.turn_model.time():
+                    verdict = await asyncio.to_thread(self.turn.model.predict, heard)
+            except BaseException:
+                if answer is not None:
+                    answer.cancel()  # no eager result; the error surfaces as before
+                raise
+            if answer is not None and not answer.done():  # (done: cancelled, speech resumed)
+                answer.set_result(verdict.probability)
+            utt.turn_probability = verdict.probability
+            if verdict.complete(threshold):
+                self._turn_complete(
+                    TurnComplete(utt.utterance_id, pause, speech_end, verdict.probability)
+                )
+        finally:
+            release()
 
     def _heard(self, utt: UtteranceState) -> np.ndarray:
         """What the turn model hears: the utterance, after the previous one if the speaker

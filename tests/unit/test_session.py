@@ -1406,6 +1406,26 @@ async def test_a_phone_lines_first_ask_needs_the_narrowband_threshold(
     assert h.metrics.turn_phone_band._value.get() == (rate == SR and not full_band)
 
 
+@pytest.mark.parametrize("message_s", [0.02, 0.5, 6.0])
+async def test_a_turn_ends_where_the_model_said_however_the_audio_is_cut(
+    message_s: float,
+) -> None:
+    """Unsure at the first ask (0.98), sure enough at the second (0.7, 600 ms in), of a
+    0.9 s pause. In 0.5 s messages speech resumed in the second ask's own message before
+    its answer came back, the answer was dropped, and the two sentences were one
+    utterance (whose final, from real Whisper, then left the first sentence out)."""
+    model = ScriptedTurnModel(0.8)
+    h = Harness(turn=semantic(model))
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.9), tone(1.0), silence(3.0)])
+    message = int(message_s * SR) * 2
+    events = await h.run(chunks(pcm16(audio), message), semantic=True, max_silence_ms=2000)
+    ends = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [e.reason for e in ends] == [TurnEndReason.MODEL, TurnEndReason.MODEL], ends
+    assert [round(e.offset_s, 1) for e in ends] == [2.5, 4.4]
+    assert len(results(events, final=True)) == 2
+    assert not [e for e in events if isinstance(e, SpeechResumed)]
+
+
 async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on() -> None:
     """StreamingUpdate, in order with the audio: the first turn ends at the server's
     thresholds (never sure enough: the longest pause), the second at the stream's new one;
