@@ -319,6 +319,9 @@ class ChannelRecognizer:
             or self.endpointer.speaking
             or self.endpointer.detector.blocking
             or not inbox.consumer_waiting
+            # an utterance could start, pause and be asked about within it: the channel
+            # hears it a frame at a time (_feed), so that no later audio comes first
+            or self._turns.may_ask_within(chunk.samples.size)
         ):
             return False
         self._account(chunk)

@@ -156,6 +156,11 @@ class TurnTaking:
         release = self._hold_the_audio()
         self._spawn(self._ask(utt, utt.pause, speech_end, threshold, first, release))
 
+    def may_ask_within(self, samples: int) -> bool:
+        """Could audio this long, heard from an idle channel, hold a pause the model is
+        asked about? (It needs one at least as long as the first ask's.)"""
+        return bool(self._probes) and samples >= self._probes[0][0]
+
     async def asks_answered(self) -> None:
         """Until every ask made so far has its answer (a yes handed to turn_complete): the
         channel hears no audio past an ask before its answer, so that a turn ends where

@@ -1426,6 +1426,30 @@ async def test_a_turn_ends_where_the_model_said_however_the_audio_is_cut(
     assert not [e for e in events if isinstance(e, SpeechResumed)]
 
 
+async def test_a_turn_ends_where_the_model_said_in_a_message_heard_on_arrival() -> None:
+    """An idle channel hears a message on the reader's turn (take_inline); one holding a
+    whole short turn, its pause and more speech went to the channel as one list of
+    events, and the model's yes came back after the speech that followed the pause."""
+    model = ScriptedTurnModel(0.99)
+    h = Harness(turn=semantic(model))
+    lead = pcm16(silence(0.48))
+    turns = pcm16(np.concatenate([tone(0.6), silence(0.3), tone(0.6)]))  # one message
+    tail = pcm16(silence(3.0))
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(lead, 640)):
+            yield c
+        yield turns
+        await h.settle()
+        async for c in h.lockstep(chunks(tail, 640)):
+            yield c
+
+    events = await h.run(source(), semantic=True, max_silence_ms=2000)
+    ends = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [e.reason for e in ends] == [TurnEndReason.MODEL, TurnEndReason.MODEL], ends
+    assert len(results(events, final=True)) == 2
+
+
 async def test_an_update_changes_the_turn_threshold_and_hotwords_from_there_on() -> None:
     """StreamingUpdate, in order with the audio: the first turn ends at the server's
     thresholds (never sure enough: the longest pause), the second at the stream's new one;
