@@ -366,7 +366,9 @@ class ChannelRecognizer:
         answered every ask made before it (_answers_first): the turn ends where the model
         said whether the audio came in 20 ms messages or 0.5 s ones, and the same for
         Recognize and a client sending faster than real time."""
-        if not self._turns.semantic:
+        if not self._turns.semantic or (
+            self._utt is None and self.endpointer.stays_quiet(samples)
+        ):  # (a quiet line's audio in one piece, as before: no ask can come of it)
             await self._handle(await self._vad(self.endpointer.feed, samples))
             return
         frame = self.endpointer.detector.frame_samples

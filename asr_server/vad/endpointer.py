@@ -104,6 +104,16 @@ class Endpointer:
         in (the oldest audio of the pre-roll window). Not meaningful while speaking."""
         return self.position - sum(a.size for a in self._pre_roll)
 
+    def stays_quiet(self, samples: np.ndarray) -> bool:
+        """Would ``feed(samples)`` find nothing, nobody speaking before or after (no whole
+        frame above the energy floor: feed's own fast path)? Computes nothing it keeps."""
+        if self.speaking:
+            return False
+        frame = self.detector.frame_samples
+        buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
+        count = buf.size // frame
+        return count == 0 or not bool(_loud(buf[: count * frame].reshape(count, frame)).any())
+
     def feed(self, samples: np.ndarray) -> list[EndpointEvent]:
         """Score whole frames of ``samples``; the remainder waits for the next call."""
         frame = self.detector.frame_samples

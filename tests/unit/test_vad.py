@@ -149,6 +149,20 @@ def test_digital_silence_is_never_speech() -> None:
     assert not ep.feed(np.zeros(100 * FRAME, dtype=np.float32))
 
 
+def test_stays_quiet_says_what_feed_then_finds() -> None:
+    """A SEMANTIC channel feeds a quiet line's audio whole on its word (the turn model
+    cannot be asked about audio no one speaks in), and anything else a frame at a time."""
+    ep = Endpointer(ScriptedDetector("#" * 100), CONFIG)
+    quiet = np.full(5 * FRAME + 100, 1e-4, dtype=np.float32)  # under the energy floor
+    assert ep.stays_quiet(quiet) and not ep.feed(quiet)
+    one_loud_frame = np.concatenate([quiet, np.full(FRAME, 0.1, dtype=np.float32)])
+    assert not ep.stays_quiet(one_loud_frame)
+    assert ep.stays_quiet(np.full(FRAME - 101, 0.1, dtype=np.float32))  # no whole frame yet
+    speaking = Endpointer(ScriptedDetector("#" * 100), CONFIG)
+    speaking.feed(np.full(10 * FRAME, 0.1, dtype=np.float32))
+    assert speaking.speaking and not speaking.stays_quiet(quiet)
+
+
 def test_trailing_silence_is_reported_with_the_audio() -> None:
     events = run("#" * 10 + "." * 8, CONFIG, chunk_frames=18)
     audio = [e for e in events if isinstance(e, SpeechAudio)]
