@@ -346,7 +346,7 @@ class ChannelRecognizer:
             elif isinstance(item, DetectedEvents):
                 await self._handle(item.events)
             elif isinstance(item, EndOfAudio):
-                await self._answers_first()
+                await self._answers_first(self.position)
                 await self._handle(
                     await self._vad(self.endpointer.flush), TurnEndReason.END_OF_AUDIO
                 )
@@ -362,26 +362,27 @@ class ChannelRecognizer:
 
     async def _feed(self, samples: np.ndarray) -> None:
         """Voice detection over ``samples``, and what it finds. A SEMANTIC stream's audio
-        is heard a detector frame at a time, each frame only once the turn model has
-        answered every ask made before it (_answers_first): the turn ends where the model
-        said whether the audio came in 20 ms messages or 0.5 s ones, and the same for
-        Recognize and a client sending faster than real time."""
+        is heard a detector frame at a time, each frame no sooner than it would have come
+        live while the turn model has not answered an ask made before it
+        (_answers_first): the turn ends where it would have live whether the audio came
+        in 20 ms messages or 0.5 s ones, faster than real time or to Recognize."""
         if not self._turns.semantic or (
             self._utt is None and self.endpointer.stays_quiet(samples)
         ):  # (a quiet line's audio in one piece, as before: no ask can come of it)
             await self._handle(await self._vad(self.endpointer.feed, samples))
             return
         frame = self.endpointer.detector.frame_samples
+        first = self.position - samples.size  # (the chunk is accounted for already)
         for start in range(0, samples.size, frame):
-            await self._answers_first()
-            await self._handle(
-                await self._vad(self.endpointer.feed, samples[start : start + frame])
-            )
+            piece = samples[start : start + frame]
+            await self._answers_first(first + start + piece.size)
+            await self._handle(await self._vad(self.endpointer.feed, piece))
 
-    async def _answers_first(self) -> None:
-        """The turn model's answers to asks already made, before any later audio: a yes
-        ends the turn here (its copy in the inbox then finds it ended, and does nothing)."""
-        await self._turns.asks_answered()
+    async def _answers_first(self, frame_end: int) -> None:
+        """The turn model's answers to asks already made, before audio that would have
+        come after them live (TurnTaking.answers_for): a yes ends the turn here (its copy
+        in the inbox then finds it ended, and does nothing)."""
+        await self._turns.answers_for(frame_end)
         while self._answers:
             await self._turn_complete(self._answers.popleft())
 

@@ -15,6 +15,7 @@ over); if speech resumes, the channel withdraws it (SpeechResumed).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 
@@ -77,10 +78,11 @@ class TurnTaking:
         self._bandwidth = BandwidthMeter()
         self._metered = (-1, 0)
         self.narrowband = False
-        #: asks whose answer is not in yet (see asks_answered); set when there are none
-        self._asking = 0
-        self._none_asking = asyncio.Event()
-        self._none_asking.set()
+        #: asks whose answer is not in yet (see answers_for): the end of the frame each
+        #: was asked at (samples) and when (loop time); set at each answer
+        self._open_asks: dict[int, tuple[int, float]] = {}
+        self._ask_ids = itertools.count()
+        self._answer_came = asyncio.Event()
         self.reconfigure(config)
 
     def reconfigure(self, config: StreamConfig) -> None:
@@ -153,7 +155,7 @@ class TurnTaking:
         threshold = self._probes[utt.probes_asked][1]
         first = utt.probes_asked == 0
         utt.probes_asked += 1
-        release = self._hold_the_audio()
+        release = self._hold_the_audio(speech_end + silence)
         self._spawn(self._ask(utt, utt.pause, speech_end, threshold, first, release))
 
     def may_ask_within(self, samples: int) -> bool:
@@ -161,27 +163,39 @@ class TurnTaking:
         asked about? (It needs one at least as long as the first ask's.)"""
         return bool(self._probes) and samples >= self._probes[0][0]
 
-    async def asks_answered(self) -> None:
-        """Until every ask made so far has its answer (a yes handed to turn_complete): the
-        channel hears no audio past an ask before its answer, so that a turn ends where
-        the model said it did however the client cut its audio into messages. (In 0.5 s
-        messages, speech that resumed in the ask's own message came first, the answer
-        was dropped, and two sentences were decoded as one utterance.)"""
-        await self._none_asking.wait()
+    async def answers_for(self, frame_end: int) -> None:
+        """Until the audio ending at ``frame_end`` may be heard: once every open ask has
+        its answer (a yes handed to turn_complete), or once that audio would have come
+        live, as long after the ask as it is after the asked frame. A live client's
+        audio so never waits; audio sent ahead of time (in 0.5 s messages, faster than
+        real time, a whole file to Recognize) waits for the answer, and the turn ends
+        where it would have live. (Speech that resumed in an ask's own message was heard
+        before the answer, the answer was dropped, and two sentences were decoded as one
+        utterance.)"""
+        loop = asyncio.get_running_loop()
+        while self._open_asks:
+            live_at = max(
+                asked_at + (frame_end - asked_end) / SAMPLE_RATE
+                for asked_end, asked_at in self._open_asks.values()
+            )
+            if live_at <= loop.time():
+                return
+            self._answer_came.clear()
+            try:
+                async with asyncio.timeout_at(live_at):
+                    await self._answer_came.wait()
+            except TimeoutError:
+                return
 
-    def _hold_the_audio(self) -> Callable[[], None]:
-        """One more ask to wait for; the function given back ends the wait (once)."""
-        self._asking += 1
-        self._none_asking.clear()
-        held = True
+    def _hold_the_audio(self, asked_end: int) -> Callable[[], None]:
+        """An open ask, at the frame ending at ``asked_end``; the function given back
+        closes it (once)."""
+        ask = next(self._ask_ids)
+        self._open_asks[ask] = (asked_end, asyncio.get_running_loop().time())
 
         def release() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self._asking -= 1
-                if not self._asking:
-                    self._none_asking.set()
+            if self._open_asks.pop(ask, None) is not None:
+                self._answer_came.set()
 
         return release
 

@@ -1426,6 +1426,32 @@ async def test_a_turn_ends_where_the_model_said_however_the_audio_is_cut(
     assert not [e for e in events if isinstance(e, SpeechResumed)]
 
 
+async def test_a_live_clients_audio_never_waits_for_the_model() -> None:
+    """Audio sent live is heard as it comes, whatever the model is asked: an answer that
+    comes after the speaker went on (the model took 0.5 s, speech resumed 0.2 s after
+    the ask) changes nothing, as it never did; only audio sent ahead of time waits."""
+
+    class SlowModel(ScriptedTurnModel):
+        def predict(self, audio: np.ndarray) -> TurnVerdict:
+            time.sleep(0.5)
+            return super().predict(audio)
+
+    h = Harness(turn=semantic(SlowModel(0.99)))
+    audio = np.concatenate([silence(0.3), tone(1.0), silence(0.35), tone(1.0), silence(1.0)])
+
+    async def live() -> AsyncIterator[object]:
+        start = time.monotonic()
+        async for c in chunks(pcm16(audio), 640):  # 20 ms
+            yield c
+            due = start + h.session.progress.audio_received_s  # (its last sample's time)
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+    events = await h.run(live(), semantic=True, max_silence_ms=2000)
+    ends = [e for e in events if isinstance(e, EndOfTurn)]
+    assert [e.reason for e in ends] == [TurnEndReason.MODEL], ends
+    assert len(results(events, final=True)) == 1  # the speaker went on: one turn
+
+
 async def test_a_turn_ends_where_the_model_said_in_a_message_heard_on_arrival() -> None:
     """An idle channel hears a message on the reader's turn (take_inline); one holding a
     whole short turn, its pause and more speech went to the channel as one list of
