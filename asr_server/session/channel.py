@@ -366,11 +366,11 @@ class ChannelRecognizer:
         live while the turn model has not answered an ask made before it
         (_answers_first): the turn ends where it would have live whether the audio came
         in 20 ms messages or 0.5 s ones, faster than real time or to Recognize."""
-        if not self._turns.semantic or (
-            self._utt is None and self.endpointer.stays_quiet(samples)
-        ):  # (a quiet line's audio in one piece, as before: no ask can come of it)
+        if not self._turns.semantic:
             await self._handle(await self._vad(self.endpointer.feed, samples))
             return
+        if self._utt is None and self.endpointer.feed_if_quiet(samples):
+            return  # a quiet line's audio, in one piece as before: no ask can come of it
         frame = self.endpointer.detector.frame_samples
         first = self.position - samples.size  # (the chunk is accounted for already)
         for start in range(0, samples.size, frame):

@@ -104,37 +104,46 @@ class Endpointer:
         in (the oldest audio of the pre-roll window). Not meaningful while speaking."""
         return self.position - sum(a.size for a in self._pre_roll)
 
-    def stays_quiet(self, samples: np.ndarray) -> bool:
-        """Would ``feed(samples)`` find nothing, nobody speaking before or after (no whole
-        frame above the energy floor: feed's own fast path)? Computes nothing it keeps."""
+    def feed_if_quiet(self, samples: np.ndarray) -> bool:
+        """``feed(samples)`` where it would find nothing, nobody speaking before or after
+        (no whole frame above the energy floor: feed's own fast path), and True; else
+        nothing is taken, and False."""
         if self.speaking:
             return False
-        frame = self.detector.frame_samples
-        buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
-        count = buf.size // frame
-        return count == 0 or not bool(_loud(buf[: count * frame].reshape(count, frame)).any())
+        frames, rest = self._whole_frames(samples)
+        if _loud(frames).any():
+            return False
+        self._pending = rest
+        self._pass_quiet(frames)
+        return True
 
     def feed(self, samples: np.ndarray) -> list[EndpointEvent]:
         """Score whole frames of ``samples``; the remainder waits for the next call."""
+        frames, self._pending = self._whole_frames(samples)
+        events: list[EndpointEvent] = []
+        if not len(frames):
+            return events
+        loud = _loud(frames).tolist()  # a few Python bools: cheaper than numpy scalars here
+        if not self.speaking and not any(loud):
+            self._pass_quiet(frames)
+            return events
+        for i in range(len(frames)):
+            self._frame(frames[i], events, loud=loud[i])
+        return events
+
+    def _whole_frames(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The whole frames of what was pending and ``samples`` (rows), and the rest."""
         frame = self.detector.frame_samples
         buf = np.concatenate([self._pending, samples]) if self._pending.size else samples
         count = buf.size // frame
-        self._pending = buf[count * frame :].copy()
-        events: list[EndpointEvent] = []
-        if count == 0:
-            return events
-        frames = buf[: count * frame].reshape(count, frame)
-        loud = _loud(frames).tolist()  # a few Python bools: cheaper than numpy scalars here
-        if not self.speaking and not any(loud):
-            # an open line with nobody talking (most of a call center's streams): no
-            # detector calls and no per-frame work, only the pre-roll bookkeeping
-            self.position += count * frame
-            self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
-            self._recent_voiced.extend([False] * min(count, self._recent_voiced.maxlen or 1))
-            return events
-        for i in range(count):
-            self._frame(frames[i], events, loud=loud[i])
-        return events
+        return buf[: count * frame].reshape(count, frame), buf[count * frame :].copy()
+
+    def _pass_quiet(self, frames: np.ndarray) -> None:
+        """An open line with nobody talking (most of a call center's streams): no detector
+        calls and no per-frame work, only the pre-roll bookkeeping."""
+        self.position += frames.size
+        self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
+        self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
 
     def flush(self) -> list[EndpointEvent]:
         """End of audio: score the partial frame and close an open utterance."""

@@ -149,18 +149,19 @@ def test_digital_silence_is_never_speech() -> None:
     assert not ep.feed(np.zeros(100 * FRAME, dtype=np.float32))
 
 
-def test_stays_quiet_says_what_feed_then_finds() -> None:
-    """A SEMANTIC channel feeds a quiet line's audio whole on its word (the turn model
+def test_feed_if_quiet_takes_only_what_feed_would_find_nothing_in() -> None:
+    """A SEMANTIC channel feeds a quiet line's audio whole this way (the turn model
     cannot be asked about audio no one speaks in), and anything else a frame at a time."""
     ep = Endpointer(ScriptedDetector("#" * 100), CONFIG)
     quiet = np.full(5 * FRAME + 100, 1e-4, dtype=np.float32)  # under the energy floor
-    assert ep.stays_quiet(quiet) and not ep.feed(quiet)
+    assert ep.feed_if_quiet(quiet) and ep.position == 5 * FRAME and not ep.speaking
     one_loud_frame = np.concatenate([quiet, np.full(FRAME, 0.1, dtype=np.float32)])
-    assert not ep.stays_quiet(one_loud_frame)
-    assert ep.stays_quiet(np.full(FRAME - 101, 0.1, dtype=np.float32))  # no whole frame yet
+    assert not ep.feed_if_quiet(one_loud_frame) and ep.position == 5 * FRAME  # nothing taken
+    assert ep.feed_if_quiet(np.full(FRAME - 101, 0.1, dtype=np.float32))  # no whole frame yet
+    assert ep.position == 5 * FRAME
     speaking = Endpointer(ScriptedDetector("#" * 100), CONFIG)
     speaking.feed(np.full(10 * FRAME, 0.1, dtype=np.float32))
-    assert speaking.speaking and not speaking.stays_quiet(quiet)
+    assert speaking.speaking and not speaking.feed_if_quiet(quiet)
 
 
 def test_trailing_silence_is_reported_with_the_audio() -> None:
