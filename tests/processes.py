@@ -155,8 +155,11 @@ def envoy_healthy_hosts(admin: int) -> int:
 
 
 def connectable(port: int) -> bool:
+    """Whether something listens on the port. A connect to a free port in the ephemeral
+    range can, rarely, pick that same port as its own source and connect to itself (TCP
+    simultaneous open): that is nobody listening."""
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname() != s.getpeername()
 
 
 @dataclass

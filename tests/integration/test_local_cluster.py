@@ -20,6 +20,11 @@ from tests.processes import connectable
 pytestmark = pytest.mark.timeout(180)
 
 
+def listeners() -> str:
+    """Who listens on which port, for a failure's message."""
+    return subprocess.run(["ss", "-ltnp"], capture_output=True, text=True, check=False).stdout
+
+
 def free_block() -> int:
     """A base port whose cluster ports (PORT, PORT+1, PORT+100, PORT+101) are all free."""
     for _ in range(50):
@@ -76,7 +81,8 @@ async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
         assert code == 130
         text = (tmp_path / "cluster.log").read_text()
         assert text.count("hurrying") == 1, text  # said once, however many Ctrl-Cs
-        assert not any(connectable(port + d) for d in (0, 1, 100, 101)), "still listening"
+        held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
+        assert not held, f"still listening on {held}:\n{listeners()}"
         assert not work.exists()
     finally:
         if script.returncode is None:
