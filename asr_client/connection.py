@@ -18,6 +18,8 @@ from pathlib import Path
 
 import grpc
 
+from asr_server.transport.cert_keys import GRPC_UNUSABLE, leaf_key_kind
+
 DEFAULT_TARGET = "localhost:50051"
 #: environment variable the commands read a token from when ``--token`` is not given
 TOKEN_ENV = "ASR_TOKEN"
@@ -84,6 +86,15 @@ class ConnectionOptions:
                     f"the client certificate {self.cert_file} and key {self.key_file} are not "
                     f"a PEM certificate and its private key ({exc.reason})"
                 ) from None
+            # OpenSSL takes these kinds; gRPC's TLS then offers no signature algorithm
+            # for them and the handshake fails (NO_COMMON_SIGNATURE_ALGORITHMS)
+            kind = leaf_key_kind(self.cert_file.read_bytes())
+            if kind in GRPC_UNUSABLE:
+                raise ConnectionConfigError(
+                    f"the client certificate {self.cert_file} has an {kind} key, which "
+                    "gRPC's TLS cannot complete a handshake with: use an RSA, ECDSA P-256 "
+                    "or P-384 key"
+                )
 
     def call_metadata(self) -> tuple[tuple[str, str], ...]:
         """The token's header. Whitespace around it (a token read from a file ends in a

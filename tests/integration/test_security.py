@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
+from asr_client.connection import ConnectionConfigError
 from asr_server.log import StreamIdFilter
 from asr_server.transport.auth import hash_token, new_token
 from tests.helpers import (
@@ -262,6 +263,30 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, 
             with pytest.raises(TimeoutError):
                 await client.wait_ready()
     assert sample(server, "asr_client_streams_total", client="mallory") is None
+
+
+@pytest.mark.parametrize("kind", ["P-384", "Ed25519", "P-521"])
+async def test_a_client_key_no_grpc_client_can_sign_with_is_told_before_connecting(
+    make_server, pki, tmp_path, kind
+) -> None:  # type: ignore[no-untyped-def]
+    """A client certificate with an Ed25519 or P-521 key: the handshake failed and the
+    client said only that the server did not answer. It is told before any connection; a
+    P-384 key, the largest that works, streams."""
+    cert, key = pki.server()
+    client_cert, client_key = key_kind_pair(tmp_path, kind)  # self-signed: its own CA
+    server = await serve_fake(make_server, tls_cert=cert, tls_key=key, tls_client_ca=client_cert)
+    options = tls_client(server.port, pki, cert_file=client_cert, key_file=client_key)
+    if kind == "P-384":
+        received = await stream_audio(options, speech_pcm(), 16_000, speed=None)
+        assert final_text(received) == EXPECTED
+        return
+    named = "ECDSA P-521" if kind == "P-521" else kind
+    with pytest.raises(ConnectionConfigError) as err:
+        await stream_audio(options, speech_pcm(), 16_000, speed=None)
+    assert str(err.value) == (
+        f"the client certificate {client_cert} has an {named} key, which gRPC's TLS cannot"
+        " complete a handshake with: use an RSA, ECDSA P-256 or P-384 key"
+    )
 
 
 # -- tokens -------------------------------------------------------------------------------
