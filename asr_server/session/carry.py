@@ -279,6 +279,16 @@ class Carry:
             )
             for w in hyp.words[n:]
         ]
+        # the carried text ended inside a word (a FINALIZE cut "Godspeed": the previous
+        # final read "God", this one "speed."): the word the model read across the cut
+        # is timed once, among the carried words; its rest is this final's first word
+        if at > carried and n > 0:
+            straddling = hyp.words[n - 1]
+            rest = "".join(straddling.word.split())[-(at - carried) :]
+            rest = rest.lstrip(CLOSING_PUNCTUATION)
+            if rest and "".join(text.split()).startswith(rest):
+                end = max(0.0, straddling.end_s - shift)
+                words.insert(0, WordTiming(rest, 0.0, end, straddling.probability))
         return dataclasses.replace(hyp, text=text, words=words)
 
 

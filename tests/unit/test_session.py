@@ -698,6 +698,26 @@ def test_a_carried_final_keeps_only_its_own_words_however_the_aligner_split_the_
     assert stripped.words[0].start_s == pytest.approx(0.8 - 0.5)  # after the carried audio
 
 
+def test_a_carried_final_cut_inside_a_word_times_the_words_rest() -> None:
+    """A FINALIZE cut "Godspeed": the previous final read "his God", and the model, the
+    carried text forced, read on "Godspeed." as one word, timed among the carried ones:
+    this final, "speed.", came without word timings."""
+    from asr_server.session.carry import Carry
+
+    carry = Carry(np.zeros(SR, np.float32), SR, "welcome his God.", "en")  # 1 s
+    said = [("welcome", 0.1, 0.4), ("his", 0.4, 0.6), ("Godspeed.", 0.7, 1.3)]
+    timed = [WordTiming(w, a, b, 0.8) for w, a, b in said]
+    stripped = carry.strip(Hypothesis("welcome his Godspeed.", "en", timed))
+    assert stripped.text == "speed."
+    assert stripped.words == [WordTiming("speed.", 0.0, pytest.approx(0.3), 0.8)]
+    # where the carried text ends at a word's end, only its punctuation is past the cut
+    said = [("welcome", 0.1, 0.4), ("his", 0.4, 0.6), ("God.", 0.7, 0.9), ("Speed", 1.1, 1.4)]
+    timed = [WordTiming(w, a, b, 0.8) for w, a, b in said]
+    stripped = carry.strip(Hypothesis("welcome his God. Speed", "en", timed))
+    assert stripped.text == "Speed"
+    assert [w.word for w in stripped.words] == ["Speed"]
+
+
 def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
