@@ -20,9 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr_server.vad.base import VoiceDetector
+from asr_server.vad.level import LevelTracker
 
 #: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
-ENERGY_FLOOR = 10 ** (-60 / 20)
+ENERGY_FLOOR_DB = -60.0
+ENERGY_FLOOR = 10 ** (ENERGY_FLOOR_DB / 20)
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,13 @@ class Endpointer:
         self._silent_run = 0
         self._last_voiced_end = 0
         self._claimed_until = 0
+        # a detector whose decisions depend on the level (webrtcvad) hears a quiet
+        # channel raised (vad/level.py)
+        self._level = (
+            LevelTracker(frame / 16_000, ENERGY_FLOOR_DB)
+            if getattr(detector, "level_sensitive", False)
+            else None
+        )
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -142,8 +151,20 @@ class Endpointer:
         """An open line with nobody talking (most of a call center's streams): no detector
         calls and no per-frame work, only the pre-roll bookkeeping."""
         self.position += frames.size
+        if self._level is not None:
+            self._level.quiet(len(frames))
         self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
         self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
+
+    def _heard(self, frame: np.ndarray, loud: bool) -> np.ndarray:
+        """``frame`` as the detector hears it: raised if the channel is quiet."""
+        if self._level is None:
+            return frame
+        if not loud:
+            self._level.quiet(1)
+            return frame
+        gain = self._level.gain_for(frame)
+        return frame if gain == 1.0 else frame * np.float32(gain)
 
     def flush(self) -> list[EndpointEvent]:
         """End of audio: score the partial frame and close an open utterance."""
@@ -197,7 +218,8 @@ class Endpointer:
         start = self.position
         self.position += n
         # quiet frames never reach the detector (a stateful one sees only the loud frames)
-        voiced = loud and self.detector.speech_probability(frame) >= self.config.threshold
+        heard = self._heard(frame, loud)
+        voiced = loud and self.detector.speech_probability(heard) >= self.config.threshold
         audio = frame[:n]
         if self.speaking:
             if voiced:

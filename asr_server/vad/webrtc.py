@@ -1,4 +1,5 @@
-"""WebRTC VAD (webrtcvad-wheels): cheap, deterministic, the default detector."""
+"""WebRTC VAD (webrtcvad-wheels): cheap, deterministic, the default detector. Its
+decisions depend on the level: the endpointer raises a quiet channel for it (vad/level.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ FRAME_SAMPLES = 480  # 30 ms at 16 kHz, the longest frame webrtcvad accepts
 class WebRtcVoiceDetector:
     frame_samples = FRAME_SAMPLES
     blocking = False
+    level_sensitive = True
 
     def __init__(self, mode: int = 3) -> None:
         import webrtcvad

@@ -1,0 +1,67 @@
+"""How loud a channel is, and the gain that lets a level-sensitive detector hear it.
+
+webrtcvad's decisions depend on the signal's level: the same recording scaled from a
+loudest 30 ms frame of -10 dBFS down to -34 keeps fewer and fewer voiced frames, and
+below that almost none. A reviewer's quiet copies of the shared corpus (-42 and -45 dBFS
+average speech level) lost whole phrases, with no ``speech_started``, where offline
+Whisper read every word of the same audio: a quiet talker (a far-field or laptop
+microphone, a low-gain phone line) was silently dropped. So the detector hears each
+frame of a quiet channel raised:
+
+* the channel's loudest recent frame (``peak``: follows a louder frame at once, falls
+  10 dB a second) is brought up to ``TARGET_PEAK_DB``; a channel that loud gets nothing
+  (the shared corpus: all but two recordings; it starts there too, so that a channel
+  earns its gain by staying quiet: the noise before a talker's first word can be as loud
+  as a quiet talker, -43 dBFS in jfk.flac);
+* never so far that the channel's noise floor (``floor``: follows a quieter frame at
+  once, rises 10 dB a second; the frames below the endpointer's energy floor count at it)
+  passes ``NOISE_CEILING_DB``: webrtcvad takes stationary noise for speech from about
+  -35 dBFS (pink noise: 0.5 % of its frames at -35, 29 % at -30), and jfk.flac's hiss
+  from about -40. Hence at most 10 dB, for a channel with silence under its speech.
+
+Only what the detector hears is raised; the audio decoded is the channel's own. Levels
+are frame RMS in dB relative to full scale.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: a channel whose loudest recent frame is quieter than this is raised to it
+TARGET_PEAK_DB = -25.0
+#: the gain never lifts the channel's noise floor above this
+NOISE_CEILING_DB = -50.0
+#: per second of frames above the energy floor (a silence keeps the level of the speech
+#: before it): how fast the peak forgets a louder past
+PEAK_FALL_DB_PER_S = 10.0
+#: per second of frames: how fast the floor forgets a quieter past
+FLOOR_RISE_DB_PER_S = 10.0
+
+
+class LevelTracker:
+    """One channel's peak and noise floor, and the detector's gain (see the module).
+    ``quiet_db``: the endpointer's energy floor, the level given to the frames below it,
+    which it does not score."""
+
+    def __init__(self, frame_s: float, quiet_db: float) -> None:
+        self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
+        self._floor_rise = FLOOR_RISE_DB_PER_S * frame_s
+        self._quiet_db = quiet_db
+        self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
+        self.floor_db = math.inf
+
+    def quiet(self, frames: int) -> None:
+        """``frames`` frames below the energy floor went by."""
+        self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
+
+    def gain_for(self, frame: np.ndarray) -> float:
+        """The linear gain for ``frame`` (above the energy floor), counting its own level
+        first (a louder frame lowers the gain from itself on)."""
+        energy = float(np.dot(frame, frame)) / max(1, frame.size)
+        level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
+        self.peak_db = max(level, self.peak_db - self._peak_fall)
+        self.floor_db = min(level, self.floor_db + self._floor_rise)
+        gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - self.floor_db)
+        return 10.0 ** (gain_db / 20.0) if gain_db > 0.0 else 1.0
