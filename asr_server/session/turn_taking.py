@@ -313,7 +313,7 @@ class TurnTaking:
             return
         if not self._final_as_decoded(utt, hyp):
             return  # its final will be decoded again (in the language the stream turns to)
-        utt.eager_sent = True
+        utt.sent_eager()
         await self._emit(
             RecognitionResult(
                 is_final=False,

@@ -101,6 +101,15 @@ class UtteranceState:
         self.speculation = self.set_aside = self.split_final = None
         self.drop_first_answer()
 
+    def sent_eager(self) -> None:
+        """The early final went out as an eager result: the final is that text or it is
+        withdrawn (SPEECH_RESUMED). One set aside at a sound earlier in the turn can no
+        longer be the final, whatever the sound was."""
+        self.eager_sent = True
+        if self.set_aside is not None:
+            self.set_aside.task.cancel()
+            self.set_aside = None
+
     def set_speculation_aside(self) -> None:
         """Speech seems to resume: the early final is no longer the final, unless what
         was heard turns out to be no speech. It is kept only if the engine already began

@@ -1788,6 +1788,21 @@ async def test_an_eager_result_withdrawn_at_a_breath_is_not_kept_as_the_final() 
     assert h.metrics.early_finals_kept._value.get() == 0
 
 
+async def test_an_eager_result_after_an_early_final_set_aside_is_the_final() -> None:
+    # the pause's first early final (decoded from 60 ms) was set aside at a breath before
+    # its eager result was due (200 ms); the pause went on and the next early final went
+    # out as the eager result. Silero hears no speech in the breath: the set-aside final,
+    # ending before it, was the final, and the eager text the client had was neither it
+    # nor withdrawn (a reviewer's fuzzing: "...his gospel." eager, "...this gospel." final)
+    h = Harness(speech_check=silero_hears_speech)
+    pause = [silence(0.1), breath(), silence(0.35)]
+    events = await a_turn_ended_by_the_client(h, pause, eager_finals=True)
+    assert not any(isinstance(e, SpeechResumed) for e in events)
+    (eager,) = [e for e in results(events) if e.eager and e.utterance_id == 1]
+    (final,) = [f for f in results(events, final=True) if f.utterance_id == eager.utterance_id]
+    assert (final.text, final.end_s) == (eager.unstable_text, eager.end_s)
+
+
 async def test_only_an_early_final_the_engine_began_is_set_aside() -> None:
     # setting aside costs nothing for a decode under way (it cannot be stopped); a
     # queued one is dropped as before, or pauses inside sentences would cost decodes
