@@ -106,6 +106,12 @@ class Metrics:
             "audio. The repeat was cut.",
             registry=r,
         )
+        self.held_pauses_read_on = Counter(
+            "asr_held_pauses_read_on_total",
+            "SEMANTIC finals that stopped before a pause the turn model held open, though "
+            "speech went on after it: the rest was decoded on its own and joined to them.",
+            registry=r,
+        )
         self.carry_skipped_under_load = Counter(
             "asr_carry_skipped_under_load_total",
             "Final decodes made without the previous final's audio and text because other "

@@ -477,6 +477,8 @@ class ChannelRecognizer:
                     SpeechResumed(ev.last_voiced_end / SAMPLE_RATE, self.channel, utt.utterance_id)
                 )
                 self.metrics.speech_events.labels("resumed").inc()
+            if self._turns.judges_pauses and utt.pause_heard >= self._held_pause:
+                utt.held_resumptions.append(ev.start_sample)
             if utt.pause_heard:  # a pause ended
                 utt.pause += 1
                 utt.probes_asked = 0

@@ -36,6 +36,12 @@ logger = logging.getLogger(__name__)
 #: of its audio (the final's 0.2 s of pause included): a phrase the speaker said again
 #: at the very end would be missing from a partial that stopped earlier
 LOOP_CHECK_UNHEARD_S = 0.8
+#: a final that stopped at a held pause is read on from this much before speech resumed
+#: (the voice detector hears a word's onset late), if at least HELD_REST_MIN_S is left
+PRE_ROLL = int(0.3 * SAMPLE_RATE)
+HELD_REST_MIN_S = 0.3
+#: the context a held pause's rest is decoded after (Whisper's prompt holds ~224 tokens)
+PROMPT_CHARS = 600
 
 
 def heard_with(heard_text: str, spoken_phrases: tuple[str, ...]) -> list[str]:
@@ -148,7 +154,9 @@ class FinalDecoder:
             detect=detect,
             prompt=self.prompt(),
             prefix=prefix,
-            word_timestamps=self._config.word_timestamps,
+            # where a pause was held open, the final's words tell whether it read on
+            # after it (_read_past_held_pauses)
+            word_timestamps=self._config.word_timestamps or bool(utt.held_resumptions),
         )
         return request, carry
 
@@ -168,7 +176,56 @@ class FinalDecoder:
         if self.echoes_prompt(hyp.text, request.prefix):
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
-        return self._without_unheard_loops(utt, hyp, own_audio)
+        hyp = self._without_unheard_loops(utt, hyp, own_audio)
+        if utt.held_resumptions:
+            hyp = await self._read_past_held_pauses(utt, hyp, request.audio[-own_audio:])
+        return hyp
+
+    async def _read_past_held_pauses(
+        self, utt: UtteranceState, hyp: Hypothesis, audio: np.ndarray
+    ) -> Hypothesis:
+        """``hyp``, read on past a held pause where it stopped. A SEMANTIC stream keeps a
+        pause the turn model holds open inside one utterance (a speaker thinking
+        mid-sentence), and Whisper, decoding two sentences with a pause between, now
+        and then ends after the first: "It was the first great sorrow of his life. ...
+        built around it." for that and "Stuff it into you, his belly counselled him."
+        0.5 s later (a reviewer's fuzzing; LibriSpeech pairs). Where its last word ends
+        before speech resumed after such a pause, the rest is decoded on its own, after
+        this text, and joined to it: the turn's final stays one final, and whole."""
+        asked_words = self._config.word_timestamps
+        if hyp.rejected or not hyp.words:
+            return hyp if asked_words else dataclasses.replace(hyp, words=[])
+        start = utt.audio.start_sample
+        last_word_end = start + int(hyp.words[-1].end_s * SAMPLE_RATE)
+        resumed = [at for at in utt.held_resumptions if start < at and last_word_end < at]
+        cut = resumed[0] - PRE_ROLL if resumed else 0
+        rest = audio[max(0, cut - start) :]
+        too_short = rest.size < HELD_REST_MIN_S * SAMPLE_RATE
+        if not resumed or too_short or await self.no_speech_in(rest):
+            return hyp if asked_words else dataclasses.replace(hyp, words=[])
+        request = DecodeRequest(
+            rest,
+            DecodeKind.FINAL,
+            language=hyp.language,
+            languages=self._config.languages,
+            prompt=f"{self.prompt()} {hyp.text}".strip()[-PROMPT_CHARS:],
+            word_timestamps=asked_words,
+        )
+        more = await self._timed_decode(request, "held pause's rest", None)
+        if more is None or more.rejected or not more.text:
+            return hyp if asked_words else dataclasses.replace(hyp, words=[])
+        logger.debug("final %r stopped at a held pause; read on: %r", hyp.text, more.text)
+        self._metrics.held_pauses_read_on.inc()
+        shift = (max(0, cut - start)) / SAMPLE_RATE
+        words = [
+            WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
+            for w in more.words
+        ]
+        return dataclasses.replace(
+            hyp,
+            text=f"{hyp.text} {more.text}",
+            words=[*hyp.words, *words] if asked_words else [],
+        )
 
     def _without_unheard_loops(
         self, utt: UtteranceState, hyp: Hypothesis, own_audio: int

@@ -1996,6 +1996,50 @@ async def test_a_long_pause_splits_a_semantic_stream_whose_turn_model_is_not_ask
     assert model.heard == []  # not asked
 
 
+
+class StopsAtAPause(FakeEngine):
+    """The fake engine, with Whisper's habit on two sentences and a pause between in one
+    final decode: it reads the first and ends there."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        if req.kind is DecodeKind.FINAL:
+            loud = np.abs(req.audio) > 1e-3
+            quiet_run, first_loud = 0, None
+            for i in range(0, req.audio.size, 160):  # 10 ms steps
+                if loud[i : i + 160].any():
+                    if first_loud is not None and quiet_run >= int(0.45 * SR):
+                        req = dataclasses.replace(req, audio=req.audio[: i - quiet_run])
+                        break
+                    first_loud = i if first_loud is None else first_loud
+                    quiet_run = 0
+                else:
+                    quiet_run += 160
+        return super()._hear(req)
+
+
+@pytest.mark.parametrize("word_timestamps", [False, True])
+async def test_a_final_that_stopped_at_a_held_pause_reads_on(word_timestamps: bool) -> None:
+    """SEMANTIC holds a 0.7 s pause open (the model is unsure), and the turn's final
+    decode of both sentences stopped after the first: the second was in no final (a
+    reviewer's fuzzing, LibriSpeech pairs). The rest is decoded on its own and joined."""
+    h = Harness(StopsAtAPause(), turn=semantic(ScriptedTurnModel(0.3)))
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(0.7), tone(1.5), silence(3.0)])
+    events = await h.run(
+        h.lockstep(chunks(pcm16(audio), 640)),
+        semantic=True,
+        interim=False,
+        word_timestamps=word_timestamps,
+    )
+    (final,) = results(events, final=True)
+    # 2 s and 1.5 s of words (the fake engine names the rest's words from w0)
+    assert final.text == " ".join([f"w{i}" for i in range(8)] + [f"w{i}" for i in range(6)])
+    assert h.metrics.held_pauses_read_on._value.get() == 1
+    if word_timestamps:
+        assert [w.word for w in final.words] == final.text.split()
+        assert final.words[8].start_s == pytest.approx(3.2, abs=0.05)  # the second tone
+    else:
+        assert final.words == []
+
 @pytest.mark.parametrize("config", [{"silence_ms": 3000, "semantic": 0.1}, {"silence_ms": 500}])
 async def test_a_long_pause_splits_only_silence_streams_that_hold_it(
     config: dict[str, object],
