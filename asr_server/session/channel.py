@@ -631,7 +631,7 @@ class ChannelRecognizer:
             cut = utt.audio.quietest_sample(search_from_s=utt.audio.duration_s * 2 / 3)
             rest = utt.audio.split_off(cut)
             await self._decode_final(utt)
-        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
+        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample), utt)
 
     def _long_enough_to_split(self, utt: UtteranceState, speech_end: int) -> bool:
         return (
@@ -737,15 +737,21 @@ class ChannelRecognizer:
         utt.speech_end = early.speech_end  # (for the latency metric)
         self.metrics.pause_splits.inc()
         await self._decode_final(utt)
-        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample))
+        self._utt = self._new_utterance(rest, self._arrival(rest.start_sample), utt)
 
-    def _new_utterance(self, audio: UtteranceAudio, speech_arrived: float) -> UtteranceState:
+    def _new_utterance(
+        self, audio: UtteranceAudio, speech_arrived: float, split: UtteranceState | None = None
+    ) -> UtteranceState:
+        """``split``: the utterance ``audio`` was split off from (its pauses held open
+        after the cut are this one's)."""
         utt = UtteranceState(
             self._next_id,
             audio,
             speech_arrived=speech_arrived,
             agreement=LocalAgreement(self._agreement),
         )
+        if split is not None:
+            utt.held_resumptions = [at for at in split.held_resumptions if at > audio.start_sample]
         self._next_id += 1
         return utt
 

@@ -40,8 +40,17 @@ LOOP_CHECK_UNHEARD_S = 0.8
 #: (the voice detector hears a word's onset late), if at least HELD_REST_MIN_S is left
 PRE_ROLL = int(0.3 * SAMPLE_RATE)
 HELD_REST_MIN_S = 0.3
+#: Whisper's languages written without spaces between words (a rest read on is joined
+#: to its final without one)
+WRITTEN_WITHOUT_SPACES = frozenset({"zh", "yue", "ja", "th", "lo", "km", "my", "bo"})
 #: the context a held pause's rest is decoded after (Whisper's prompt holds ~224 tokens)
 PROMPT_CHARS = 600
+
+
+def joined(text: str, more: str, language: str) -> str:
+    """``more`` read on after ``text``: with a space, but in a language written without
+    them (a stray space after "。" is no decode's)."""
+    return f"{text}{'' if language in WRITTEN_WITHOUT_SPACES else ' '}{more}"
 
 
 def heard_with(heard_text: str, spoken_phrases: tuple[str, ...]) -> list[str]:
@@ -223,7 +232,7 @@ class FinalDecoder:
         ]
         return dataclasses.replace(
             hyp,
-            text=f"{hyp.text} {more.text}",
+            text=joined(hyp.text, more.text, hyp.language),
             words=[*hyp.words, *words] if asked_words else [],
         )
 

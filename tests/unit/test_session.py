@@ -1996,7 +1996,6 @@ async def test_a_long_pause_splits_a_semantic_stream_whose_turn_model_is_not_ask
     assert model.heard == []  # not asked
 
 
-
 class StopsAtAPause(FakeEngine):
     """The fake engine, with Whisper's habit on two sentences and a pause between in one
     final decode: it reads the first and ends there."""
@@ -2039,6 +2038,36 @@ async def test_a_final_that_stopped_at_a_held_pause_reads_on(word_timestamps: bo
         assert final.words[8].start_s == pytest.approx(3.2, abs=0.05)  # the second tone
     else:
         assert final.words == []
+
+
+def test_a_rest_read_on_is_joined_as_its_language_is_written() -> None:
+    from asr_server.session.finals import joined
+
+    assert joined("It was around it.", "Stuff it into you.", "en") == (
+        "It was around it. Stuff it into you."
+    )
+    assert (
+        joined("我们今天去公园玩。", "我们今天去公。", "zh") == "我们今天去公园玩。我们今天去公。"
+    )
+
+
+async def test_a_held_pause_after_a_split_at_the_length_limit_still_reads_on() -> None:
+    """The 15 s limit cut the utterance before speech resumed after a held pause: the
+    rest, a new utterance, did not know of the pause, and its final stopped at it (the
+    diff reviewer's case)."""
+    h = Harness(StopsAtAPause(), turn=semantic(ScriptedTurnModel(0.3)))
+    audio = np.concatenate(
+        [silence(0.5), tone(10.0), silence(0.25), tone(2.35), silence(0.7), tone(2.3)]
+    )
+    events = await h.run(
+        h.lockstep(chunks(pcm16(np.concatenate([audio, silence(3.0)])), 640)),
+        semantic=True,
+        interim=False,
+    )
+    heard = sum(len(f.text.split()) for f in results(events, final=True))
+    assert heard >= round((10.0 + 2.35 + 2.3) / 0.25) - 1  # a word per 0.25 s of tone
+    assert h.metrics.held_pauses_read_on._value.get() == 1
+
 
 @pytest.mark.parametrize("config", [{"silence_ms": 3000, "semantic": 0.1}, {"silence_ms": 500}])
 async def test_a_long_pause_splits_only_silence_streams_that_hold_it(
