@@ -9,7 +9,8 @@ microphone, a low-gain phone line) was silently dropped. So the detector hears e
 frame of a quiet channel raised:
 
 * the channel's loudest recent frame (``peak``: follows a louder frame at once, falls
-  10 dB a second) is brought up to ``TARGET_PEAK_DB``; a channel that loud gets nothing
+  10 dB a second, 0.5 once the channel has been that loud) is brought up to
+  ``TARGET_PEAK_DB``; a channel that loud gets nothing
   (the shared corpus: all but two recordings; it starts there too, so that a channel
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
   as a quiet talker, -43 dBFS in jfk.flac);
@@ -34,8 +35,12 @@ TARGET_PEAK_DB = -25.0
 #: the gain never lifts the channel's noise floor above this
 NOISE_CEILING_DB = -50.0
 #: per second of frames above the energy floor (a silence keeps the level of the speech
-#: before it): how fast the peak forgets a louder past
+#: before it): how fast the peak forgets a louder past, on a channel that has not yet been
+#: as loud as the target, and on one that has (its talker is heard well: someone further
+#: off in its pauses, a TV, another agent, stays as faint as they are, unless the channel
+#: stays that quiet for long)
 PEAK_FALL_DB_PER_S = 10.0
+HEARD_PEAK_FALL_DB_PER_S = 0.5
 #: per second of frames: how fast the floor forgets a quieter past
 FLOOR_RISE_DB_PER_S = 10.0
 
@@ -47,6 +52,8 @@ class LevelTracker:
 
     def __init__(self, frame_s: float, quiet_db: float) -> None:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
+        self._heard_peak_fall = HEARD_PEAK_FALL_DB_PER_S * frame_s
+        self._heard_at_target = False
         self._floor_rise = FLOOR_RISE_DB_PER_S * frame_s
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
@@ -61,7 +68,9 @@ class LevelTracker:
         first (a louder frame lowers the gain from itself on)."""
         energy = float(np.dot(frame, frame)) / max(1, frame.size)
         level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
-        self.peak_db = max(level, self.peak_db - self._peak_fall)
+        self._heard_at_target = self._heard_at_target or level >= TARGET_PEAK_DB
+        fall = self._heard_peak_fall if self._heard_at_target else self._peak_fall
+        self.peak_db = max(level, self.peak_db - fall)
         self.floor_db = min(level, self.floor_db + self._floor_rise)
         gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - self.floor_db)
         return 10.0 ** (gain_db / 20.0) if gain_db > 0.0 else 1.0
