@@ -441,6 +441,15 @@ class ChannelRecognizer:
             return
         utt.audio.append(ev.samples)
         utt.samples_since_partial += ev.samples.size
+        if (
+            ev.trailing_silence == 0
+            and self._turns.judges_pauses
+            and utt.pause_heard >= LONG_PAUSE_SPLIT_S * SAMPLE_RATE
+        ):
+            # speech resumed after a pause held open that long: a final decode that
+            # stops there is read on (FinalDecoder; recorded before a split at the length
+            # limit, which hands it to the rest)
+            utt.held_resumptions.append(ev.start_sample)
         if len(utt.audio) >= self._max_utterance:
             if ev.trailing_silence and utt.eager_sent and utt.speculation is not None:
                 # the limit fell in the pause of an eager result: that result is the
@@ -477,8 +486,6 @@ class ChannelRecognizer:
                     SpeechResumed(ev.last_voiced_end / SAMPLE_RATE, self.channel, utt.utterance_id)
                 )
                 self.metrics.speech_events.labels("resumed").inc()
-            if self._turns.judges_pauses and utt.pause_heard >= self._held_pause:
-                utt.held_resumptions.append(ev.start_sample)
             if utt.pause_heard:  # a pause ended
                 utt.pause += 1
                 utt.probes_asked = 0

@@ -202,38 +202,42 @@ class FinalDecoder:
         before speech resumed after such a pause, the rest is decoded on its own, after
         this text, and joined to it: the turn's final stays one final, and whole."""
         asked_words = self._config.word_timestamps
-        if hyp.rejected or not hyp.words:
-            return hyp if asked_words else dataclasses.replace(hyp, words=[])
         start = utt.audio.start_sample
-        last_word_end = start + int(hyp.words[-1].end_s * SAMPLE_RATE)
-        resumed = [at for at in utt.held_resumptions if start < at and last_word_end < at]
-        cut = resumed[0] - PRE_ROLL if resumed else 0
-        rest = audio[max(0, cut - start) :]
-        too_short = rest.size < HELD_REST_MIN_S * SAMPLE_RATE
-        if not resumed or too_short or await self.no_speech_in(rest):
-            return hyp if asked_words else dataclasses.replace(hyp, words=[])
-        request = DecodeRequest(
-            rest,
-            DecodeKind.FINAL,
-            language=hyp.language,
-            languages=self._config.languages,
-            prompt=f"{self.prompt()} {hyp.text}".strip()[-PROMPT_CHARS:],
-            word_timestamps=asked_words,
-        )
-        more = await self._timed_decode(request, "held pause's rest", None)
-        if more is None or more.rejected or not more.text:
-            return hyp if asked_words else dataclasses.replace(hyp, words=[])
-        logger.debug("final %r stopped at a held pause; read on: %r", hyp.text, more.text)
-        self._metrics.held_pauses_read_on.inc()
-        shift = (max(0, cut - start)) / SAMPLE_RATE
-        words = [
-            WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
-            for w in more.words
-        ]
+        text, words, read_on = hyp.text, list(hyp.words), False
+        done = start  # each rest decoded may stop at the next held pause in turn
+        while not hyp.rejected and words:
+            last_word_end = start + int(words[-1].end_s * SAMPLE_RATE)
+            resumed = [at for at in utt.held_resumptions if max(done, last_word_end) < at]
+            if not resumed:
+                break
+            done = resumed[0]
+            cut = max(start, resumed[0] - PRE_ROLL)
+            rest = audio[cut - start :]
+            if rest.size < HELD_REST_MIN_S * SAMPLE_RATE or await self.no_speech_in(rest):
+                break
+            request = DecodeRequest(
+                rest,
+                DecodeKind.FINAL,
+                language=hyp.language,
+                languages=self._config.languages,
+                prompt=f"{self.prompt()} {text}".strip()[-PROMPT_CHARS:],
+                word_timestamps=True,
+            )
+            more = await self._timed_decode(request, "held pause's rest", None)
+            if more is None or more.rejected or not more.text or not more.words:
+                break
+            logger.debug("final %r stopped at a held pause; read on: %r", text, more.text)
+            shift = (cut - start) / SAMPLE_RATE
+            text = joined(text, more.text, hyp.language)
+            words += [
+                WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
+                for w in more.words
+            ]
+            read_on = True
+        if read_on:
+            self._metrics.held_pauses_read_on.inc()
         return dataclasses.replace(
-            hyp,
-            text=joined(hyp.text, more.text, hyp.language),
-            words=[*hyp.words, *words] if asked_words else [],
+            hyp, text=text, words=words if asked_words and not hyp.rejected else []
         )
 
     def _without_unheard_loops(

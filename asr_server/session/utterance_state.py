@@ -75,8 +75,8 @@ class UtteranceState:
     #: is asked at each probe of a pause, and its answer counts only while that pause lasts
     pause: int = 0
     pause_heard: int = 0  # samples of silence heard so far in this pause (0: speaking)
-    #: SEMANTIC: where speech resumed after each pause held open as long as silence_ms
-    #: or longer (see FinalDecoder, _read_past_held_pauses)
+    #: SEMANTIC: where speech resumed after each pause of 0.5 s or longer held open
+    #: inside the utterance (see FinalDecoder, _read_past_held_pauses)
     held_resumptions: list[int] = field(default_factory=list)
     probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer

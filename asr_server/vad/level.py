@@ -9,7 +9,7 @@ microphone, a low-gain phone line) was silently dropped. So the detector hears e
 frame of a quiet channel raised:
 
 * the channel's loudest recent frame (``peak``: follows a louder frame at once, falls
-  10 dB a second, 0.5 once the channel has been that loud) is brought up to
+  10 dB a second, 0.5 once the channel has been that loud for 0.6 s) is brought up to
   ``TARGET_PEAK_DB``; a channel that loud gets nothing
   (the shared corpus: all but two recordings; it starts there too, so that a channel
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
@@ -41,6 +41,9 @@ NOISE_CEILING_DB = -50.0
 #: stays that quiet for long)
 PEAK_FALL_DB_PER_S = 10.0
 HEARD_PEAK_FALL_DB_PER_S = 0.5
+#: "has been as loud as the target": for this long, in all (a talker is, within a second
+#: or two; a click, a beep, a DTMF digit is not, and a quiet channel keeps its gain)
+HEARD_AT_TARGET_S = 0.6
 #: per second of frames: how fast the floor forgets a quieter past
 FLOOR_RISE_DB_PER_S = 10.0
 
@@ -53,7 +56,8 @@ class LevelTracker:
     def __init__(self, frame_s: float, quiet_db: float) -> None:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
         self._heard_peak_fall = HEARD_PEAK_FALL_DB_PER_S * frame_s
-        self._heard_at_target = False
+        self._frames_at_target = 0
+        self._heard_at_target_frames = max(1, round(HEARD_AT_TARGET_S / frame_s))
         self._floor_rise = FLOOR_RISE_DB_PER_S * frame_s
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
@@ -68,8 +72,9 @@ class LevelTracker:
         first (a louder frame lowers the gain from itself on)."""
         energy = float(np.dot(frame, frame)) / max(1, frame.size)
         level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
-        self._heard_at_target = self._heard_at_target or level >= TARGET_PEAK_DB
-        fall = self._heard_peak_fall if self._heard_at_target else self._peak_fall
+        self._frames_at_target += level >= TARGET_PEAK_DB
+        heard = self._frames_at_target >= self._heard_at_target_frames
+        fall = self._heard_peak_fall if heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
         self.floor_db = min(level, self.floor_db + self._floor_rise)
         gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - self.floor_db)

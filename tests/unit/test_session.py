@@ -2040,6 +2040,48 @@ async def test_a_final_that_stopped_at_a_held_pause_reads_on(word_timestamps: bo
         assert final.words == []
 
 
+@pytest.mark.parametrize(
+    ("pauses", "silence_ms"),
+    [
+        ((0.7, 0.7), 500),  # a rest read on stops at the next held pause: read on again
+        ((0.55,), 500),
+        ((0.7,), 800),  # a pause shorter than silence_ms is held open too
+    ],
+)
+async def test_every_held_pause_a_final_stopped_at_is_read_on(
+    pauses: tuple[float, ...], silence_ms: int
+) -> None:
+    h = Harness(StopsAtAPause(), turn=semantic(ScriptedTurnModel(0.3)))
+    parts = [silence(0.5), tone(2.0)]
+    for pause in pauses:
+        parts += [silence(pause), tone(1.5)]
+    events = await h.run(
+        h.lockstep(chunks(pcm16(np.concatenate([*parts, silence(3.0)])), 640)),
+        semantic=True,
+        interim=False,
+        silence_ms=silence_ms,
+    )
+    (final,) = results(events, final=True)
+    assert len(final.text.split()) == 8 + 6 * len(pauses)  # a word per 0.25 s of tone
+
+
+async def test_a_length_limit_on_the_frame_speech_resumed_still_reads_on() -> None:
+    """The 15 s limit fell on the very frame speech resumed after a held pause: the split
+    went first, and the resumption was recorded nowhere (the diff reviewer: 11.35 s)."""
+    for first_s in (11.35, 11.36):
+        h = Harness(StopsAtAPause(), turn=semantic(ScriptedTurnModel(0.3)))
+        audio = np.concatenate(
+            [silence(0.5), tone(first_s), silence(0.25), tone(2.35), silence(0.7), tone(2.3)]
+        )
+        events = await h.run(
+            h.lockstep(chunks(pcm16(np.concatenate([audio, silence(3.0)])), 640)),
+            semantic=True,
+            interim=False,
+        )
+        heard = sum(len(f.text.split()) for f in results(events, final=True))
+        assert heard >= round((first_s + 2.35 + 2.3) / 0.25) - 1, first_s
+
+
 def test_a_rest_read_on_is_joined_as_its_language_is_written() -> None:
     from asr_server.session.finals import joined
 

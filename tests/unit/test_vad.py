@@ -241,11 +241,20 @@ def test_a_quiet_talker_is_heard(rid: str) -> None:
     raised (the first second or so of a channel quiet from its start only partly)."""
     audio = padded(rid)
     loud = speech_spans(WebRtcVoiceDetector(3), audio)
+    # a click first (a handset, a connect beep: 30 ms of 1 kHz at -20 dBFS) does not make
+    # the channel one heard at a normal level (it did, and the talker got no gain)
+    t = np.arange(480) / 16_000
+    click = (np.sqrt(2) * 0.1 * np.sin(2 * np.pi * 1000 * t)).astype(np.float32)
     for db in (-20, -25):
-        quiet = speech_spans(WebRtcVoiceDetector(3), audio * np.float32(10 ** (db / 20)))
-        assert abs(quiet[-1][1] - loud[-1][1]) <= 0.3, (db, quiet, loud)
-        heard = sum(e - s for s, e in quiet)
-        assert heard >= 0.65 * sum(e - s for s, e in loud), (db, quiet, loud)
+        for first in (np.zeros(0, np.float32), click):
+            quiet = speech_spans(
+                WebRtcVoiceDetector(3),
+                np.concatenate([first, audio * np.float32(10 ** (db / 20))]),
+            )
+            shift = first.size / 16_000
+            assert abs(quiet[-1][1] - shift - loud[-1][1]) <= 0.3, (db, quiet, loud)
+            heard = sum(e - s for s, e in quiet if s > shift)
+            assert heard >= 0.55 * sum(e - s for s, e in loud), (db, first.size, quiet, loud)
 
 
 @pytest.mark.parametrize("rid", ["jfk", "picovoice_cheetah_test_en", "riva_en-US_antiberta"])
