@@ -9,9 +9,12 @@ microphone, a low-gain phone line) was silently dropped. So the detector hears e
 frame of a quiet channel raised:
 
 * the channel's loudest recent frame (``peak``: follows a louder frame at once, falls
-  10 dB a second, 0.5 once the channel has been that loud for 0.6 s) is brought up to
-  ``TARGET_PEAK_DB``; a channel that loud gets nothing
-  (the shared corpus: all but two recordings; it starts there too, so that a channel
+  10 dB a second, 0.5 once the channel has been heard at a normal level: 0.6 s of frames
+  within 6 dB of the target) is brought up to
+  ``TARGET_PEAK_DB``, a few dB above where webrtcvad's hearing falls away; a channel that
+  loud gets nothing (the shared corpus: all but two recordings, 1 dB below; soft-spoken
+  talkers at -18 to -24 dBFS, whose pauses may hold a fainter voice; and the peak
+  starts there, so that a channel
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
   as a quiet talker, -43 dBFS in jfk.flac);
 * never so far that the channel's noise floor (``floor``: follows a quieter frame at
@@ -31,7 +34,7 @@ import math
 import numpy as np
 
 #: a channel whose loudest recent frame is quieter than this is raised to it
-TARGET_PEAK_DB = -25.0
+TARGET_PEAK_DB = -28.0
 #: the gain never lifts the channel's noise floor above this
 NOISE_CEILING_DB = -50.0
 #: per second of frames above the energy floor (a silence keeps the level of the speech
@@ -41,9 +44,11 @@ NOISE_CEILING_DB = -50.0
 #: stays that quiet for long)
 PEAK_FALL_DB_PER_S = 10.0
 HEARD_PEAK_FALL_DB_PER_S = 0.5
-#: "has been as loud as the target": for this long, in all (a talker is, within a second
-#: or two; a click, a beep, a DTMF digit is not, and a quiet channel keeps its gain)
-HEARD_AT_TARGET_S = 0.6
+#: "heard at a normal level": frames this loud, HEARD_FOR_S of them in all (a talker at
+#: a normal level, soft-spoken too, within a second or two; a click, a beep, a DTMF digit
+#: on a quiet line not, and it keeps its gain)
+HEARD_LEVEL_DB = TARGET_PEAK_DB - 6.0
+HEARD_FOR_S = 0.6
 #: per second of frames: how fast the floor forgets a quieter past
 FLOOR_RISE_DB_PER_S = 10.0
 
@@ -57,7 +62,7 @@ class LevelTracker:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
         self._heard_peak_fall = HEARD_PEAK_FALL_DB_PER_S * frame_s
         self._frames_at_target = 0
-        self._heard_at_target_frames = max(1, round(HEARD_AT_TARGET_S / frame_s))
+        self._heard_at_target_frames = max(1, round(HEARD_FOR_S / frame_s))
         self._floor_rise = FLOOR_RISE_DB_PER_S * frame_s
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
@@ -72,7 +77,7 @@ class LevelTracker:
         first (a louder frame lowers the gain from itself on)."""
         energy = float(np.dot(frame, frame)) / max(1, frame.size)
         level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
-        self._frames_at_target += level >= TARGET_PEAK_DB
+        self._frames_at_target += level >= HEARD_LEVEL_DB
         heard = self._frames_at_target >= self._heard_at_target_frames
         fall = self._heard_peak_fall if heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
