@@ -210,35 +210,55 @@ class FinalDecoder:
             resumed = [at for at in utt.held_resumptions if max(done, last_word_end) < at]
             if not resumed:
                 break
-            done = resumed[0]
-            cut = max(start, resumed[0] - PRE_ROLL)
-            rest = audio[cut - start :]
-            if rest.size < HELD_REST_MIN_S * SAMPLE_RATE or await self.no_speech_in(rest):
+            done = at = resumed[0]
+            rest_read = utt.read_on.get(at)  # read before, stopping at a later pause
+            if rest_read is None:
+                rest_read = await self._read_rest(utt, at, audio, text, hyp.language)
+            if rest_read is None:
                 break
-            request = DecodeRequest(
-                rest,
-                DecodeKind.FINAL,
-                language=hyp.language,
-                languages=self._config.languages,
-                prompt=f"{self.prompt()} {text}".strip()[-PROMPT_CHARS:],
-                word_timestamps=True,
-            )
-            more = await self._timed_decode(request, "held pause's rest", None)
-            if more is None or more.rejected or not more.text or not more.words:
-                break
-            logger.debug("final %r stopped at a held pause; read on: %r", text, more.text)
-            shift = (cut - start) / SAMPLE_RATE
-            text = joined(text, more.text, hyp.language)
-            words += [
-                WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
-                for w in more.words
-            ]
+            text = joined(text, rest_read[0], hyp.language)
+            words += rest_read[1]
             read_on = True
         if read_on:
             self._metrics.held_pauses_read_on.inc()
         return dataclasses.replace(
             hyp, text=text, words=words if asked_words and not hyp.rejected else []
         )
+
+    async def _read_rest(
+        self, utt: UtteranceState, at: int, audio: np.ndarray, text: str, language: str
+    ) -> tuple[str, list[WordTiming]] | None:
+        """The utterance's audio ``audio`` from just before speech resumed at ``at``,
+        decoded on its own after ``text``: its text and its words on the utterance's
+        clock; None where it holds no speech. One that stops at a later held pause is kept
+        for the utterance's next final decodes (in a SEMANTIC turn an early final is
+        decoded at every pause: each read all the rests again, the square of the pauses)."""
+        start = utt.audio.start_sample
+        cut = max(start, at - PRE_ROLL)
+        rest = audio[cut - start :]
+        if rest.size < HELD_REST_MIN_S * SAMPLE_RATE or await self.no_speech_in(rest):
+            return None
+        request = DecodeRequest(
+            rest,
+            DecodeKind.FINAL,
+            language=language,
+            languages=self._config.languages,
+            prompt=f"{self.prompt()} {text}".strip()[-PROMPT_CHARS:],
+            word_timestamps=True,
+        )
+        more = await self._timed_decode(request, "held pause's rest", None)
+        if more is None or more.rejected or not more.text or not more.words:
+            return None
+        logger.debug("final %r stopped at a held pause; read on: %r", text, more.text)
+        shift = (cut - start) / SAMPLE_RATE
+        words = [
+            WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
+            for w in more.words
+        ]
+        last_word_end = start + int(words[-1].end_s * SAMPLE_RATE)
+        if any(at < later and last_word_end < later for later in utt.held_resumptions):
+            utt.read_on[at] = (more.text, words)
+        return more.text, words
 
     def _without_unheard_loops(
         self, utt: UtteranceState, hyp: Hypothesis, own_audio: int

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from asr_server.engine.base import Hypothesis
+from asr_server.engine.base import Hypothesis, WordTiming
 from asr_server.engine.text import spoken_words
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.utterance import UtteranceAudio
@@ -78,6 +78,9 @@ class UtteranceState:
     #: SEMANTIC: where speech resumed after each pause of 0.5 s or longer held open
     #: inside the utterance (see FinalDecoder, _read_past_held_pauses)
     held_resumptions: list[int] = field(default_factory=list)
+    #: rests read on from such a resumption that stopped at a later one: (text, words on
+    #: the utterance's clock), by the resumption (each final decoded again reuses them)
+    read_on: dict[int, tuple[str, list[WordTiming]]] = field(default_factory=dict)
     probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)

@@ -2065,6 +2065,23 @@ async def test_every_held_pause_a_final_stopped_at_is_read_on(
     assert len(final.text.split()) == 8 + 6 * len(pauses)  # a word per 0.25 s of tone
 
 
+async def test_a_rest_read_on_is_decoded_once_per_turn() -> None:
+    """A halting speaker: nine phrases, eight held pauses, a decode that stops at each. An
+    early final is decoded at every pause, and each read every rest again: 84 decodes for
+    one 14 s final (the third diff reviewer). A rest that stopped at a later pause is
+    kept for the turn's next final decodes."""
+    h = Harness(StopsAtAPause(), turn=semantic(ScriptedTurnModel(0.3)))
+    phrases = [np.concatenate([tone(1.0), silence(0.6)]) for _ in range(9)]
+    events = await h.run(
+        h.lockstep(chunks(pcm16(np.concatenate([silence(0.5), *phrases, silence(2.4)])), 640)),
+        semantic=True,
+        interim=False,
+    )
+    (final,) = results(events, final=True)
+    assert len(final.text.split()) == 36
+    assert final_decodes(h) <= 40
+
+
 async def test_a_length_limit_on_the_frame_speech_resumed_still_reads_on() -> None:
     """The 15 s limit fell on the very frame speech resumed after a held pause: the split
     went first, and the resumption was recorded nowhere (the diff reviewer: 11.35 s)."""
