@@ -211,7 +211,8 @@ class FinalDecoder:
             if not resumed:
                 break
             done = at = resumed[0]
-            rest_read = utt.read_on.get(at)  # read before, stopping at a later pause
+            # read before (in this language), stopping at a later pause
+            rest_read = utt.read_on.get((at, hyp.language))
             if rest_read is None:
                 rest_read = await self._read_rest(utt, at, audio, text, hyp.language)
             if rest_read is None:
@@ -257,7 +258,7 @@ class FinalDecoder:
         ]
         last_word_end = start + int(words[-1].end_s * SAMPLE_RATE)
         if any(at < later and last_word_end < later for later in utt.held_resumptions):
-            utt.read_on[at] = (more.text, words)
+            utt.read_on[at, language] = (more.text, words)
         return more.text, words
 
     def _without_unheard_loops(

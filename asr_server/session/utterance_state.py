@@ -79,8 +79,9 @@ class UtteranceState:
     #: inside the utterance (see FinalDecoder, _read_past_held_pauses)
     held_resumptions: list[int] = field(default_factory=list)
     #: rests read on from such a resumption that stopped at a later one: (text, words on
-    #: the utterance's clock), by the resumption (each final decoded again reuses them)
-    read_on: dict[int, tuple[str, list[WordTiming]]] = field(default_factory=dict)
+    #: the utterance's clock), by the resumption and language (each final decoded again
+    #: reuses them)
+    read_on: dict[tuple[int, str], tuple[str, list[WordTiming]]] = field(default_factory=dict)
     probes_asked: int = 0  # in this pause
     turn_probability: float = 0.0  # the model's latest answer
     #: an eager result of the current speculation was sent (withdrawn if speech resumes)
