@@ -256,8 +256,13 @@ class FinalDecoder:
             WordTiming(w.word, w.start_s + shift, w.end_s + shift, w.probability)
             for w in more.words
         ]
+        # (a pause held after this decode's audio ended, while it waited for the engine,
+        # is no pause it stopped at)
         last_word_end = start + int(words[-1].end_s * SAMPLE_RATE)
-        if any(at < later and last_word_end < later for later in utt.held_resumptions):
+        heard_until = cut + rest.size - int(HELD_REST_MIN_S * SAMPLE_RATE)
+        if any(
+            at < later and last_word_end < later <= heard_until for later in utt.held_resumptions
+        ):
             utt.read_on[at, language] = (more.text, words)
         return more.text, words
 

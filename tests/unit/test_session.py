@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -2080,6 +2080,48 @@ async def test_a_rest_read_on_is_decoded_once_per_turn() -> None:
     (final,) = results(events, final=True)
     assert len(final.text.split()) == 36
     assert final_decodes(h) <= 40
+
+
+async def test_a_rest_whose_audio_ended_before_a_later_held_pause_is_not_kept() -> None:
+    """An early final's rest (its audio ended in the short pause after phrase B) waited
+    for the engine while the speaker said C and held a pause: it counted as a rest that
+    stopped at that pause, was kept, and the turn's final joined it, C in no final (the
+    fourth diff reviewer's case)."""
+    release = threading.Event()
+
+    class SlowFirstRest(StopsAtAPause):
+        held = False
+
+        def transcribe(self, requests: Sequence[DecodeRequest]) -> list[Hypothesis]:
+            if not self.held and any(r.kind is DecodeKind.FINAL and r.prompt for r in requests):
+                self.held = True
+                release.wait(30)
+            return super().transcribe(requests)
+
+    def loud_is_speech(audio: np.ndarray, lead_in: np.ndarray) -> bool:
+        return bool((np.abs(audio) > 1e-3).any())
+
+    h = Harness(SlowFirstRest(), turn=semantic(ScriptedTurnModel(0.3)), speech_check=loud_is_speech)
+    head = np.concatenate([silence(0.5), tone(2.0), silence(0.7), tone(1.0)])  # A, B
+    mid = np.concatenate([silence(0.15), tone(0.25), silence(0.55), tone(0.04)])  # C
+    tail = np.concatenate([tone(0.96), silence(3.0)])  # D
+
+    async def source() -> AsyncIterator[object]:
+        async for c in h.lockstep(chunks(pcm16(head), 640)):
+            yield c
+        async for c in chunks(pcm16(mid), 640):
+            yield c
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        release.set()
+        await asyncio.sleep(0.3)
+        async for c in h.lockstep(chunks(pcm16(tail), 640)):
+            yield c
+
+    events = await h.run(source(), semantic=True, interim=False, word_timestamps=True)
+    (final,) = results(events, final=True)
+    assert len(final.text.split()) == 8 + 5 + 4  # A, B with C (its first word), D
+    assert any(w.start_s == pytest.approx(4.36, abs=0.05) for w in final.words)  # C
 
 
 async def test_a_length_limit_on_the_frame_speech_resumed_still_reads_on() -> None:
