@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 LOOP_CHECK_UNHEARD_S = 0.8
 #: a final that stopped at a held pause is read on from this much before speech resumed
 #: (the voice detector hears a word's onset late), if at least HELD_REST_MIN_S is left
-PRE_ROLL = int(0.3 * SAMPLE_RATE)
+REST_LEAD_IN = int(0.3 * SAMPLE_RATE)
 HELD_REST_MIN_S = 0.3
 #: Whisper's languages written without spaces between words (a rest read on is joined
 #: to its final without one)
@@ -187,7 +187,8 @@ class FinalDecoder:
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
         hyp = self._without_unheard_loops(utt, hyp, own_audio)
         if utt.held_resumptions:
-            hyp = await self._read_past_held_pauses(utt, hyp, request.audio[-own_audio:])
+            own = request.audio[request.audio.size - own_audio :]  # without the carry
+            hyp = await self._read_past_held_pauses(utt, hyp, own)
         return hyp
 
     async def _read_past_held_pauses(
@@ -235,7 +236,7 @@ class FinalDecoder:
         for the utterance's next final decodes (in a SEMANTIC turn an early final is
         decoded at every pause: each read all the rests again, the square of the pauses)."""
         start = utt.audio.start_sample
-        cut = max(start, at - PRE_ROLL)
+        cut = max(start, at - REST_LEAD_IN)
         rest = audio[cut - start :]
         if rest.size < HELD_REST_MIN_S * SAMPLE_RATE or await self.no_speech_in(rest):
             return None

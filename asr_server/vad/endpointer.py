@@ -60,10 +60,16 @@ class SpeechEnded:
 EndpointEvent = SpeechStarted | SpeechAudio | SpeechEnded
 
 
-def _loud(frames: np.ndarray) -> np.ndarray:
-    """Per row of ``frames``: is its RMS above the energy floor?"""
+def _square_sums(frames: np.ndarray) -> np.ndarray:
+    """Per row of ``frames``: the sum of its squared samples."""
     # (ufunc calls: the einsum wrapper's Python overhead showed in profiles of many streams)
-    return np.add.reduce(np.square(frames), axis=1) > ENERGY_FLOOR * ENERGY_FLOOR * frames.shape[1]
+    return np.add.reduce(np.square(frames), axis=1)
+
+
+def _loud(frames: np.ndarray, square_sums: np.ndarray | None = None) -> np.ndarray:
+    """Per row of ``frames``: is its RMS above the energy floor?"""
+    sums = _square_sums(frames) if square_sums is None else square_sums
+    return sums > ENERGY_FLOOR * ENERGY_FLOOR * frames.shape[1]
 
 
 class Endpointer:
@@ -132,12 +138,14 @@ class Endpointer:
         events: list[EndpointEvent] = []
         if not len(frames):
             return events
-        loud = _loud(frames).tolist()  # a few Python bools: cheaper than numpy scalars here
+        sums = _square_sums(frames)
+        loud = _loud(frames, sums).tolist()  # a few Python bools: cheaper than numpy scalars
         if not self.speaking and not any(loud):
             self._pass_quiet(frames)
             return events
+        energies = (sums / frames.shape[1]).tolist()
         for i in range(len(frames)):
-            self._frame(frames[i], events, loud=loud[i])
+            self._frame(frames[i], events, loud=loud[i], energy=energies[i])
         return events
 
     def _whole_frames(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,14 +164,15 @@ class Endpointer:
         self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
         self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
 
-    def _heard(self, frame: np.ndarray, loud: bool) -> np.ndarray:
-        """``frame`` as the detector hears it: raised if the channel is quiet."""
+    def _heard(self, frame: np.ndarray, loud: bool, energy: float) -> np.ndarray:
+        """``frame`` (its mean square ``energy``) as the detector hears it: raised if the
+        channel is quiet."""
         if self._level is None:
             return frame
         if not loud:
             self._level.quiet(1)
             return frame
-        gain = self._level.gain_for(frame)
+        gain = self._level.gain_for(energy)
         return frame if gain == 1.0 else frame * np.float32(gain)
 
     def flush(self) -> list[EndpointEvent]:
@@ -174,8 +183,13 @@ class Endpointer:
             padded = np.zeros(self.detector.frame_samples, dtype=np.float32)
             padded[: tail.size] = tail
             self._pending = np.zeros(0, dtype=np.float32)
+            sums = _square_sums(padded[None, :])
             self._frame(
-                padded, events, loud=bool(_loud(padded[None, :])[0]), real_samples=tail.size
+                padded,
+                events,
+                loud=bool(_loud(padded[None, :], sums)[0]),
+                energy=float(sums[0]) / padded.size,
+                real_samples=tail.size,
             )
         if self.speaking:
             events.append(SpeechEnded(self._last_voiced_end))
@@ -212,13 +226,14 @@ class Endpointer:
         events: list[EndpointEvent],
         *,
         loud: bool,
+        energy: float,
         real_samples: int | None = None,
     ) -> None:
         n = frame.size if real_samples is None else real_samples
         start = self.position
         self.position += n
         # quiet frames never reach the detector (a stateful one sees only the loud frames)
-        heard = self._heard(frame, loud)
+        heard = self._heard(frame, loud, energy)
         voiced = loud and self.detector.speech_probability(heard) >= self.config.threshold
         audio = frame[:n]
         if self.speaking:

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 #: a channel whose loudest recent frame is quieter than this is raised to it
 TARGET_PEAK_DB = -28.0
 #: the gain never lifts the channel's noise floor above this
@@ -61,8 +59,8 @@ class LevelTracker:
     def __init__(self, frame_s: float, quiet_db: float) -> None:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
         self._heard_peak_fall = HEARD_PEAK_FALL_DB_PER_S * frame_s
-        self._frames_at_target = 0
-        self._heard_at_target_frames = max(1, round(HEARD_FOR_S / frame_s))
+        self._frames_heard = 0  # at HEARD_LEVEL_DB or louder
+        self._heard_after_frames = max(1, round(HEARD_FOR_S / frame_s))
         self._floor_rise = FLOOR_RISE_DB_PER_S * frame_s
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
@@ -72,13 +70,13 @@ class LevelTracker:
         """``frames`` frames below the energy floor went by."""
         self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
 
-    def gain_for(self, frame: np.ndarray) -> float:
-        """The linear gain for ``frame`` (above the energy floor), counting its own level
-        first (a louder frame lowers the gain from itself on)."""
-        energy = float(np.dot(frame, frame)) / max(1, frame.size)
+    def gain_for(self, energy: float) -> float:
+        """The linear gain for a frame above the energy floor whose mean square is
+        ``energy``, counting its own level first (a louder frame lowers the gain from
+        itself on)."""
         level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
-        self._frames_at_target += level >= HEARD_LEVEL_DB
-        heard = self._frames_at_target >= self._heard_at_target_frames
+        self._frames_heard += level >= HEARD_LEVEL_DB
+        heard = self._frames_heard >= self._heard_after_frames
         fall = self._heard_peak_fall if heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
         self.floor_db = min(level, self.floor_db + self._floor_rise)

@@ -302,11 +302,8 @@ def test_noise_alone_is_not_raised_into_speech(level_db: int) -> None:
 def test_the_detectors_gain() -> None:
     from asr_server.vad.level import LevelTracker
 
-    def frame(db: float) -> np.ndarray:
-        return np.full(480, 10 ** (db / 20), np.float32)  # RMS at ``db`` dBFS
-
-    def gain_db(tracker: LevelTracker, db: float) -> float:
-        return float(20 * np.log10(tracker.gain_for(frame(db))))
+    def gain_db(tracker: LevelTracker, db: float) -> float:  # a frame at ``db`` dBFS RMS
+        return float(20 * np.log10(tracker.gain_for(10 ** (db / 10))))
 
     quiet = LevelTracker(0.03, -60.0)
     quiet.quiet(10)  # silence below the energy floor
