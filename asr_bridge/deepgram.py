@@ -475,8 +475,9 @@ class DeepgramMessages:
     _word_end: dict[int, float] = field(default_factory=dict)
     #: channels whose speech started and has not ended yet
     _speaking: set[int] = field(default_factory=set)
-    #: channel → the latest start or end of speech on it
-    _boundary: dict[int, float] = field(default_factory=dict)
+    #: channel → the latest start of speech on it, and the latest end
+    _started_at: dict[int, float] = field(default_factory=dict)
+    _ended_at: dict[int, float] = field(default_factory=dict)
 
     def _finalized(self, e: asr_pb2.SpeechEvent) -> list[Event]:
         """The server acknowledged a Finalize on this channel. If no final answered it
@@ -520,11 +521,17 @@ class DeepgramMessages:
 
     def _speech_started(self, e: asr_pb2.SpeechEvent) -> list[Event]:
         """A SpeechStarted, once per start: a resumed gRPC call sends the replayed audio's
-        again (while that speech is open, or before the channel's latest start or end)."""
-        if e.channel in self._speaking or e.offset_s <= self._boundary.get(e.channel, -1.0):
+        again (while that speech is open, no later than the channel's latest start, or
+        before its latest end). A start at the very offset of the latest end is new: a
+        Finalize mid-speech ends the utterance there and the next one begins there."""
+        if (
+            e.channel in self._speaking
+            or e.offset_s <= self._started_at.get(e.channel, -1.0)
+            or e.offset_s < self._ended_at.get(e.channel, -1.0)
+        ):
             return []
         self._speaking.add(e.channel)
-        self._boundary[e.channel] = e.offset_s
+        self._started_at[e.channel] = e.offset_s
         if not self.options.vad_events:
             return []
         return [
@@ -541,7 +548,7 @@ class DeepgramMessages:
             if e.type == asr_pb2.SpeechEvent.SPEECH_ENDED:
                 self._ended[(e.channel, e.utterance_id)] = e.from_finalize
                 self._speaking.discard(e.channel)
-                self._boundary[e.channel] = max(e.offset_s, self._boundary.get(e.channel, 0.0))
+                self._ended_at[e.channel] = max(e.offset_s, self._ended_at.get(e.channel, 0.0))
                 return []
             if e.type == asr_pb2.SpeechEvent.NO_WORDS:
                 return self._no_words(e)

@@ -301,6 +301,19 @@ def test_a_repeated_speech_started_is_not_passed_on() -> None:
     assert other["channel"] == [1, 1]
 
 
+def test_speech_started_where_a_finalize_cut_the_speech_is_passed_on() -> None:
+    """A Finalize mid-speech ends the utterance at the cut and the next one starts at the
+    same offset: a new start, not a replay (a reviewer's push-to-talk presses: the second
+    press had no SpeechStarted, and a client's barge-in logic thought the user silent)."""
+    messages = DeepgramMessages(query(vad_events="true"))
+    started = asr_pb2.SpeechEvent.SPEECH_STARTED
+    messages.response(speech(started, offset=0.42))
+    messages.response(speech(asr_pb2.SpeechEvent.SPEECH_ENDED, offset=1.7))
+    (second,) = messages.response(speech(started, utterance=1, offset=1.7))
+    assert second["timestamp"] == 1.7
+    assert messages.response(speech(started, utterance=1, offset=1.7)) == []  # a resume's repeat
+
+
 def test_an_utterance_without_words_ends_with_an_empty_final() -> None:
     """The server's NO_WORDS (its final heard no words, where an interim read some):
     Deepgram supersedes every interim with a final, and a detected end of speech is
