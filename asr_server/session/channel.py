@@ -578,6 +578,10 @@ class ChannelRecognizer:
                 )
             )
         utt.speech_end = end_sample
+        if utt.ended_by_finalize and heard_speech:
+            # cut mid-word (a push-to-talk release), Whisper hears the fragment's abrupt
+            # end as no speech more often than the same words followed by a pause
+            utt.missing_pause = max(0, end_sample + self._trailing_pad - final_end)
         speculated = utt.speculation.end if utt.speculation else None
         if kept is None and speculated is not None and end_sample <= speculated < final_end:
             # decoded early in the pause (SEMANTIC, or a client that finalizes), before the

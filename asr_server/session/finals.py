@@ -68,6 +68,14 @@ def heard_with(heard_text: str, spoken_phrases: tuple[str, ...]) -> list[str]:
     return heard + spoken_words(heard_text)
 
 
+def within(words: list[WordTiming], duration_s: float) -> list[WordTiming]:
+    """``words`` with their times cut at ``duration_s``."""
+    return [
+        dataclasses.replace(w, start_s=min(w.start_s, duration_s), end_s=min(w.end_s, duration_s))
+        for w in words
+    ]
+
+
 class FinalDecoder:
     """Decodes one channel's finals (see the module docstring)."""
 
@@ -129,10 +137,13 @@ class FinalDecoder:
     ) -> tuple[DecodeRequest, Carry | None]:
         """The final's decode, and what it carries from the previous final; ``language``:
         again in that language, without the partials' committed text (it was decoded in
-        another one)."""
+        another one). An utterance a finalize cut short of its trailing pause is decoded
+        with the rest of that pause as silence (``missing_pause``)."""
         decode_language = language or self._language.decode_language()
         detect = language is None and self._language.detecting
         audio = utt.audio.snapshot(end_sample)
+        if utt.missing_pause and (end_sample is None or end_sample >= utt.audio.end_sample):
+            audio = np.concatenate([audio, np.zeros(utt.missing_pause, np.float32)])
         prefix = "" if language else utt.agreement.committed_text
         carry = self._carry
         if (
@@ -182,6 +193,8 @@ class FinalDecoder:
         hyp = await self._decode(utt, request, carry, early)
         if hyp is None or hyp.rejected:
             return hyp
+        if utt.missing_pause and hyp.words:  # no word ends in the silence added
+            hyp = dataclasses.replace(hyp, words=within(hyp.words, len(utt.audio) / SAMPLE_RATE))
         if self.echoes_prompt(hyp.text, request.prefix):
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
         own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)

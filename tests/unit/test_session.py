@@ -1224,6 +1224,46 @@ async def test_finalize_control_ends_the_utterance_without_closing() -> None:
     assert events.index(acks[0]) == events.index(finals[0]) + 1
 
 
+class TimesWordsToTheEnd(FakeEngine):
+    """Times its last word to the end of the audio it hears, silence included."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        if not hyp.words:
+            return hyp
+        last = dataclasses.replace(hyp.words[-1], end_s=req.audio.size / 16_000)
+        return dataclasses.replace(hyp, words=[*hyp.words[:-1], last])
+
+
+@pytest.mark.parametrize("pause_s", [0.0, 0.06])
+async def test_a_final_cut_short_by_a_finalize_is_decoded_with_its_pause(pause_s: float) -> None:
+    """A push-to-talk release mid-word: the final's audio ends where speech was still
+    going, and Whisper took "He could" cut there (0.45 s, LibriSpeech 1089-134691-0000)
+    for no speech; followed by the pause a final normally has, it read "He could." So
+    the final is decoded with the rest of that pause as silence, and no word is timed
+    past the audio sent."""
+    first = pcm16(np.concatenate([tone(1.0), silence(pause_s)]))
+    second = pcm16(np.concatenate([tone(1.0), silence(1.0)]))
+    h = Harness(TimesWordsToTheEnd())
+    events = await h.run(
+        h.lockstep(finalized_between(first, second, 480)), interim=False, word_timestamps=True
+    )
+    finals = results(events, final=True)
+    assert [f.from_finalize for f in finals] == [True, False]
+    asked = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
+    cut = asked[0].audio
+    # (in a pause, the samples short of a whole frame are the next utterance's)
+    assert finals[0].start_s == 0.0 and finals[0].end_s == pytest.approx(1.0 + pause_s, abs=0.015)
+    # the utterance's audio, then the rest of the 0.2 s pause after its last voiced frame
+    # (the detector's 30 ms frames: voiced to 1.02 s)
+    padded = cut.size - round(finals[0].end_s * SR)
+    assert padded == pytest.approx((0.2 - pause_s) * SR, abs=480)
+    assert not cut[-padded:].any() and np.abs(cut[SR - 160 : SR]).max() > 0.1
+    assert finals[0].words[-1].end_s <= finals[0].end_s
+    # the next utterance, ended by its own pause, is decoded as it was heard
+    assert asked[-1].audio.size < round(1.6 * SR) and finals[1].words[-1].end_s <= finals[1].end_s
+
+
 async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() -> None:
     """The proto's exception: 60 ms of speech (under the detector's start time) before a
     finalize are no utterance yet; the finalize is acknowledged at once and that speech
@@ -2615,7 +2655,10 @@ async def test_a_finalize_mid_speech_decodes_every_sample_sent_before_it() -> No
     assert ack.offset_s == pytest.approx(21_000 / SR)
     assert final.end_s == pytest.approx(21_000 / SR)
     (decode,) = [r for call in h.engine.calls for r in call if r.kind is DecodeKind.FINAL]
-    assert final.start_s * SR + decode.audio.size == pytest.approx(21_000, abs=1)
+    # every sample sent, then the pause a final has (0.2 s) as silence
+    heard = decode.audio[: 21_000 - round(final.start_s * SR)]
+    assert final.start_s * SR + decode.audio.size == pytest.approx(21_000 + 0.2 * SR, abs=1)
+    assert heard[-1] != 0.0 and not decode.audio[heard.size :].any()
 
 
 async def test_the_length_limit_in_a_pause_cuts_at_the_pauses_final() -> None:
