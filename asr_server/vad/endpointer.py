@@ -25,6 +25,14 @@ from asr_server.vad.level import LevelTracker
 #: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
 ENERGY_FLOOR_DB = -60.0
 ENERGY_FLOOR = 10 ** (ENERGY_FLOOR_DB / 20)
+#: a channel raised for the detector (vad/level.py) gets its gain over its first second
+#: or so of speech: webrtcvad heard "It was the first great sorrow" at -45 dBFS from
+#: "sorrow" on. Until the channel has been heard at a normal level it keeps this much
+#: more audio before an utterance, and an utterance that starts raised reaches back over
+#: the frames above the energy floor before its pre-roll (gaps of at most
+#: LOOK_BACK_GAP_S between them: between words, not silence before the first)
+RAISED_LOOK_BACK_S = 1.0
+LOOK_BACK_GAP_S = 0.3
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,16 @@ class Endpointer:
         self._start_window = self._start_frames + max(1, self._start_frames // 2)
         self._silence_frames = self._frames(config.silence_ms)
         self._pre_roll_frames = round(config.pre_roll_ms * 16 / frame)
-        self._pre_roll: deque[np.ndarray] = deque(maxlen=self._pre_roll_frames + self._start_window)
+        # a detector whose decisions depend on the level (webrtcvad) hears a quiet
+        # channel raised (vad/level.py)
+        level_sensitive = getattr(detector, "level_sensitive", False)
+        self._level = LevelTracker(frame / 16_000, ENERGY_FLOOR_DB) if level_sensitive else None
+        self._look_back_frames = round(RAISED_LOOK_BACK_S * 16_000 / frame) if self._level else 0
+        self._look_back_gap = round(LOOK_BACK_GAP_S * 16_000 / frame)
+        self._pre_roll_kept = self._pre_roll_frames + self._start_window
+        held = self._pre_roll_kept + self._look_back_frames
+        self._pre_roll: deque[np.ndarray] = deque(maxlen=held)
+        self._pre_roll_loud: deque[bool] = deque(maxlen=held)  # above the energy floor
         self._recent_voiced: deque[bool] = deque(maxlen=self._start_window)
         self._pending = np.zeros(0, dtype=np.float32)
         self.position = 0  # samples scored so far
@@ -89,13 +106,6 @@ class Endpointer:
         self._silent_run = 0
         self._last_voiced_end = 0
         self._claimed_until = 0
-        # a detector whose decisions depend on the level (webrtcvad) hears a quiet
-        # channel raised (vad/level.py)
-        self._level = (
-            LevelTracker(frame / 16_000, ENERGY_FLOOR_DB)
-            if getattr(detector, "level_sensitive", False)
-            else None
-        )
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -161,8 +171,41 @@ class Endpointer:
         self.position += frames.size
         if self._level is not None:
             self._level.quiet(len(frames))
-        self._pre_roll.extend(frames[-(self._pre_roll.maxlen or 1) :])
+        held = frames[-(self._pre_roll.maxlen or 1) :]
+        self._pre_roll.extend(held)
+        self._pre_roll_loud.extend([False] * len(held))
+        self._trim_pre_roll()
         self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
+
+    def _trim_pre_roll(self) -> None:
+        """Only a channel that may yet be raised holds the look-back (RAISED_LOOK_BACK_S)."""
+        if self._level is not None and not self._level.heard:
+            return
+        while len(self._pre_roll) > self._pre_roll_kept:
+            self._pre_roll.popleft()
+            self._pre_roll_loud.popleft()
+
+    def _onset_look_back(self, keep: int, onset_frames: int) -> int:
+        """How many of the held frames an utterance that starts now takes in: ``keep``
+        (its pre-roll and start window, the last ``onset_frames`` from the first voiced
+        one), or, on a raised channel, more: the pre-roll before the first frame above
+        the energy floor before the onset, across gaps between words
+        (RAISED_LOOK_BACK_S). (Whisper needs the lead-in: cut at the very onset of "For
+        a full hour", it read "a full hour", at any level.)"""
+        if self._level is None or self._level.gain_db <= 0.0:
+            return keep
+        loud = self._pre_roll_loud
+        earliest, gap = None, 0
+        for i in range(len(loud) - onset_frames - 1, -1, -1):
+            if loud[i]:
+                earliest, gap = i, 0
+            else:
+                gap += 1
+                if gap > self._look_back_gap:
+                    break
+        if earliest is None:
+            return keep
+        return max(keep, min(len(loud), len(loud) - earliest + self._pre_roll_frames))
 
     def _heard(self, frame: np.ndarray, loud: bool, energy: float) -> np.ndarray:
         """``frame`` (its mean square ``energy``) as the detector hears it: raised if the
@@ -217,6 +260,7 @@ class Endpointer:
         self._silent_run = 0
         self._recent_voiced.clear()
         self._pre_roll.clear()
+        self._pre_roll_loud.clear()
         events.append(SpeechEnded(end))
         return events
 
@@ -253,12 +297,15 @@ class Endpointer:
                     self._recent_voiced.clear()
             return
         self._pre_roll.append(audio)
+        self._pre_roll_loud.append(loud)
+        self._trim_pre_roll()
         self._recent_voiced.append(voiced)
         if voiced and sum(self._recent_voiced) >= self._start_frames:
             # the utterance starts pre_roll before the first voiced frame of the window
             window = list(self._recent_voiced)
             onset_frames = len(window) - window.index(True)  # counted back from the newest
             keep = min(len(self._pre_roll), onset_frames + self._pre_roll_frames)
+            keep = self._onset_look_back(keep, onset_frames)
             kept = list(self._pre_roll)[-keep:]
             first = self.position - sum(a.size for a in kept)
             # (in the samples the frames really held: flush's last frame is short)
@@ -272,6 +319,7 @@ class Endpointer:
             self._silent_run = 0
             self._last_voiced_end = self.position
             self._pre_roll.clear()
+            self._pre_roll_loud.clear()
             self._recent_voiced.clear()
             events.append(SpeechStarted(first, onset))
             events.append(SpeechAudio(first, audio, 0, self.position))

@@ -65,6 +65,12 @@ class LevelTracker:
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
         self.floor_db = math.inf
+        self.gain_db = 0.0  # the latest loud frame's (0: not raised)
+
+    @property
+    def heard(self) -> bool:
+        """The channel has been heard at a normal level (its gain falls slowly now)."""
+        return self._frames_heard >= self._heard_after_frames
 
     def quiet(self, frames: int) -> None:
         """``frames`` frames below the energy floor went by."""
@@ -76,9 +82,9 @@ class LevelTracker:
         itself on)."""
         level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
         self._frames_heard += level >= HEARD_LEVEL_DB
-        heard = self._frames_heard >= self._heard_after_frames
-        fall = self._heard_peak_fall if heard else self._peak_fall
+        fall = self._heard_peak_fall if self.heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
         self.floor_db = min(level, self.floor_db + self._floor_rise)
         gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - self.floor_db)
+        self.gain_db = max(0.0, gain_db)
         return 10.0 ** (gain_db / 20.0) if gain_db > 0.0 else 1.0

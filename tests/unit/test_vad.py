@@ -257,12 +257,36 @@ def test_a_quiet_talker_is_heard(rid: str) -> None:
             assert heard >= 0.55 * sum(e - s for s, e in loud), (db, first.size, quiet, loud)
 
 
+def utterance_starts(audio: np.ndarray, detector: WebRtcVoiceDetector | None = None) -> list[float]:
+    """Where the endpointer's utterances begin (their audio, pre-roll included), in s."""
+    ep = Endpointer(detector or WebRtcVoiceDetector(3), EndpointerConfig())
+    events = ep.feed(audio) + ep.flush()
+    return [e.start_sample / 16_000 for e in events if isinstance(e, SpeechStarted)]
+
+
+@pytest.mark.parametrize(
+    "rid", ["libri_1995-1837-0001", "libri_1089-134691-0001", "libri_1089-134686-0000"]
+)
+def test_a_channel_quiet_from_its_first_word_keeps_its_first_words(rid: str) -> None:
+    """The gain comes over the first second or so of a quiet channel's speech, so the
+    detector hears its first words late: at -45 dBFS "It was the first great sorrow"
+    began at "sorrow" (1.0 s late) and the final lost five words. An utterance that
+    starts on a raised channel reaches back over the speech before its onset."""
+    audio = first_channel(corpus()[rid].path)
+    (normal, *_) = utterance_starts(audio)
+    for db in (-20, -25):  # these recordings 20 and 25 dB down: -45 to -50 dBFS
+        (quiet, *_) = utterance_starts(audio * np.float32(10 ** (db / 20)))
+        assert quiet <= normal + 0.25, (db, quiet, normal)
+
+
 @pytest.mark.parametrize("rid", ["jfk", "picovoice_cheetah_test_en", "riva_en-US_antiberta"])
 def test_a_channel_at_a_normal_level_is_heard_as_it_is(rid: str) -> None:
     """No gain for a talker at a normal level, nor for the noise before the first word
-    (jfk.flac's, at -43 dBFS, is taken for speech raised by 5 dB)."""
+    (jfk.flac's, at -43 dBFS, is taken for speech raised by 5 dB), and no reach back
+    before its utterances' pre-roll."""
     audio = padded(rid)
     assert speech_spans(WebRtcVoiceDetector(3), audio) == speech_spans(LevelBlindWebRtc(3), audio)
+    assert utterance_starts(audio) == utterance_starts(audio, LevelBlindWebRtc(3))
 
 
 @pytest.mark.parametrize("below_db", [15, 20, 25])
