@@ -89,9 +89,11 @@ def stream_config_from_proto(
     language = language_code(msg.language) or None
     if language is not None and languages is not None and language not in languages:
         allowed = _known_languages(languages, "a Whisper language code")
+        # (a model of one language has nothing to detect: empty is that language)
+        empty = "leave empty to detect" if len(languages) > 1 else "leave empty"
         raise AsrError.invalid(
             f"config.language {_quote(msg.language)} is not supported by model {model_name!r} "
-            f"(use {allowed}, or leave empty to detect)"
+            f"(use {allowed}, or {empty})"
         )
     allowed_languages = _allowed_languages(msg, languages, model_name)
     if language is not None and allowed_languages and language not in allowed_languages:

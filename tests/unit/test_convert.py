@@ -65,6 +65,21 @@ def test_a_language_list_an_english_only_model_refuses_names_what_it_knows() -> 
         stream_config_from_proto(msg, Settings(), model_name="tiny.en", languages=frozenset({"en"}))
 
 
+def test_a_language_an_english_only_model_refuses_offers_no_detection() -> None:
+    """tiny.en has nothing to detect: an empty language is English (German audio comes out
+    as English words), so the refusal does not promise detection (a reviewer)."""
+    english = frozenset({"en"})
+    with pytest.raises(AsrError, match=r"model 'tiny.en' \(use en, or leave empty\)$"):
+        stream_config_from_proto(
+            audio_config(language="de"), Settings(), model_name="tiny.en", languages=english
+        )
+    known = frozenset({"en", "de", "fr", "es", "it", "pt"})
+    with pytest.raises(AsrError, match=r"or leave empty to detect\)$"):
+        stream_config_from_proto(
+            audio_config(language="zz"), Settings(), model_name="base", languages=known
+        )
+
+
 def test_a_bcp47_tag_names_its_language() -> None:
     """Clients of Google's, Riva's and Deepgram's APIs send en-US; the proto says BCP-47."""
     known = frozenset({"en", "de", "pt", "zh"})
