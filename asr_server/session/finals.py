@@ -193,16 +193,25 @@ class FinalDecoder:
         hyp = await self._decode(utt, request, carry, early)
         if hyp is None or hyp.rejected:
             return hyp
-        if utt.missing_pause and hyp.words:  # no word ends in the silence added
-            hyp = dataclasses.replace(hyp, words=within(hyp.words, len(utt.audio) / SAMPLE_RATE))
         if self.echoes_prompt(hyp.text, request.prefix):
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
-        own_audio = request.audio.size - (carry.audio.size if carry is not None else 0)
+        own_audio = self._own_audio(utt, request, carry)
         hyp = self._without_unheard_loops(utt, hyp, own_audio)
         if utt.held_resumptions:
-            own = request.audio[request.audio.size - own_audio :]  # without the carry
+            carried = carry.audio.size if carry is not None else 0
+            own = request.audio[carried : carried + own_audio]
             hyp = await self._read_past_held_pauses(utt, hyp, own)
+        if utt.missing_pause and hyp.words:  # no word ends in the silence added
+            hyp = dataclasses.replace(hyp, words=within(hyp.words, len(utt.audio) / SAMPLE_RATE))
         return hyp
+
+    @staticmethod
+    def _own_audio(utt: UtteranceState, request: DecodeRequest, carry: Carry | None) -> int:
+        """The samples of the utterance's own audio ``request`` holds: not the carry's, nor
+        the silence added after a finalize's cut (``missing_pause``), which no partial
+        heard and no word is in."""
+        own = request.audio.size - (carry.audio.size if carry is not None else 0)
+        return max(1, min(own, len(utt.audio)) if utt.missing_pause else own)
 
     async def _read_past_held_pauses(
         self, utt: UtteranceState, hyp: Hypothesis, audio: np.ndarray
@@ -335,7 +344,7 @@ class FinalDecoder:
             self._metrics.finals_without_speech.inc()
             return carried
         heard = spoken_words(utt.heard_text)
-        own_audio = max(1, request.audio.size - carry.audio.size)
+        own_audio = self._own_audio(utt, request, carry)
         heard_share = min(1.0, utt.heard_samples / own_audio)
         wrong = carry.misread(carried, heard, heard_share)
         if not wrong and not carry.doubtful(carried, heard, heard_share):

@@ -178,8 +178,12 @@ class Endpointer:
         self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
 
     def _trim_pre_roll(self) -> None:
-        """Only a channel that may yet be raised holds the look-back (RAISED_LOOK_BACK_S)."""
-        if self._level is not None and not self._level.heard:
+        """Only a channel that may yet be raised holds the look-back (RAISED_LOOK_BACK_S),
+        and only while it holds a frame above the energy floor: a look-back reaches no
+        further than one (an open line with nobody on it holds no more than before)."""
+        if len(self._pre_roll) <= self._pre_roll_kept:
+            return
+        if self._level is not None and not self._level.heard and any(self._pre_roll_loud):
             return
         while len(self._pre_roll) > self._pre_roll_kept:
             self._pre_roll.popleft()

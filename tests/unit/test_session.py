@@ -1264,6 +1264,29 @@ async def test_a_final_cut_short_by_a_finalize_is_decoded_with_its_pause(pause_s
     assert asked[-1].audio.size < round(1.6 * SR) and finals[1].words[-1].end_s <= finals[1].end_s
 
 
+class LoopsItsFinalTail(FakeEngine):
+    """Whisper's loop: a final that reads its third and fourth words twice."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        if req.kind is DecodeKind.FINAL and not hyp.rejected:
+            words = hyp.text.split()
+            looped = words[:4] + words[2:4] + words[4:]
+            return dataclasses.replace(hyp, text=" ".join(looped), words=[])
+        return hyp
+
+
+async def test_the_silence_a_finalize_adds_is_no_audio_the_partial_missed() -> None:
+    """A loop the partial did not read is cut where the partial heard all but 0.8 s of
+    the final's audio; counted as audio, the 0.2 s of silence after a finalize's cut let
+    such a loop through (the diff reviewer: 1.9 s of speech, a partial of 1.5 s)."""
+    first = pcm16(np.concatenate([silence(0.5), tone(1.9)]))
+    h = Harness(LoopsItsFinalTail(), partial_interval_ms=1000)
+    events = await h.run(h.lockstep(finalized_between(first, pcm16(silence(1.0)), 640)))
+    (final,) = results(events, final=True)
+    assert final.text == "w0 w1 w2 w3 w4 w5 w6 w7"
+
+
 async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() -> None:
     """The proto's exception: 60 ms of speech (under the detector's start time) before a
     finalize are no utterance yet; the finalize is acknowledged at once and that speech
@@ -2054,6 +2077,26 @@ class StopsAtAPause(FakeEngine):
                 else:
                     quiet_run += 160
         return super()._hear(req)
+
+
+class StopsAtAPauseTimedToItsEnd(StopsAtAPause, TimesWordsToTheEnd):
+    """Stops at a pause, and times its last word to the end of the audio it read."""
+
+
+async def test_a_rest_read_on_after_a_finalize_has_no_word_past_the_audio() -> None:
+    """The rest read on after a held pause was decoded with the silence a finalize's cut
+    added, and its last word ended 0.2 s past the final's audio (the diff reviewer)."""
+    h = Harness(StopsAtAPauseTimedToItsEnd(), turn=semantic(ScriptedTurnModel(0.3)))
+    first = pcm16(np.concatenate([silence(0.5), tone(2.0), silence(0.7), tone(1.5)]))
+    events = await h.run(
+        h.lockstep(finalized_between(first, pcm16(silence(1.0)), 640)),
+        semantic=True,
+        interim=False,
+        word_timestamps=True,
+    )
+    (final,) = results(events, final=True)
+    assert final.from_finalize and h.metrics.held_pauses_read_on._value.get() == 1
+    assert final.words[-1].end_s <= final.end_s
 
 
 @pytest.mark.parametrize("word_timestamps", [False, True])

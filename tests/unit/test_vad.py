@@ -279,6 +279,20 @@ def test_a_channel_quiet_from_its_first_word_keeps_its_first_words(rid: str) -> 
         assert quiet <= normal + 0.25, (db, quiet, normal)
 
 
+def test_an_open_line_with_nobody_on_it_holds_no_look_back() -> None:
+    """The look-back reaches no further than a frame above the energy floor: a silent
+    line (most of a call center's) holds the pre-roll alone, as before (a second more
+    of it was 80 KiB more per idle channel, the diff reviewer), and a quiet line with a
+    sound on it holds the second."""
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig())
+    for _ in range(250):  # 5 s of 20 ms chunks
+        ep.feed(np.zeros(320, np.float32))
+    assert ep.position - ep.unclaimed_from <= 0.55 * 16_000
+    hiss = np.random.default_rng(0).standard_normal(16_000).astype(np.float32) * 10 ** (-55 / 20)
+    ep.feed(hiss)
+    assert ep.position - ep.unclaimed_from >= 1.4 * 16_000
+
+
 @pytest.mark.parametrize("rid", ["jfk", "picovoice_cheetah_test_en", "riva_en-US_antiberta"])
 def test_a_channel_at_a_normal_level_is_heard_as_it_is(rid: str) -> None:
     """No gain for a talker at a normal level, nor for the noise before the first word
