@@ -733,6 +733,27 @@ def test_a_carried_final_that_read_the_carried_passage_again_went_wrong() -> Non
     assert not carry.went_wrong(Hypothesis("Thank you, all.", "en"), heard=[])
 
 
+def test_a_rest_whose_carried_decode_had_no_new_words_is_not_read_again_alone() -> None:
+    """A split at a pause heard inside "themselves" (LJ Speech at -35 dBFS): the first
+    final read the whole word, the carried decode of the rest "-selves" rightly had no
+    new words, and alone it read "themselves." again: the final said it twice (a
+    reviewer). Alone reading only the carried end again, the carried result stands."""
+    from asr_server.session.carry import Carry
+
+    carry = Carry(
+        np.zeros(SR, np.float32), SR, "to the shapeliness of the letters themselves.", "en"
+    )
+    nothing_new = Hypothesis("", "en", rejected=True)
+    assert carry.misread(nothing_new, heard=[])  # decoded alone, as before
+    for again in ("themselves.", "letters themselves"):
+        alone = Hypothesis(again, "en")
+        assert carry.keeps_carried(nothing_new, alone, [], 0.0, misread=True)
+    # new words alone (Whisper had stopped after the forced prefix): alone stands
+    for new in ("Thank you.", "themselves, and the page", "the letters themselves"):
+        alone = Hypothesis(new, "en")
+        assert not carry.keeps_carried(nothing_new, alone, [], 0.0, misread=True)
+
+
 def test_a_carried_final_that_begins_with_the_carried_end_restarts() -> None:
     from asr_server.session.carry import Carry
 
