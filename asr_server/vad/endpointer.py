@@ -14,6 +14,7 @@ sample counts at 16 kHz since the channel's first sample.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -25,6 +26,12 @@ from asr_server.vad.level import LevelTracker
 #: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
 ENERGY_FLOOR_DB = -60.0
 ENERGY_FLOOR = 10 ** (ENERGY_FLOOR_DB / 20)
+#: the level a frame below the energy floor is held at (the look-back never takes it)
+QUIET_FRAME_DB = -100.0
+#: frames quieter than this are digital silence, or as good as (A-law has no zero: its
+#: idle code decodes to -72 dBFS), for the level tracker (vad/level.py)
+SILENT_DB = -70.0
+SILENT_MEAN_SQUARE = 10 ** (SILENT_DB / 10)
 #: a channel raised for the detector (vad/level.py) gets its gain over its first second
 #: or so of speech: webrtcvad heard "It was the first great sorrow" at -45 dBFS from
 #: "sorrow" on. Until the channel has been heard at a normal level it keeps this much
@@ -33,6 +40,11 @@ ENERGY_FLOOR = 10 ** (ENERGY_FLOOR_DB / 20)
 #: LOOK_BACK_GAP_S between them: between words, not silence before the first)
 RAISED_LOOK_BACK_S = 1.0
 LOOK_BACK_GAP_S = 0.3
+#: ... and, on a line whose noise is above the energy floor (under QUIET_SHARE_OF_CLEAN_LINE
+#: of the held frames below it), this far above the channel's noise floor: there the
+#: look-back took the whole second of the noise before every utterance
+LOOK_BACK_ABOVE_FLOOR_DB = 6.0
+QUIET_SHARE_OF_CLEAN_LINE = 0.25
 
 
 @dataclass(frozen=True)
@@ -98,7 +110,8 @@ class Endpointer:
         self._pre_roll_kept = self._pre_roll_frames + self._start_window
         held = self._pre_roll_kept + self._look_back_frames
         self._pre_roll: deque[np.ndarray] = deque(maxlen=held)
-        self._pre_roll_loud: deque[bool] = deque(maxlen=held)  # above the energy floor
+        #: each held frame's level (dB; QUIET_FRAME_DB below the energy floor)
+        self._pre_roll_db: deque[float] = deque(maxlen=held)
         self._recent_voiced: deque[bool] = deque(maxlen=self._start_window)
         self._pending = np.zeros(0, dtype=np.float32)
         self.position = 0  # samples scored so far
@@ -136,10 +149,11 @@ class Endpointer:
         if self.speaking:
             return False
         frames, rest = self._whole_frames(samples)
-        if _loud(frames).any():
+        sums = _square_sums(frames)
+        if _loud(frames, sums).any():
             return False
         self._pending = rest
-        self._pass_quiet(frames)
+        self._pass_quiet(frames, sums)
         return True
 
     def feed(self, samples: np.ndarray) -> list[EndpointEvent]:
@@ -151,7 +165,7 @@ class Endpointer:
         sums = _square_sums(frames)
         loud = _loud(frames, sums).tolist()  # a few Python bools: cheaper than numpy scalars
         if not self.speaking and not any(loud):
-            self._pass_quiet(frames)
+            self._pass_quiet(frames, sums)
             return events
         energies = (sums / frames.shape[1]).tolist()
         for i in range(len(frames)):
@@ -165,15 +179,18 @@ class Endpointer:
         count = buf.size // frame
         return buf[: count * frame].reshape(count, frame), buf[count * frame :].copy()
 
-    def _pass_quiet(self, frames: np.ndarray) -> None:
+    def _pass_quiet(self, frames: np.ndarray, square_sums: np.ndarray) -> None:
         """An open line with nobody talking (most of a call center's streams): no detector
         calls and no per-frame work, only the pre-roll bookkeeping."""
         self.position += frames.size
         if self._level is not None:
-            self._level.quiet(len(frames))
+            # (digital silence, a VoIP line's between its comfort noise, says nothing
+            # of the noise under a sound: it does not set the floor)
+            silent = SILENT_MEAN_SQUARE * frames.shape[1]
+            self._level.quiet(int(np.count_nonzero(square_sums > silent)))
         held = frames[-(self._pre_roll.maxlen or 1) :]
         self._pre_roll.extend(held)
-        self._pre_roll_loud.extend([False] * len(held))
+        self._pre_roll_db.extend([QUIET_FRAME_DB] * len(held))
         self._trim_pre_roll()
         self._recent_voiced.extend([False] * min(len(frames), self._recent_voiced.maxlen or 1))
 
@@ -183,25 +200,34 @@ class Endpointer:
         further than one (an open line with nobody on it holds no more than before)."""
         if len(self._pre_roll) <= self._pre_roll_kept:
             return
-        if self._level is not None and not self._level.heard and any(self._pre_roll_loud):
+        if (
+            self._level is not None
+            and not self._level.heard
+            and max(self._pre_roll_db) > QUIET_FRAME_DB
+        ):
             return
         while len(self._pre_roll) > self._pre_roll_kept:
             self._pre_roll.popleft()
-            self._pre_roll_loud.popleft()
+            self._pre_roll_db.popleft()
 
     def _onset_look_back(self, keep: int, onset_frames: int) -> int:
         """How many of the held frames an utterance that starts now takes in: ``keep``
         (its pre-roll and start window, the last ``onset_frames`` from the first voiced
         one), or, on a raised channel, more: the pre-roll before the first frame above
-        the energy floor before the onset, across gaps between words
-        (RAISED_LOOK_BACK_S). (Whisper needs the lead-in: cut at the very onset of "For
-        a full hour", it read "a full hour", at any level.)"""
+        the energy floor (on a noisy line, LOOK_BACK_ABOVE_FLOOR_DB above its noise floor)
+        before the onset, across gaps between words (RAISED_LOOK_BACK_S). (Whisper needs
+        the lead-in: cut at the very onset of "For a full hour", it read "a full hour",
+        at any level.)"""
         if self._level is None or self._level.gain_db <= 0.0:
             return keep
-        loud = self._pre_roll_loud
+        levels = self._pre_roll_db
+        quiet = sum(1 for level in levels if level <= QUIET_FRAME_DB)
+        above = ENERGY_FLOOR_DB
+        if quiet < QUIET_SHARE_OF_CLEAN_LINE * len(levels):  # a noisy line
+            above = max(above, self._level.floor_db + LOOK_BACK_ABOVE_FLOOR_DB)
         earliest, gap = None, 0
-        for i in range(len(loud) - onset_frames - 1, -1, -1):
-            if loud[i]:
+        for i in range(len(levels) - onset_frames - 1, -1, -1):
+            if levels[i] > above:
                 earliest, gap = i, 0
             else:
                 gap += 1
@@ -209,7 +235,7 @@ class Endpointer:
                     break
         if earliest is None:
             return keep
-        return max(keep, min(len(loud), len(loud) - earliest + self._pre_roll_frames))
+        return max(keep, min(len(levels), len(levels) - earliest + self._pre_roll_frames))
 
     def _heard(self, frame: np.ndarray, loud: bool, energy: float) -> np.ndarray:
         """``frame`` (its mean square ``energy``) as the detector hears it: raised if the
@@ -217,7 +243,7 @@ class Endpointer:
         if self._level is None:
             return frame
         if not loud:
-            self._level.quiet(1)
+            self._level.quiet(1 if energy > SILENT_MEAN_SQUARE else 0)  # (see _pass_quiet)
             return frame
         gain = self._level.gain_for(energy)
         return frame if gain == 1.0 else frame * np.float32(gain)
@@ -264,7 +290,7 @@ class Endpointer:
         self._silent_run = 0
         self._recent_voiced.clear()
         self._pre_roll.clear()
-        self._pre_roll_loud.clear()
+        self._pre_roll_db.clear()
         events.append(SpeechEnded(end))
         return events
 
@@ -301,7 +327,7 @@ class Endpointer:
                     self._recent_voiced.clear()
             return
         self._pre_roll.append(audio)
-        self._pre_roll_loud.append(loud)
+        self._pre_roll_db.append(10.0 * math.log10(max(energy, 1e-10)) if loud else QUIET_FRAME_DB)
         self._trim_pre_roll()
         self._recent_voiced.append(voiced)
         if voiced and sum(self._recent_voiced) >= self._start_frames:
@@ -323,7 +349,7 @@ class Endpointer:
             self._silent_run = 0
             self._last_voiced_end = self.position
             self._pre_roll.clear()
-            self._pre_roll_loud.clear()
+            self._pre_roll_db.clear()
             self._recent_voiced.clear()
             events.append(SpeechStarted(first, onset))
             events.append(SpeechAudio(first, audio, 0, self.position))

@@ -18,7 +18,8 @@ frame of a quiet channel raised:
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
   as a quiet talker, -43 dBFS in jfk.flac);
 * never so far that the channel's noise floor (``floor``: follows a quieter frame at
-  once, rises 10 dB a second; the frames below the endpointer's energy floor count at it)
+  once, rises 10 dB a second; the frames below the endpointer's energy floor count at it,
+  but digital silence, a VoIP line's between bursts of comfort noise, does not count)
   passes ``NOISE_CEILING_DB``: webrtcvad takes stationary noise for speech from about
   -35 dBFS (pink noise: 0.5 % of its frames at -35, 29 % at -30), and jfk.flac's hiss
   from about -40. Hence at most 10 dB, for a channel with silence under its speech.
@@ -73,8 +74,9 @@ class LevelTracker:
         return self._frames_heard >= self._heard_after_frames
 
     def quiet(self, frames: int) -> None:
-        """``frames`` frames below the energy floor went by."""
-        self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
+        """``frames`` frames below the energy floor (not digital silence) went by."""
+        if frames:
+            self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
 
     def gain_for(self, energy: float) -> float:
         """The linear gain for a frame above the energy floor whose mean square is

@@ -279,6 +279,39 @@ def test_a_channel_quiet_from_its_first_word_keeps_its_first_words(rid: str) -> 
         assert quiet <= normal + 0.25, (db, quiet, normal)
 
 
+def pink_noise(seconds: float, dbfs: float, seed: int) -> np.ndarray:
+    n = int(seconds * 16_000)
+    rng = np.random.default_rng(seed)
+    spectrum = np.fft.rfft(rng.standard_normal(n)) / np.sqrt(np.arange(1, n // 2 + 2))
+    noise = np.fft.irfft(spectrum, n)
+    return (noise * 10 ** (dbfs / 20) / np.sqrt(np.mean(noise**2))).astype(np.float32)
+
+
+@pytest.mark.parametrize("idle", [0.0, 8 / 32768])  # digital silence; A-law's idle code
+def test_comfort_noise_between_silences_is_not_raised_into_speech(idle: float) -> None:
+    """A VoIP line in DTX: bursts of comfort noise at -48 dBFS with silence between.
+    The silence counted as a noise floor at -60 dBFS, and each burst was raised 8 dB,
+    into speech for webrtcvad (the quiet-lines reviewer: SPEECH_STARTED, NO_WORDS)."""
+    gap = np.full(16_000, idle, np.float32)
+    line = np.concatenate(
+        [part for seed in range(6) for part in (gap, pink_noise(1.5, -48, seed))] + [gap]
+    )
+    assert speech_spans(WebRtcVoiceDetector(3), line) == []
+
+
+def test_on_a_noisy_line_the_look_back_stops_at_the_noise() -> None:
+    """On a line whose noise is above the energy floor the look-back took its whole
+    second of noise before every utterance (start_s 1.3 s before the speech): it now
+    takes only frames well above the line's noise floor."""
+    speech = first_channel(corpus()["libri_1089-134691-0001"].path)
+    speech = speech * np.float32(10 ** (-18 / 20))  # about -42 dBFS
+    lead = 3.0
+    audio = np.concatenate([np.zeros(int(lead * 16_000), np.float32), speech])
+    audio = audio + pink_noise(audio.size / 16_000, -56, 1)
+    (first, *_) = utterance_starts(audio)
+    assert first >= lead + 0.42 - 0.65, first  # the speech begins 0.42 s in
+
+
 def test_an_open_line_with_nobody_on_it_holds_no_look_back() -> None:
     """The look-back reaches no further than a frame above the energy floor: a silent
     line (most of a call center's) holds the pre-roll alone, as before (a second more
