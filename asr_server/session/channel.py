@@ -415,7 +415,7 @@ class ChannelRecognizer:
         (the endpointer's own silence limit there is the longest pause held open)."""
         for ev in events:
             if isinstance(ev, SpeechStarted):
-                await self._start(ev.start_sample, ev.onset_sample, ev.raised)
+                await self._start(ev.start_sample, ev.onset_sample)
             elif isinstance(ev, SpeechAudio):
                 await self._audio(ev)
             elif isinstance(ev, SpeechEnded):
@@ -425,10 +425,9 @@ class ChannelRecognizer:
 
     # -- utterance life cycle -------------------------------------------------------------
 
-    async def _start(self, start_sample: int, onset_sample: int, raised: bool = False) -> None:
+    async def _start(self, start_sample: int, onset_sample: int) -> None:
         """A new utterance; the event reports the onset, the audio keeps the pre-roll too."""
         utt = self._new_utterance(UtteranceAudio(start_sample), self._arrival(onset_sample))
-        utt.raised = raised
         self._utt = utt
         self.metrics.speaking_channels.inc()
         await self._emit(
@@ -764,7 +763,6 @@ class ChannelRecognizer:
         )
         if split is not None:
             utt.held_resumptions = [at for at in split.held_resumptions if at > audio.start_sample]
-            utt.raised = split.raised
         self._next_id += 1
         return utt
 

@@ -196,16 +196,9 @@ class FinalDecoder:
         if self.echoes_prompt(hyp.text, request.prefix):
             return dataclasses.replace(hyp, text="", words=[], rejected=True)
         own_audio = self._own_audio(utt, request, carry)
-        carried = carry.audio.size if carry is not None else 0
-        if utt.raised and await self.no_speech_in(request.audio[carried : carried + own_audio]):
-            # heard raised, a faint beep or click is speech to webrtcvad, and Whisper
-            # reads "Thank you." into it (the quiet-lines reviewer: DTMF-like tones at
-            # -40 dBFS over a -58 dBFS line); Silero hears no speech in such sounds, and
-            # speech at -50 dBFS it does
-            self._metrics.finals_without_speech.inc()
-            return dataclasses.replace(hyp, text="", words=[], rejected=True)
         hyp = self._without_unheard_loops(utt, hyp, own_audio)
         if utt.held_resumptions:
+            carried = carry.audio.size if carry is not None else 0
             own = request.audio[carried : carried + own_audio]
             hyp = await self._read_past_held_pauses(utt, hyp, own)
         if utt.missing_pause and hyp.words:  # no word ends in the silence added

@@ -58,9 +58,6 @@ class UtteranceState:
     finalizing: bool = False
     #: the client's finalize ended it (its final says so: Result.from_finalize)
     ended_by_finalize: bool = False
-    #: the voice detector heard its start raised (a quiet channel: vad/level.py): its
-    #: final needs Silero to hear speech in it (FinalDecoder.decode)
-    raised: bool = False
     #: samples of the final's trailing pause its audio lacks (a finalize mid-word, or
     #: early in a pause): decoded as silence after it (FinalDecoder.request)
     missing_pause: int = 0

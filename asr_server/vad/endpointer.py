@@ -59,9 +59,6 @@ class EndpointerConfig:
 class SpeechStarted:
     start_sample: int  # where the utterance's audio begins: the onset minus the pre-roll
     onset_sample: int  # the first voiced frame
-    #: the detector heard it raised (a quiet channel: vad/level.py), and so heard more
-    #: than itself would have: a faint beep, a click as speech
-    raised: bool = False
 
 
 @dataclass(frozen=True)
@@ -354,6 +351,5 @@ class Endpointer:
             self._pre_roll.clear()
             self._pre_roll_db.clear()
             self._recent_voiced.clear()
-            raised = self._level is not None and self._level.gain_db > 0.0
-            events.append(SpeechStarted(first, onset, raised))
+            events.append(SpeechStarted(first, onset))
             events.append(SpeechAudio(first, audio, 0, self.position))

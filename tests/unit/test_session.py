@@ -96,13 +96,11 @@ class Harness:
         engine: FakeEngine | None = None,
         turn: TurnDetection | None = None,
         speech_check: SpeechCheck | None = None,
-        detector: Callable[[], object] = EnergyVoiceDetector,
         **streaming: object,
     ) -> None:
         self.engine = engine or FakeEngine()
         self.turn = turn
         self.speech_check = speech_check
-        self.detector = detector
         self.metrics = Metrics()
         s = Settings()
         self.settings = s.model_copy(update={"streaming": s.streaming.model_copy(update=streaming)})
@@ -158,7 +156,7 @@ class Harness:
             self.settings,
             scheduler,
             self.metrics,
-            self.detector,  # type: ignore[arg-type]
+            EnergyVoiceDetector,
             turn=self.turn,
             speech_check=self.speech_check,
         )
@@ -1329,35 +1327,6 @@ async def test_the_silence_a_finalize_adds_is_no_audio_the_partial_missed() -> N
     events = await h.run(h.lockstep(finalized_between(first, pcm16(silence(1.0)), 640)))
     (final,) = results(events, final=True)
     assert final.text == "w0 w1 w2 w3 w4 w5 w6 w7"
-
-
-class LevelSensitiveEnergyDetector(EnergyVoiceDetector):
-    """The energy detector, raised on a quiet channel as webrtcvad is (vad/level.py)."""
-
-    level_sensitive = True
-
-
-@pytest.mark.parametrize("silero_hears_speech", [False, True])
-async def test_a_sound_heard_raised_is_a_final_only_if_silero_hears_speech(
-    silero_hears_speech: bool,
-) -> None:
-    """Raised on a quiet line, faint beeps (-40 dBFS over -58) were speech to webrtcvad,
-    and Whisper read "Thank you." into one (the quiet-lines reviewer). An utterance the
-    detector heard raised has a final only if Silero hears speech in it."""
-    rng = np.random.default_rng(0)
-    hiss = lambda s: (rng.standard_normal(int(s * SR)) * 10 ** (-65 / 20)).astype(np.float32)  # noqa: E731
-    # a tone at -41 dBFS, under the energy detector's -40 until the gain comes
-    audio = np.concatenate([hiss(1.0), tone(3.0, amp=0.012) + hiss(3.0), hiss(1.0)])
-    h = Harness(
-        speech_check=lambda audio, lead_in: silero_hears_speech,
-        detector=LevelSensitiveEnergyDetector,
-    )
-    events = await h.run(h.lockstep(chunks(pcm16(audio))), interim=False)
-    assert any(isinstance(e, SpeechBoundary) and e.started for e in events)
-    finals = results(events, final=True)
-    assert bool(finals) == silero_hears_speech
-    assert any(isinstance(e, NoWords) for e in events) != silero_hears_speech
-    assert h.metrics.finals_without_speech._value.get() == (0 if silero_hears_speech else 1)
 
 
 async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() -> None:
