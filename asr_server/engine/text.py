@@ -25,6 +25,22 @@ _APPEND = set("\"'.。,，!！?？:：”)]}、-")
 _PREPEND = set("\"'“¿([{")
 
 _NON_WORD = re.compile(r"[^\w']+")
+#: Chinese and Japanese script (Han, kana, their punctuation, full-width forms)
+_CJK = "\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef"
+_SPACE_IN_CJK = re.compile(f"(?<=[{_CJK}])\\s+(?=[{_CJK}])")
+#: languages whose text has no spaces between words of their script (Thai, Lao, Khmer,
+#: Burmese and Tibetan space phrases apart, and keep them)
+CLOSED_UP_LANGUAGES = frozenset({"zh", "yue", "ja"})
+
+
+def closed_up(text: str, language: str) -> str:
+    """``text`` as its language writes it: Chinese and Japanese without the spaces
+    Whisper now and then puts between words of their script (base, decoding a 4 s
+    Chinese final in the server's 10 s window, wrote "廣州市 佛地產", where in 30 s it
+    wrote "廣州市佛地產"; the multilingual reviewer). A space beside a Latin word or a
+    digit stays ("iPhone 手机")."""
+    return _SPACE_IN_CJK.sub("", text) if language in CLOSED_UP_LANGUAGES else text
+
 
 #: a phrase of this many words or more repeated back to back is a loop
 LONG_REPEAT_WORDS = 3

@@ -31,6 +31,7 @@ import numpy as np
 
 from asr_server.engine.base import Hypothesis, WordTiming
 from asr_server.engine.scheduler import EngineScheduler
+from asr_server.engine.text import closed_up
 from asr_server.metrics import Metrics
 from asr_server.session.agreement import LocalAgreement
 from asr_server.session.finals import FinalDecoder
@@ -856,7 +857,10 @@ class ChannelRecognizer:
         await self._emit(
             RecognitionResult(
                 is_final=True,
-                stable_text=hyp.text,
+                # (the committed text, sent as it was, is kept as it was)
+                stable_text=closed_up(hyp.text, hyp.language)
+                if not utt.agreement.committed
+                else hyp.text,
                 unstable_text="",
                 start_s=offset,
                 end_s=utt.audio.end_sample / SAMPLE_RATE,

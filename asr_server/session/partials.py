@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 
 from asr_server.engine.base import DecodeKind, DecodeRequest
 from asr_server.engine.scheduler import EngineScheduler
+from asr_server.engine.text import closed_up
 from asr_server.metrics import Metrics
 from asr_server.session.finals import FinalDecoder
 from asr_server.session.inbox import now
@@ -135,7 +136,7 @@ class Partials:
         result = RecognitionResult(
             is_final=False,
             stable_text=stable,
-            unstable_text=unstable,
+            unstable_text=closed_up(unstable, hyp.language),
             start_s=utt.audio.start_sample / SAMPLE_RATE,
             end_s=(utt.audio.start_sample + request.audio.size) / SAMPLE_RATE,
             utterance_id=utt.utterance_id,

@@ -23,6 +23,7 @@ import numpy as np
 
 from asr_server.audio.bandwidth import HIGH_BAND_HZ, BandwidthMeter
 from asr_server.engine.base import Hypothesis
+from asr_server.engine.text import closed_up
 from asr_server.metrics import Metrics
 from asr_server.session.types import OutEvent, RecognitionResult, StreamConfig
 from asr_server.session.utterance import SAMPLE_RATE
@@ -319,7 +320,10 @@ class TurnTaking:
                 is_final=False,
                 # the eager text may be withdrawn: only what was committed is stable
                 stable_text=committed,
-                unstable_text=hyp.text[len(committed) :].strip(),
+                # (as its final will be written: see ChannelRecognizer._emit_final)
+                unstable_text=closed_up(hyp.text, hyp.language)
+                if not committed
+                else hyp.text[len(committed) :].strip(),
                 start_s=utt.audio.start_sample / SAMPLE_RATE,
                 end_s=utt.speculation.end / SAMPLE_RATE,
                 utterance_id=utt.utterance_id,

@@ -405,3 +405,17 @@ def test_timings_follow_the_text_that_is_left() -> None:
 def test_a_decode_that_only_reads_back_its_prompt_is_an_echo(text: str, echo: bool) -> None:
     prompt = "Captain Ahab spoke to Ishmael and Queequeg on the Pequod. Ishmael, Queequeg"
     assert echoes_prompt(text, prompt) is echo
+
+
+def test_chinese_and_japanese_are_written_without_spaces_between_their_words() -> None:
+    """base, decoding a 4 s Chinese final in the server's 10 s window, wrote spaces
+    between words that its 30 s window and offline faster-whisper did not (the
+    multilingual reviewer)."""
+    from asr_server.engine.text import closed_up
+
+    assert closed_up("廣州市 佛地產 中間協會分析", "zh") == "廣州市佛地產中間協會分析"
+    assert closed_up("こんにちは 世界。 元気です", "ja") == "こんにちは世界。元気です"
+    # beside a Latin word or a digit a space stays; other languages keep theirs
+    assert closed_up("我用 iPhone 手机 2 次", "zh") == "我用 iPhone 手机 2 次"
+    assert closed_up("สวัสดี ครับ", "th") == "สวัสดี ครับ"
+    assert closed_up("中 文", "en") == "中 文"

@@ -1329,6 +1329,23 @@ async def test_the_silence_a_finalize_adds_is_no_audio_the_partial_missed() -> N
     assert final.text == "w0 w1 w2 w3 w4 w5 w6 w7"
 
 
+class SpeaksChineseWithSpaces(FakeEngine):
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        hyp = super()._hear(req)
+        if hyp.rejected:
+            return hyp
+        return dataclasses.replace(hyp, text="廣州市 佛地產 中間協會分析", language="zh")
+
+
+async def test_a_chinese_final_and_its_partials_have_no_spaces_between_han_words() -> None:
+    h = Harness(SpeaksChineseWithSpaces(capabilities=EngineCapabilities(languages=None)))
+    audio = np.concatenate([silence(0.5), tone(2.0), silence(1.0)])
+    events = await h.run(h.lockstep(chunks(pcm16(audio))), language="zh")
+    texts = [r.text for r in results(events)]
+    assert results(events, final=False) and results(events, final=True)
+    assert set(texts) == {"廣州市佛地產中間協會分析"}
+
+
 async def test_speech_begun_just_before_a_finalize_opens_the_next_utterance() -> None:
     """The proto's exception: 60 ms of speech (under the detector's start time) before a
     finalize are no utterance yet; the finalize is acknowledged at once and that speech
