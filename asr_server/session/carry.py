@@ -81,6 +81,8 @@ class Carry:
     end_sample: int
     text: str
     language: str
+    #: a finalize ended it with speech still going (a push-to-talk release mid-word)
+    cut_in_speech: bool = False
 
     @property
     def duration_s(self) -> float:
@@ -185,6 +187,19 @@ class Carry:
                 carried, heard, heard_share
             ) and self.reads_no_more_alone(carried, alone)
         return not self.alone_is_right(alone, heard)
+
+    def alone_reads_the_carried_end(self, alone: Hypothesis | None) -> bool:
+        """The decode alone reads nothing but the carried passage's last word or two.
+        After a finalize cut inside a word (``cut_in_speech``), an utterance that begins
+        at the cut holds the rest of that word, which the previous final read whole:
+        the carried decode rightly has no new words, and alone "-sed" is "used." again
+        ("…are used. used.", the finalize bench at a cut every 1.6 s). Not taken for a
+        word after a pause: a speaker may say it again ("…processing? … Processing.")."""
+        if alone is None or alone.rejected:
+            return False
+        words = spoken_words(alone.text)
+        tail = spoken_words(self.text)[-len(words) :] if words else []
+        return 0 < len(words) <= RESTART_WORDS and tail == words
 
     def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried decode went wrong in one of the ways below, and this utterance must

@@ -113,11 +113,14 @@ class FinalDecoder:
         if previous_text:
             self._remember(previous_text)
 
-    def final_emitted(self, audio: np.ndarray, end_sample: int, hyp: Hypothesis) -> None:
+    def final_emitted(
+        self, audio: np.ndarray, end_sample: int, hyp: Hypothesis, cut_in_speech: bool = False
+    ) -> None:
         """A final went out: the next one may be decoded after it (``audio``: its audio,
-        ending at ``end_sample`` on the channel's clock)."""
+        ending at ``end_sample`` on the channel's clock; ``cut_in_speech``: a finalize
+        ended it mid-speech)."""
         self._remember(hyp.text)
-        self._carry_after(audio, end_sample, hyp.text, hyp.language)
+        self._carry_after(audio, end_sample, hyp.text, hyp.language, cut_in_speech)
 
     def carry_replayed(
         self, audio: np.ndarray, end_sample: int, text: str, language: str | None
@@ -126,9 +129,16 @@ class FinalDecoder:
         the client: carried into the next final as ``final_emitted`` would have."""
         self._carry_after(audio, end_sample, text, language or "")
 
-    def _carry_after(self, audio: np.ndarray, end_sample: int, text: str, language: str) -> None:
+    def _carry_after(
+        self,
+        audio: np.ndarray,
+        end_sample: int,
+        text: str,
+        language: str,
+        cut_in_speech: bool = False,
+    ) -> None:
         if text and 0 < audio.size <= self._carry_max:
-            self._carry = Carry(audio, end_sample, text, language)
+            self._carry = Carry(audio, end_sample, text, language, cut_in_speech)
         else:  # (a longer one would need word timing to carry only its end)
             self._carry = None
 
@@ -361,7 +371,12 @@ class FinalDecoder:
             "final again alone (went wrong)" if wrong else "final again alone (doubtful)",
             None,
         )
-        keep_carried = carry.keeps_carried(carried, alone, heard, heard_share, wrong)
+        keep_carried = carry.keeps_carried(carried, alone, heard, heard_share, wrong) or (
+            carried.rejected
+            and carry.cut_in_speech
+            and utt.audio.start_sample == carry.end_sample  # it begins at the cut
+            and carry.alone_reads_the_carried_end(alone)
+        )
         logger.debug(
             "carried final %r, partial %r (of %.2f s of %.2f s), alone %r: kept %s",
             carried.text,

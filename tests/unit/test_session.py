@@ -764,6 +764,21 @@ async def test_a_word_said_again_after_a_pause_is_kept() -> None:
     assert not any(isinstance(e, NoWords) for e in events)
 
 
+async def test_the_rest_of_a_word_a_finalize_cut_is_not_read_again() -> None:
+    """A finalize cut inside "used": the final read the whole word, the carried decode of
+    the rest rightly had no new words, and alone it was "used." again, a final of its own
+    ("…are used. used.": the finalize bench, a diff reviewer). The rest of a word cut by a
+    finalize, read alone as the previous final's end, is no final (NO_WORDS)."""
+    engine = ReadsTheLastWordAgain(capabilities=EngineCapabilities(context_carry=True))
+    h = Harness(engine, speech_check=hears_sound, carry_max_s=10.0)
+    rest = np.concatenate([tone(0.3), silence(1.0)])
+    events = await h.run(
+        h.lockstep(finalized_between(pcm16(tone(1.5)), pcm16(rest))), interim=False
+    )
+    assert [r.text for r in results(events, final=True)] == ["we said it again"]
+    assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
+
+
 def test_a_carried_final_that_skips_the_partials_first_word_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
