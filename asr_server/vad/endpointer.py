@@ -14,7 +14,6 @@ sample counts at 16 kHz since the channel's first sample.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -327,7 +326,9 @@ class Endpointer:
                     self._recent_voiced.clear()
             return
         self._pre_roll.append(audio)
-        self._pre_roll_db.append(10.0 * math.log10(max(energy, 1e-10)) if loud else QUIET_FRAME_DB)
+        # (the level the tracker just took of it: only a raised channel looks back)
+        level_db = self._level.level_db if loud and self._level is not None else QUIET_FRAME_DB
+        self._pre_roll_db.append(level_db)
         self._trim_pre_roll()
         self._recent_voiced.append(voiced)
         if voiced and sum(self._recent_voiced) >= self._start_frames:

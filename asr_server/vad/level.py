@@ -67,6 +67,7 @@ class LevelTracker:
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
         self.floor_db = math.inf
         self.gain_db = 0.0  # the latest loud frame's (0: not raised)
+        self.level_db = -100.0  # the latest loud frame's level
 
     @property
     def heard(self) -> bool:
@@ -82,7 +83,7 @@ class LevelTracker:
         """The linear gain for a frame above the energy floor whose mean square is
         ``energy``, counting its own level first (a louder frame lowers the gain from
         itself on)."""
-        level = 10.0 * math.log10(max(energy, 1e-10))  # digital silence: -100 dB
+        self.level_db = level = 10.0 * math.log10(max(energy, 1e-10))  # silence: -100 dB
         self._frames_heard += level >= HEARD_LEVEL_DB
         fall = self._heard_peak_fall if self.heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
