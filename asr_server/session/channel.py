@@ -583,7 +583,6 @@ class ChannelRecognizer:
             # cut mid-word (a push-to-talk release), Whisper hears the fragment's abrupt
             # end as no speech more often than the same words followed by a pause
             utt.missing_pause = max(0, end_sample + self._trailing_pad - final_end)
-            utt.cut_in_speech = end_sample >= final_end
         speculated = utt.speculation.end if utt.speculation else None
         if kept is None and speculated is not None and end_sample <= speculated < final_end:
             # decoded early in the pause (SEMANTIC, or a client that finalizes), before the
@@ -878,7 +877,9 @@ class ChannelRecognizer:
         if hyp.avg_logprob is not None:
             self.metrics.final_confidence.observe(hyp.confidence)
         audio = utt.audio.snapshot()
-        self._finals.final_emitted(audio, utt.audio.end_sample, hyp, utt.cut_in_speech)
+        # (speech still going at a finalize's cut: none of the final's pause was heard)
+        cut_in_speech = utt.missing_pause >= self._trailing_pad
+        self._finals.final_emitted(audio, utt.audio.end_sample, hyp, cut_in_speech)
         self._turns.final_emitted(audio, utt.audio.end_sample)
         speech_end = utt.audio.end_sample if utt.speech_end is None else utt.speech_end
         latency = max(0.0, now() - self._arrival(speech_end))

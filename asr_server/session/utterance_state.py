@@ -61,8 +61,6 @@ class UtteranceState:
     #: samples of the final's trailing pause its audio lacks (a finalize mid-word, or
     #: early in a pause): decoded as silence after it (FinalDecoder.request)
     missing_pause: int = 0
-    #: a finalize ended it with speech still going (its last word may go on after it)
-    cut_in_speech: bool = False
     partial_language: str = ""
     #: where the endpointer heard speech end (for the latency metric); None = end of audio
     speech_end: int | None = None
