@@ -176,6 +176,29 @@ def tone(seconds: float, sr: int = 16_000, freq: float = 440.0, amp: float = 0.3
     return (amp * np.sin(2 * np.pi * freq * t)).astype(np.float32)
 
 
+def keyed_digits(
+    levels_db: tuple[float, ...], noise_db: float, sr: int = 16_000, seed: int = 0
+) -> np.ndarray:
+    """A line with nobody talking (white noise at ``noise_db`` dBFS) where a caller keys
+    six touch-tone digits (ITU-T Q.23 pairs, 80–200 ms, 60–300 ms apart) at each of
+    ``levels_db`` in turn, 3 s between the groups; float32 at ``sr``."""
+    from asr_server.vad.tones import HIGH_GROUP_HZ, LOW_GROUP_HZ
+
+    rng = np.random.default_rng(seed)
+    parts: list[np.ndarray] = [np.zeros(sr, np.float32)]
+    for level in levels_db:
+        for _ in range(6):
+            t = np.arange(int(rng.uniform(0.08, 0.2) * sr)) / sr
+            low, high = rng.choice(LOW_GROUP_HZ), rng.choice(HIGH_GROUP_HZ)
+            digit = np.sin(2 * np.pi * low * t) + np.sin(2 * np.pi * high * t)
+            digit *= np.minimum(1, np.minimum(t, t[::-1]) / 0.005)  # 5 ms ramps
+            digit *= 10 ** (level / 20) / np.sqrt(np.mean(digit**2))
+            parts += [digit.astype(np.float32), np.zeros(int(rng.uniform(0.06, 0.3) * sr))]
+        parts.append(np.zeros(3 * sr, np.float32))
+    line = np.concatenate(parts).astype(np.float32)
+    return line + (rng.standard_normal(line.size) * 10 ** (noise_db / 20)).astype(np.float32)
+
+
 def silence(seconds: float, sr: int = 16_000) -> np.ndarray:
     return np.zeros(int(seconds * sr), dtype=np.float32)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import soxr
 
 from asr_client import AsrClient, audio_config
 from asr_client.scoring import wer
-from tests.helpers import corpus, read_pcm16, sample
+from asr_server.audio.g711 import mulaw_encode
+from tests.helpers import corpus, first_channel, keyed_digits, read_pcm16, sample, stream_audio
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 
@@ -49,3 +51,28 @@ async def test_applause_after_the_last_word_gives_no_final(make_server) -> None:
         if e.HasField("speech_event") and e.speech_event.type == e.speech_event.NO_WORDS
     ]
     assert [e.speech_event.utterance_id for e in no_words] == [ended[-1].speech_event.utterance_id]
+
+
+async def test_a_caller_keying_digits_on_a_quiet_line_gets_no_final(make_server) -> None:  # type: ignore[no-untyped-def]
+    # An 8 kHz μ-law call whose line is quiet (noise at -58 dBFS): the caller keys 48
+    # digits (-30 to -45 dBFS), then speaks softly (-45 dBFS or so). The detector hears
+    # the quiet channel raised, and took the digits for speech: seven finals of "ha",
+    # "ah", "Oh, oh, oh, oh, oh, oh". Now none, and the talker's words all come.
+    server = await make_server()
+    line = keyed_digits((-30, -35, -40, -45, -30, -35, -40, -45), -58, sr=8_000)
+    rec = corpus()["libri_1089-134691-0001"]
+    talker = soxr.resample(first_channel(rec.path), 16_000, 8_000) * np.float32(0.1)
+    call = np.concatenate([line, talker.astype(np.float32)])
+    pcm = (np.clip(call, -1, 1) * 32767).astype(np.int16)
+    received = await stream_audio(
+        server.port, pcm, 8_000, speed=None, encoding="MULAW", payload=mulaw_encode(pcm)
+    )
+    responses = [r.response for r in received]
+    started = [
+        r.speech_event.offset_s
+        for r in responses
+        if r.HasField("speech_event") and r.speech_event.type == r.speech_event.SPEECH_STARTED
+    ]
+    finals = [r.result.text for r in responses if r.HasField("result") and r.result.is_final]
+    assert started and min(started) > line.size / 8_000 - 0.5, started  # (its pre-roll)
+    assert wer([rec.transcript], [" ".join(finals)]) <= 0.1, finals
