@@ -45,11 +45,12 @@ LOOK_BACK_GAP_S = 0.3
 #: look-back took the whole second of the noise before every utterance
 LOOK_BACK_ABOVE_FLOOR_DB = 6.0
 QUIET_SHARE_OF_CLEAN_LINE = 0.25
-#: a touch-tone digit's edges (a frame that holds only part of it) are heard as speech,
-#: and so are the frames webrtcvad scores next (its hangover after "speech"): they are no
-#: more speech than the digit. The frames heard voiced just before a digit's first frame
-#: no longer count towards an utterance's start, and the frames for this many ms after
-#: its last are scored but not voiced (vad/tones.py)
+#: a touch-tone digit (vad/tones.py) is no speech, but its edges (a frame that holds only
+#: part of it) are heard as speech, and so are the frames webrtcvad scores next (its
+#: hangover after "speech"). The frames heard voiced just before a digit's first frame no
+#: longer count towards an utterance's start, and the detector's verdicts for this long
+#: after its last are not speech; in an open utterance all of these are neither speech nor
+#: pause (a caller keying digits while talking is not cut)
 TONE_GUARD_MS = 90
 
 
@@ -98,16 +99,6 @@ def _loud(frames: np.ndarray, square_sums: np.ndarray | None = None) -> np.ndarr
     return sums > ENERGY_FLOOR * ENERGY_FLOOR * frames.shape[1]
 
 
-def _touch_tones(frames: np.ndarray, loud: list[bool]) -> list[bool]:
-    """Per row of ``frames``: a touch-tone digit? (Only loud frames are looked at.)"""
-    tones = [False] * len(frames)
-    if any(loud):
-        rows = [i for i, is_loud in enumerate(loud) if is_loud]
-        for i, tone in zip(rows, dtmf_frames(frames[rows]).tolist(), strict=True):
-            tones[i] = tone
-    return tones
-
-
 class Endpointer:
     def __init__(self, detector: VoiceDetector, config: EndpointerConfig) -> None:
         self.detector = detector
@@ -135,8 +126,8 @@ class Endpointer:
         self._silent_run = 0
         self._last_voiced_end = 0
         self._claimed_until = 0
-        self._tone_guard_frames = self._frames(TONE_GUARD_MS)
-        self._since_tone = self._tone_guard_frames  # frames since a touch tone's last
+        self._tone_guard = TONE_GUARD_MS * 16
+        self._tone_guard_until = 0  # (a sample position)
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -186,9 +177,8 @@ class Endpointer:
             self._pass_quiet(frames, sums)
             return events
         energies = (sums / frames.shape[1]).tolist()
-        tones = _touch_tones(frames, loud)
         for i in range(len(frames)):
-            self._frame(frames[i], events, loud=loud[i], energy=energies[i], tone=tones[i])
+            self._frame(frames[i], events, loud=loud[i], energy=energies[i])
         return events
 
     def _whole_frames(self, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -276,13 +266,11 @@ class Endpointer:
             padded[: tail.size] = tail
             self._pending = np.zeros(0, dtype=np.float32)
             sums = _square_sums(padded[None, :])
-            loud = bool(_loud(padded[None, :], sums)[0])
             self._frame(
                 padded,
                 events,
-                loud=loud,
+                loud=bool(_loud(padded[None, :], sums)[0]),
                 energy=float(sums[0]) / padded.size,
-                tone=_touch_tones(padded[None, :], [loud])[0],
                 real_samples=tail.size,
             )
         if self.speaking:
@@ -322,31 +310,33 @@ class Endpointer:
         *,
         loud: bool,
         energy: float,
-        tone: bool = False,
         real_samples: int | None = None,
     ) -> None:
         n = frame.size if real_samples is None else real_samples
         start = self.position
         self.position += n
-        # quiet frames never reach the detector (a stateful one sees only the loud frames),
-        # nor do touch tones (vad/tones.py), which say nothing of the channel's level either
+        # quiet frames never reach the detector (a stateful one sees only the loud frames)
+        tracker = self._level if loud else None
+        before = tracker.snapshot() if tracker is not None else None
+        heard = self._heard(frame, loud, energy)
+        voiced = loud and self.detector.speech_probability(heard) >= self.config.threshold
+        # what it took for speech may be a touch-tone digit (vad/tones.py): no speech, and
+        # nothing of the channel's level either; while speaking, neither speech nor pause
+        tone = voiced and bool(dtmf_frames(frame[None, :])[0])
         if tone:
-            voiced = False
-            self._since_tone = 0
+            if tracker is not None and before is not None:
+                tracker.restore(before)
+            self._tone_guard_until = self.position + self._tone_guard
             if not self.speaking:  # the digit's first edge, heard as speech
                 self._recent_voiced.clear()
-        else:
-            heard = self._heard(frame, loud, energy)
-            voiced = loud and self.detector.speech_probability(heard) >= self.config.threshold
-            self._since_tone += 1
-            if self._since_tone <= self._tone_guard_frames:  # its last edge, the hangover
-                voiced = False
+        neutral = tone or start < self._tone_guard_until  # (its last edge, the hangover)
+        voiced = voiced and not neutral
         audio = frame[:n]
         if self.speaking:
             if voiced:
                 self._silent_run = 0
                 self._last_voiced_end = self.position
-            else:
+            elif not neutral:
                 self._silent_run += 1
             events.append(
                 SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)

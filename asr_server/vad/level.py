@@ -69,6 +69,13 @@ class LevelTracker:
         self.gain_db = 0.0  # the latest loud frame's (0: not raised)
         self.level_db = -100.0  # the latest loud frame's level
 
+    def snapshot(self) -> tuple[float, float, float, float, int]:
+        """The state a frame changes, to take that frame back (a touch tone's)."""
+        return self.peak_db, self.floor_db, self.gain_db, self.level_db, self._frames_heard
+
+    def restore(self, state: tuple[float, float, float, float, int]) -> None:
+        self.peak_db, self.floor_db, self.gain_db, self.level_db, self._frames_heard = state
+
     @property
     def heard(self) -> bool:
         """The channel has been heard at a normal level (its gain falls slowly now)."""

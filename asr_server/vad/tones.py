@@ -5,11 +5,13 @@ A caller keying digits into an IVR on a quiet line: the detector hears the chann
 oh, oh, oh" (48 digits at -30 to -45 dBFS on a line whose noise is at -58 dBFS: seven
 finals, none of them words said). A digit is two sines, one from each group (ITU-T Q.23),
 that hold nearly all of a frame's energy between them; the harmonics of speech never do:
-over the shared corpus's 25,554 frames above the endpointer's energy floor (16 kHz and
+over the shared corpus's 25,744 frames above the endpointer's energy floor (16 kHz and
 phone band, eleven languages), the best pair of bands within the twist below held at most
 79 % of a frame's energy, and every digit with noise 15 dB under it at least 90 %, at
-its nominal frequencies or 1.5 % off them. A frame that is a digit is not scored: it is
-no speech, and it says nothing of the channel's level either.
+its nominal frequencies or 1.5 % off them. A note sung, hummed or whistled whose energy
+is in its fundamental and its octave can fill a band of each group; no digit's tones are
+an octave apart. The endpointer asks only about the frames its detector took for speech
+(vad/endpointer.py: what it does with a digit).
 """
 
 from __future__ import annotations
@@ -28,9 +30,15 @@ FREQUENCY_TOLERANCE = 0.015
 BAND_BINS = 2
 #: the share of the frame's energy the two tones' bands hold (see the module)
 MIN_SHARE = 0.85
-#: the two tones' levels within this of each other (Q.24 allows 8 dB of twist)
-MAX_TWIST_DB = 8.0
+#: the two tones' levels within this of each other (Q.24 allows 8 dB of twist; the
+#: window and the fixed bands add up to 2 dB to what is measured)
+MAX_TWIST_DB = 10.0
 MAX_TWIST = 10 ** (-MAX_TWIST_DB / 10)  # the weaker tone's power over the stronger's
+#: no digit's high tone is within 4 % of twice its low tone (1336 / 697 is 1.917, 1477 /
+#: 697 2.119), 1.3 % with both tones 1.5 % off in opposite directions; a sung or hummed
+#: note's octave is twice its fundamental (a soprano's 740 Hz and 1480 Hz sat in the
+#: bands of 770 and 1477 Hz and held all of the energy)
+OCTAVE_TOLERANCE = 0.01
 
 
 @cache
@@ -51,9 +59,9 @@ def _bands(frame_samples: int) -> tuple[np.ndarray, int, np.ndarray]:
 
 
 def dtmf_frames(frames: np.ndarray) -> np.ndarray:
-    """Per row of ``frames`` (16 kHz): is it a touch-tone digit? (About 20 µs for one
-    frame, most of it numpy's overhead per call: the endpointer asks once per ``feed``,
-    for its loud frames.)"""
+    """Per row of ``frames`` (16 kHz): is it a touch-tone digit? (About 30 µs for one
+    frame, most of it numpy's overhead per call: the endpointer asks only about frames
+    its detector took for speech.)"""
     if not len(frames):
         return np.zeros(0, dtype=bool)
     window, n_fft, bands = _bands(frames.shape[1])
@@ -61,8 +69,29 @@ def dtmf_frames(frames: np.ndarray) -> np.ndarray:
     power = np.square(spectrum.real) + np.square(spectrum.imag)
     tones = power @ bands
     groups = len(LOW_GROUP_HZ)
-    low, high = tones[:, :groups].max(axis=1), tones[:, groups:].max(axis=1)
+    low_band, high_band = tones[:, :groups].argmax(axis=1), tones[:, groups:].argmax(axis=1)
+    rows = np.arange(len(frames))
+    low, high = tones[rows, low_band], tones[rows, groups + high_band]
     # (the twist as a ratio: no logarithm per frame)
-    return (low + high >= MIN_SHARE * power.sum(axis=1)) & (
+    pair = (low + high >= MIN_SHARE * power.sum(axis=1)) & (
         np.minimum(low, high) >= MAX_TWIST * np.maximum(low, high)
     )
+    if not pair.any():
+        return pair
+    # a voice's fundamental and its octave, in a band of each group, is a note, not a digit
+    f_low = _peak_hz(power, power * bands[:, low_band].T, n_fft)
+    f_high = _peak_hz(power, power * bands[:, groups + high_band].T, n_fft)
+    return pair & (np.abs(f_high / f_low - 2.0) > OCTAVE_TOLERANCE)
+
+
+def _peak_hz(power: np.ndarray, in_band: np.ndarray, n_fft: int) -> np.ndarray:
+    """Per row: the frequency of the strongest bin of ``in_band`` (``power`` masked to
+    one band), between bins by a parabola through the log powers around it."""
+    rows = np.arange(len(power))
+    peak = in_band.argmax(axis=1)
+    below, at, above = (np.log(power[rows, peak + k] + 1e-30) for k in (-1, 0, 1))
+    curvature = below - 2 * at + above
+    offset = np.where(
+        curvature < 0, 0.5 * (below - above) / np.where(curvature < 0, curvature, -1), 0
+    )
+    return (peak + offset) * SAMPLE_RATE / n_fft
