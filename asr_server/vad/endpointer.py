@@ -52,6 +52,9 @@ QUIET_SHARE_OF_CLEAN_LINE = 0.25
 #: after its last are not speech; in an open utterance all of these are neither speech nor
 #: pause (a caller keying digits while talking is not cut)
 TONE_GUARD_MS = 90
+#: ... but not for longer than this more than a pause: digits keyed right after speech
+#: (an account number) would hold the utterance open to its length limit
+TONE_HOLD_MS = 1000
 
 
 @dataclass(frozen=True)
@@ -124,10 +127,14 @@ class Endpointer:
         self.position = 0  # samples scored so far
         self.speaking = False
         self._silent_run = 0
+        self._neutral_run = 0  # touch tones and their edges since the last voiced frame
         self._last_voiced_end = 0
         self._claimed_until = 0
         self._tone_guard = TONE_GUARD_MS * 16
+        self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
+        #: the level tracker's state before the last frame, if that frame raised it
+        self._before_raise: tuple[float, float, float, float, int] | None = None
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -286,7 +293,8 @@ class Endpointer:
         if not self.speaking:
             return []
         events: list[EndpointEvent] = []
-        if not self._silent_run and self._pending.size:
+        in_pause = bool(self._silent_run or self._neutral_run)
+        if not in_pause and self._pending.size:
             # mid-speech (a push-to-talk release): the samples short of a whole frame are
             # the utterance's last, not the next one's pre-roll; everything the client sent
             # before its finalize is in this final
@@ -294,9 +302,9 @@ class Endpointer:
             events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
             self.position += tail.size
             self._last_voiced_end = self.position
-        end = self._last_voiced_end if self._silent_run else self.position
+        end = self._last_voiced_end if in_pause else self.position
         self.speaking = False
-        self._silent_run = 0
+        self._silent_run = self._neutral_run = 0
         self._recent_voiced.clear()
         self._pre_roll.clear()
         self._pre_roll_db.clear()
@@ -320,12 +328,19 @@ class Endpointer:
         before = tracker.snapshot() if tracker is not None else None
         heard = self._heard(frame, loud, energy)
         voiced = loud and self.detector.speech_probability(heard) >= self.config.threshold
-        # what it took for speech may be a touch-tone digit (vad/tones.py): no speech, and
-        # nothing of the channel's level either; while speaking, neither speech nor pause
-        tone = voiced and bool(dtmf_frames(frame[None, :])[0])
-        if tone:
-            if tracker is not None and before is not None:
+        # what it took for speech, or what raised the channel's level, may be a touch-tone
+        # digit (vad/tones.py): no speech, and nothing of the level either (a loud digit
+        # made a quiet channel "heard", and its talker went unheard); while speaking,
+        # neither speech nor pause (TONE_HOLD_MS)
+        raised = tracker is not None and before is not None and tracker.raised_since(before)
+        tone = (voiced or raised) and bool(dtmf_frames(frame[None, :])[0])
+        if tracker is not None and before is not None:
+            if tone:  # and the frame before it, if it raised the level: its first edge
+                tracker.restore(self._before_raise or before)
+            elif raised and start < self._tone_guard_until:  # its last edge
                 tracker.restore(before)
+        self._before_raise = before if raised and not tone else None
+        if tone:
             self._tone_guard_until = self.position + self._tone_guard
             if not self.speaking:  # the digit's first edge, heard as speech
                 self._recent_voiced.clear()
@@ -334,19 +349,23 @@ class Endpointer:
         audio = frame[:n]
         if self.speaking:
             if voiced:
-                self._silent_run = 0
+                self._silent_run = self._neutral_run = 0
                 self._last_voiced_end = self.position
-            elif not neutral:
+            elif neutral:
+                self._neutral_run += 1
+            else:
                 self._silent_run += 1
-            events.append(
-                SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)
-            )
-            if not voiced:
-                if self._silent_run >= self._silence_frames:
-                    events.append(SpeechEnded(self._last_voiced_end))
-                    self.speaking = False
-                    self._silent_run = 0
-                    self._recent_voiced.clear()
+            # (to the session, digits are no speech: the pause since the last word)
+            paused = self._silent_run + self._neutral_run
+            events.append(SpeechAudio(start, audio, paused * frame.size, self._last_voiced_end))
+            if not voiced and (
+                self._silent_run >= self._silence_frames
+                or paused >= self._silence_frames + self._tone_hold_frames
+            ):
+                events.append(SpeechEnded(self._last_voiced_end))
+                self.speaking = False
+                self._silent_run = self._neutral_run = 0
+                self._recent_voiced.clear()
             return
         self._pre_roll.append(audio)
         # (the level the tracker just took of it: only a raised channel looks back)
@@ -374,7 +393,7 @@ class Endpointer:
                 first = self._claimed_until
                 onset = max(onset, first)
             self.speaking = True
-            self._silent_run = 0
+            self._silent_run = self._neutral_run = 0
             self._last_voiced_end = self.position
             self._pre_roll.clear()
             self._pre_roll_db.clear()

@@ -76,6 +76,11 @@ class LevelTracker:
     def restore(self, state: tuple[float, float, float, float, int]) -> None:
         self.peak_db, self.floor_db, self.gain_db, self.level_db, self._frames_heard = state
 
+    def raised_since(self, state: tuple[float, float, float, float, int]) -> bool:
+        """The last frame counted towards "heard", or lifted the peak by more than a
+        line's noise does from frame to frame (3 dB)."""
+        return self._frames_heard > state[4] or self.peak_db > state[0] + 3.0
+
     @property
     def heard(self) -> bool:
         """The channel has been heard at a normal level (its gain falls slowly now)."""

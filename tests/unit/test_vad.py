@@ -402,18 +402,25 @@ def phone_band(audio: np.ndarray) -> np.ndarray:
     return soxr.resample(soxr.resample(audio, 16_000, 8_000), 8_000, 16_000).astype(np.float32)
 
 
-def test_touch_tones_on_a_quiet_line_are_no_speech(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "levels", [(-30, -35, -40, -45, -30, -35, -40, -45), (-10, -15, -10, -15, -10, -15)]
+)
+def test_touch_tones_on_a_quiet_line_are_no_speech(
+    levels: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A caller keying digits on a quiet line (-58 dBFS of noise): the channel is raised
     for webrtcvad, which took the digits, their edges and its own hangover after them
     for speech, and Whisper wrote "ha", "ah", "Oh, oh, oh" (seven finals for 48 digits at
-    -30 to -45 dBFS). Neither the digits nor the talker after them are lost or made up."""
-    line = phone_band(keyed_digits((-30, -35, -40, -45, -30, -35, -40, -45), -58))
+    -30 to -45 dBFS). Neither the digits nor the talker after them are lost or made up:
+    digits as loud as a phone sends them (-10 dBFS) made the quiet channel one "heard" at
+    a normal level, and the talker after them was not raised (the gate's second review)."""
+    line = phone_band(keyed_digits(tuple(float(level) for level in levels), -58))
     assert speech_spans(WebRtcVoiceDetector(3), line) == []
 
     # a quiet talker after the digits is heard at least as well as after the same line
     # with nobody keying digits (the same noise: digits at -200 dBFS)
     talker = first_channel(corpus()["libri_1089-134691-0001"].path) * np.float32(10 ** (-20 / 20))
-    silent_keys = phone_band(keyed_digits((-200.0,) * 8, -58))
+    silent_keys = phone_band(keyed_digits((-200.0,) * len(levels), -58))
     heard = speech_spans(WebRtcVoiceDetector(3), np.concatenate([line, talker]))
     expected = speech_spans(WebRtcVoiceDetector(3), np.concatenate([silent_keys, talker]))
     shift = line.size / 16_000
@@ -453,14 +460,15 @@ def spans_in_messages(audio: np.ndarray) -> list[tuple[float, float]]:
     return list(zip(starts, ends, strict=True))
 
 
-@pytest.mark.parametrize(("ms", "gap_ms"), [(150, 60), (300, 100), (600, 100)])
+@pytest.mark.parametrize(("ms", "gap_ms"), [(100, 60), (150, 60), (300, 100)])
 def test_digits_keyed_while_talking_neither_end_nor_split_the_utterance(
     ms: int, gap_ms: int
 ) -> None:
     """Digits keyed over speech, 10 dB louder: with the digits counted as silence, six
     of them 60 ms apart ended the utterance and the words under them were in none (the
     gate's reviewer: "bruised potatoes and fat mutton pieces to be" lost). While an
-    utterance is open a digit is neither speech nor pause."""
+    utterance is open a digit is neither speech nor pause (for up to TONE_HOLD_MS more
+    than a pause: six keys held 600 ms each do end it)."""
     gap = np.zeros(16_000, np.float32)
     talker = np.concatenate([gap, first_channel(corpus()["libri_1089-134686-0000"].path), gap])
     assert spans_in_messages(digits_over(talker, 4.0, 10, ms, gap_ms)) == spans_in_messages(talker)
@@ -483,3 +491,47 @@ def test_a_word_long_after_a_digit_is_heard_as_without_it() -> None:
     assert len(heard) == len(expected) == 1, (heard, expected)
     # the same start (webrtcvad, having heard the digit's edge, may end a frame apart)
     assert heard[0][0] == expected[0][0] and abs(heard[0][1] - expected[0][1]) <= 0.06
+
+
+def words_then_digits() -> tuple[np.ndarray, float]:
+    """Words, then 20 s of digits keyed 80 ms on, 60 ms off at -35 dBFS (an account
+    number, and more), and where the words end (the endpointer's end without digits)."""
+    talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
+    words = np.concatenate([np.zeros(8000, np.float32), talk])
+    (alone,) = spans_in_messages(np.concatenate([words, np.zeros(3 * 16_000, np.float32)]))
+    t = np.arange(80 * 16) / 16_000
+    keys = []
+    for k in range(140):
+        digit = np.sin(2 * np.pi * LOW_GROUP_HZ[k % 4] * t)
+        digit += np.sin(2 * np.pi * HIGH_GROUP_HZ[k % 3] * t)
+        keys += [(digit * 10 ** (-35 / 20) / np.sqrt(np.mean(digit**2))), np.zeros(60 * 16)]
+    return np.concatenate([words, *[k.astype(np.float32) for k in keys]]), alone[1]
+
+
+def test_digits_keyed_after_speech_end_the_utterance_where_the_words_ended() -> None:
+    """Digits right after speech held the utterance open ("neither speech nor pause") to
+    its length limit: the final came 15 s late, with the digits' end as its end (the
+    gate's second review). Now digits hold it at most TONE_HOLD_MS more than a pause."""
+    audio, words_end = words_then_digits()
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+    ended_at = None
+    for i in range(0, audio.size, 320):
+        for event in ep.feed(audio[i : i + 320]):
+            if isinstance(event, SpeechEnded) and ended_at is None:
+                ended_at = (event.end_sample / 16_000, (i + 320) / 16_000)
+    assert ended_at is not None
+    end, heard_at = ended_at
+    assert end == words_end
+    assert heard_at <= words_end + (500 + endpointer.TONE_HOLD_MS) / 1000 + 0.1
+
+
+def test_a_finalize_during_digits_after_speech_ends_where_the_words_ended() -> None:
+    """A client's finalize while the caller keys digits after speaking: the digits were
+    taken for more of the utterance and decoded with the words (the gate's second review)."""
+    audio, words_end = words_then_digits()
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+    cut = int((words_end + 0.9) * 16_000)
+    for i in range(0, cut, 320):
+        ep.feed(audio[i : min(i + 320, cut)])
+    (ended,) = [e for e in ep.force_end() if isinstance(e, SpeechEnded)]
+    assert ended.end_sample / 16_000 == words_end
