@@ -355,9 +355,12 @@ class Endpointer:
                 self._neutral_run += 1
             else:
                 self._silent_run += 1
-            # (to the session, digits are no speech: the pause since the last word)
+            # (to the session, digits are no pause: reported as one, digits keyed while
+            # talking made SEMANTIC end turns and SILENCE split sentences under them)
+            events.append(
+                SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)
+            )
             paused = self._silent_run + self._neutral_run
-            events.append(SpeechAudio(start, audio, paused * frame.size, self._last_voiced_end))
             if not voiced and (
                 self._silent_run >= self._silence_frames
                 or paused >= self._silence_frames + self._tone_hold_frames

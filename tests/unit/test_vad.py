@@ -535,3 +535,28 @@ def test_a_finalize_during_digits_after_speech_ends_where_the_words_ended() -> N
         ep.feed(audio[i : min(i + 320, cut)])
     (ended,) = [e for e in ep.force_end() if isinstance(e, SpeechEnded)]
     assert ended.end_sample / 16_000 == words_end
+
+
+@pytest.mark.parametrize("at_s", [2.4, 4.0, 6.6])
+def test_digits_keyed_while_talking_are_no_pause_to_the_session(at_s: float) -> None:
+    """The session starts early finals, asks the turn model and splits long utterances
+    at the pauses the endpointer reports: digits keyed over speech reported as a pause
+    made SEMANTIC end the turn under them (the words there in neither final) and SILENCE
+    split the sentence (the gate's third review)."""
+    gap = np.zeros(16_000, np.float32)
+    talker = np.concatenate([gap, first_channel(corpus()["libri_1089-134686-0000"].path), gap])
+
+    def longest_pause(audio: np.ndarray) -> float:
+        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+        window = range(int(at_s * 16_000), int((at_s + 2.0) * 16_000))
+        return max(
+            (
+                e.trailing_silence / 16_000
+                for i in range(0, audio.size, 320)
+                for e in ep.feed(audio[i : i + 320])
+                if isinstance(e, SpeechAudio) and e.start_sample in window
+            ),
+            default=0.0,
+        )
+
+    assert longest_pause(digits_over(talker, at_s, 10, 150, 100)) <= longest_pause(talker)
