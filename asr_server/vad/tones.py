@@ -72,16 +72,27 @@ def dtmf_frames(frames: np.ndarray) -> np.ndarray:
     low_band, high_band = tones[:, :groups].argmax(axis=1), tones[:, groups:].argmax(axis=1)
     rows = np.arange(len(frames))
     low, high = tones[rows, low_band], tones[rows, groups + high_band]
-    # (the twist as a ratio: no logarithm per frame)
-    pair = (low + high >= MIN_SHARE * power.sum(axis=1)) & (
-        np.minimum(low, high) >= MAX_TWIST * np.maximum(low, high)
+    total = power.sum(axis=1)
+    # (the twist as a ratio: no logarithm per frame; a frame the window leaves nothing of,
+    # a click on its first sample, holds no tone)
+    pair = (
+        (total > 0)
+        & (low + high >= MIN_SHARE * total)
+        & (np.minimum(low, high) >= MAX_TWIST * np.maximum(low, high))
     )
     if not pair.any():
         return pair
     # a voice's fundamental and its octave, in a band of each group, is a note, not a digit
-    f_low = _peak_hz(power, power * bands[:, low_band].T, n_fft)
-    f_high = _peak_hz(power, power * bands[:, groups + high_band].T, n_fft)
-    return pair & (np.abs(f_high / f_low - 2.0) > OCTAVE_TOLERANCE)
+    # (asked of the pairs only: a frame with no power in a band has no peak in it)
+    power, bands_low, bands_high = (
+        power[pair],
+        bands[:, low_band[pair]],
+        bands[:, groups + high_band[pair]],
+    )
+    f_low = _peak_hz(power, power * bands_low.T, n_fft)
+    f_high = _peak_hz(power, power * bands_high.T, n_fft)
+    pair[pair] = np.abs(f_high / f_low - 2.0) > OCTAVE_TOLERANCE
+    return pair
 
 
 def _peak_hz(power: np.ndarray, in_band: np.ndarray, n_fft: int) -> np.ndarray:
