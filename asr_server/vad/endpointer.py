@@ -135,6 +135,9 @@ class Endpointer:
         self._tone_guard_until = 0  # (a sample position)
         #: the level tracker's state before the last frame, if that frame raised it
         self._before_raise: tuple[float, float, float, float, int] | None = None
+        #: in an utterance, the pause before the last frame, if that frame was voiced (a
+        #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
+        self._before_voiced: tuple[int, int, int] | None = None
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -199,6 +202,7 @@ class Endpointer:
         """An open line with nobody talking (most of a call center's streams): no detector
         calls and no per-frame work, only the pre-roll bookkeeping."""
         self.position += frames.size
+        self._before_raise = self._before_voiced = None  # (as a quiet frame does in _frame)
         if self._level is not None:
             # (digital silence, a VoIP line's between its comfort noise, says nothing
             # of the noise under a sound: it does not set the floor)
@@ -344,10 +348,16 @@ class Endpointer:
             self._tone_guard_until = self.position + self._tone_guard
             if not self.speaking:  # the digit's first edge, heard as speech
                 self._recent_voiced.clear()
+            elif self._before_voiced is not None:  # ... heard as speech resumed
+                self._silent_run, self._neutral_run, self._last_voiced_end = self._before_voiced
+                self._neutral_run += 1
         neutral = tone or start < self._tone_guard_until  # (its last edge, the hangover)
         voiced = voiced and not neutral
         audio = frame[:n]
         if self.speaking:
+            self._before_voiced = (
+                (self._silent_run, self._neutral_run, self._last_voiced_end) if voiced else None
+            )
             if voiced:
                 self._silent_run = self._neutral_run = 0
                 self._last_voiced_end = self.position
@@ -397,6 +407,7 @@ class Endpointer:
                 onset = max(onset, first)
             self.speaking = True
             self._silent_run = self._neutral_run = 0
+            self._before_voiced = None
             self._last_voiced_end = self.position
             self._pre_roll.clear()
             self._pre_roll_db.clear()

@@ -460,7 +460,7 @@ def spans_in_messages(audio: np.ndarray) -> list[tuple[float, float]]:
     return list(zip(starts, ends, strict=True))
 
 
-@pytest.mark.parametrize(("ms", "gap_ms"), [(100, 60), (150, 60), (300, 100)])
+@pytest.mark.parametrize(("ms", "gap_ms"), [(100, 60), (150, 60)])
 def test_digits_keyed_while_talking_neither_end_nor_split_the_utterance(
     ms: int, gap_ms: int
 ) -> None:
@@ -468,7 +468,7 @@ def test_digits_keyed_while_talking_neither_end_nor_split_the_utterance(
     of them 60 ms apart ended the utterance and the words under them were in none (the
     gate's reviewer: "bruised potatoes and fat mutton pieces to be" lost). While an
     utterance is open a digit is neither speech nor pause (for up to TONE_HOLD_MS more
-    than a pause: six keys held 600 ms each do end it)."""
+    than a pause, 1.5 s of keying: six keys of 300 ms do end it)."""
     gap = np.zeros(16_000, np.float32)
     talker = np.concatenate([gap, first_channel(corpus()["libri_1089-134686-0000"].path), gap])
     assert spans_in_messages(digits_over(talker, 4.0, 10, ms, gap_ms)) == spans_in_messages(talker)
@@ -521,7 +521,8 @@ def test_digits_keyed_after_speech_end_the_utterance_where_the_words_ended() -> 
                 ended_at = (event.end_sample / 16_000, (i + 320) / 16_000)
     assert ended_at is not None
     end, heard_at = ended_at
-    assert end == words_end
+    # (its last 30 ms frame, directly before the first digit, is taken for its first edge)
+    assert words_end - 0.031 <= end <= words_end
     assert heard_at <= words_end + (500 + endpointer.TONE_HOLD_MS) / 1000 + 0.1
 
 
@@ -534,7 +535,7 @@ def test_a_finalize_during_digits_after_speech_ends_where_the_words_ended() -> N
     for i in range(0, cut, 320):
         ep.feed(audio[i : min(i + 320, cut)])
     (ended,) = [e for e in ep.force_end() if isinstance(e, SpeechEnded)]
-    assert ended.end_sample / 16_000 == words_end
+    assert words_end - 0.031 <= ended.end_sample / 16_000 <= words_end
 
 
 @pytest.mark.parametrize("at_s", [2.4, 4.0, 6.6])
@@ -560,3 +561,56 @@ def test_digits_keyed_while_talking_are_no_pause_to_the_session(at_s: float) -> 
         )
 
     assert longest_pause(digits_over(talker, at_s, 10, 150, 100)) <= longest_pause(talker)
+
+
+@pytest.mark.parametrize(("on_ms", "off_ms"), [(100, 100), (80, 120), (100, 250), (150, 350)])
+def test_digits_keyed_at_a_person_s_pace_after_speech_end_where_the_words_ended(
+    on_ms: int, off_ms: int
+) -> None:
+    """Keyed with gaps longer than the 90 ms after a digit, each digit's first edge was
+    heard as speech resumed: the utterance ran on to the last digits and ended on them,
+    3.6 to 6.7 s of digits decoded with the words (the gate's fourth review)."""
+    talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
+    words = np.concatenate([np.zeros(8000, np.float32), talk])
+    (alone,) = spans_in_messages(np.concatenate([words, np.zeros(3 * 16_000, np.float32)]))
+    t = np.arange(on_ms * 16) / 16_000
+    keys = []
+    for k in range(20):
+        digit = np.sin(2 * np.pi * LOW_GROUP_HZ[k % 4] * t)
+        digit += np.sin(2 * np.pi * HIGH_GROUP_HZ[k % 3] * t)
+        digit *= 10 ** (-20 / 20) / np.sqrt(np.mean(digit**2))
+        keys += [digit.astype(np.float32), np.zeros(off_ms * 16, np.float32)]
+    rng = np.random.default_rng(0)
+    audio = np.concatenate([words, *keys])
+    audio += (rng.standard_normal(audio.size) * 10 ** (-70 / 20)).astype(np.float32)
+    (heard, *_) = spans_in_messages(audio)
+    assert abs(heard[0] - alone[0]) <= 0.05 and alone[1] - 0.031 <= heard[1] <= alone[1] + 0.3, (
+        heard,
+        alone,
+    )
+
+
+def test_a_digit_takes_back_only_its_own_edge_however_the_audio_is_cut() -> None:
+    """A digit takes back the level the frame just before it gave (its first edge). A
+    quiet stretch passed in messages of its own forgot to forget that frame, so a digit
+    0.6 s after a knock took the knock back too, and a quiet talker after it was raised
+    or not depending on how the audio was cut into messages (the gate's fourth review)."""
+    rng = np.random.default_rng(1)
+
+    def noise(seconds: float) -> np.ndarray:
+        return (rng.standard_normal(int(seconds * 16_000)) * 10 ** (-66 / 20)).astype(np.float32)
+
+    t = np.arange(int(0.12 * 16_000)) / 16_000
+    digit = np.sin(2 * np.pi * 697 * t) + np.sin(2 * np.pi * 1209 * t)
+    digit *= 10 ** (-25 / 20) / np.sqrt(np.mean(digit**2))
+    knock = (rng.standard_normal(480) * 10 ** (-8 / 20)).astype(np.float32)
+    audio = np.concatenate([noise(0.99), knock, noise(0.6), digit.astype(np.float32), noise(0.09)])
+
+    def level_after(step: int) -> tuple[float, ...]:
+        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=150))
+        for i in range(0, audio.size, step):
+            ep.feed(audio[i : i + step])
+        assert ep._level is not None
+        return ep._level.snapshot()
+
+    assert level_after(480) == level_after(audio.size) == level_after(1600)
