@@ -69,7 +69,9 @@ async def test_memory_stays_flat_over_a_long_stream(make_server) -> None:  # typ
     assert finals == UTTERANCES
     # 200 utterances between the measurements: one utterance's audio kept would add
     # 170 KiB each, a kilobyte kept per utterance 200 KiB, one object per utterance 200
-    # objects (measured here: -5 to +8 KiB, +0 objects; a 1 h stream stayed within 60 KiB)
+    # objects (measured here: -5 to +8 KiB, +0 objects; a 1 h stream stayed within 60 KiB;
+    # in a full suite's process, what other tests leave behind moved the count by -74 to
+    # +117 between the two looks, so the bound sits between that and 200)
     assert traced[-1] - traced[0] < 128 << 10, traced
-    assert objects[-1] - objects[0] < 100, objects
+    assert objects[-1] - objects[0] < 160, objects
     assert server.servicer.active == 0
