@@ -11,7 +11,7 @@ phone band, eleven languages), the best pair of bands within the twist below hel
 its nominal frequencies or 1.5 % off them. A note sung, hummed or whistled whose energy
 is in its fundamental and its octave can fill a band of each group; no digit's tones are
 an octave apart. The endpointer asks only about the frames its detector took for speech
-(vad/endpointer.py: what it does with a digit).
+or that raised the channel's level (vad/endpointer.py: what it does with a digit).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _bands(frame_samples: int) -> tuple[np.ndarray, int, np.ndarray]:
 def dtmf_frames(frames: np.ndarray) -> np.ndarray:
     """Per row of ``frames`` (16 kHz): is it a touch-tone digit? (About 30 µs for one
     frame, most of it numpy's overhead per call: the endpointer asks only about frames
-    its detector took for speech.)"""
+    its detector took for speech or that raised the level.)"""
     if not len(frames):
         return np.zeros(0, dtype=bool)
     window, n_fft, bands = _bands(frames.shape[1])
