@@ -55,6 +55,10 @@ TONE_GUARD_MS = 90
 #: ... but not for longer than this more than a pause: digits keyed right after speech
 #: (an account number) would hold the utterance open to its length limit
 TONE_HOLD_MS = 1000
+#: the level a digit's frame, and one in the TONE_GUARD_MS after it, is held at: the
+#: look-back stops there (it reached over digits keyed just before a quiet talker's
+#: first word: their edges hold part of a digit, and some held a level taken back)
+TONE_FRAME_DB = -200.0
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,8 @@ class Endpointer:
         self._pre_roll_kept = self._pre_roll_frames + self._start_window
         held = self._pre_roll_kept + self._look_back_frames
         self._pre_roll: deque[np.ndarray] = deque(maxlen=held)
-        #: each held frame's level (dB; QUIET_FRAME_DB below the energy floor)
+        #: each held frame's level (dB; QUIET_FRAME_DB below the energy floor,
+        #: TONE_FRAME_DB a digit's)
         self._pre_roll_db: deque[float] = deque(maxlen=held)
         self._recent_voiced: deque[bool] = deque(maxlen=self._start_window)
         self._pending = np.zeros(0, dtype=np.float32)
@@ -235,18 +240,20 @@ class Endpointer:
         (its pre-roll and start window, the last ``onset_frames`` from the first voiced
         one), or, on a raised channel, more: the pre-roll before the first frame above
         the energy floor (on a noisy line, LOOK_BACK_ABOVE_FLOOR_DB above its noise floor)
-        before the onset, across gaps between words (RAISED_LOOK_BACK_S). (Whisper needs
-        the lead-in: cut at the very onset of "For a full hour", it read "a full hour",
-        at any level.)"""
+        before the onset, across gaps between words (RAISED_LOOK_BACK_S), not over a
+        touch-tone digit. (Whisper needs the lead-in: cut at the very onset of "For a
+        full hour", it read "a full hour", at any level.)"""
         if self._level is None or self._level.gain_db <= 0.0:
             return keep
         levels = self._pre_roll_db
-        quiet = sum(1 for level in levels if level <= QUIET_FRAME_DB)
+        quiet = sum(1 for level in levels if level == QUIET_FRAME_DB)
         above = ENERGY_FLOOR_DB
         if quiet < QUIET_SHARE_OF_CLEAN_LINE * len(levels):  # a noisy line
             above = max(above, self._level.floor_db + LOOK_BACK_ABOVE_FLOOR_DB)
         earliest, gap = None, 0
         for i in range(len(levels) - onset_frames - 1, -1, -1):
+            if levels[i] == TONE_FRAME_DB:
+                break
             if levels[i] > above:
                 earliest, gap = i, 0
             else:
@@ -382,11 +389,12 @@ class Endpointer:
             return
         self._pre_roll.append(audio)
         # (the level the tracker just took of it: only a raised channel looks back)
-        level_db = (
-            self._level.level_db
-            if loud and not tone and self._level is not None
-            else QUIET_FRAME_DB
-        )
+        if neutral:
+            level_db = TONE_FRAME_DB
+        elif loud and self._level is not None:
+            level_db = self._level.level_db
+        else:
+            level_db = QUIET_FRAME_DB
         self._pre_roll_db.append(level_db)
         self._trim_pre_roll()
         self._recent_voiced.append(voiced)

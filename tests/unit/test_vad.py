@@ -614,3 +614,41 @@ def test_a_digit_takes_back_only_its_own_edge_however_the_audio_is_cut() -> None
         return ep._level.snapshot()
 
     assert level_after(480) == level_after(audio.size) == level_after(1600)
+
+
+@pytest.mark.parametrize("offset", [0, 160, 320, 400, 460])
+@pytest.mark.parametrize("gap_s", [0.1, 0.2])
+def test_the_look_back_never_reaches_over_a_digit(offset: int, gap_s: float) -> None:
+    """A quiet channel's look-back reaches over the frames above the energy floor before
+    an utterance's onset. A digit keyed just before a quiet talker's first word was a gap
+    to it, and the edges on either side of it were held at a level (their own, or one
+    taken back: the frame's before the digit), so the utterance reached back over the
+    digit to its first edge, and 0.3 s before that (the gate's last read)."""
+    rng = np.random.default_rng(3)
+
+    def noise(seconds: float) -> np.ndarray:
+        return (rng.standard_normal(int(seconds * 16_000)) * 10 ** (-66 / 20)).astype(np.float32)
+
+    talk = first_channel(corpus()["libri_1089-134691-0001"].path) * np.float32(10 ** (-22 / 20))
+    t = np.arange(int(0.125 * 16_000)) / 16_000
+    tone = np.sin(2 * np.pi * 770 * t) + np.sin(2 * np.pi * 1477 * t)
+    tone *= np.minimum(1, np.minimum(t, t[::-1]) / 0.008)
+    tone *= 10 ** (-30 / 20) / np.sqrt(np.mean(tone**2))
+    lead = int(np.argmax(np.abs(talk) > 0.003))  # (the talker's first word, now)
+    first_words = np.concatenate([noise(1.0), talk[: 2 * 16_000], noise(1.5 + offset / 16_000)])
+    after = np.concatenate([noise(gap_s), talk[lead:], noise(1.0)])
+
+    def starts(digit: np.ndarray) -> tuple[list[int], int]:
+        """Where the utterances start; and the one after the digit"""
+        audio = np.concatenate([first_words, digit.astype(np.float32), after])
+        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+        events = [e for i in range(0, audio.size, 320) for e in ep.feed(audio[i : i + 320])]
+        assert ep._level is not None and ep._level.gain_db > 0  # (a raised channel)
+        started = [e for e in events if isinstance(e, SpeechStarted)]
+        after_digit = [e.onset_sample > first_words.size for e in started].index(True)
+        return [e.start_sample for e in started], after_digit
+
+    (keyed, k), (alone, a) = starts(tone), starts(0 * tone)
+    assert k == a and keyed[:k] == alone[:k] and len(keyed) == len(alone)
+    # (with nothing above the energy floor before it, it has its pre-roll only)
+    assert keyed[k] >= alone[k], (keyed[k] - first_words.size, alone[k] - first_words.size)
