@@ -220,7 +220,7 @@ CONDITIONS = [
     Condition("clean", f"speech at {CLEAN_DBFS:g} dBFS", partial(level, CLEAN_DBFS)),
     *(
         Condition(f"level{db}", f"speech at {db} dBFS", partial(level, db))
-        for db in (-35, -40, -42, -45)
+        for db in (-35, -40, -42, -45, -48, -50)
     ),
     Condition("clip+12", "+12 dB, hard-clipped at full scale", partial(clipped, 12)),
     Condition("dc-offset", "DC offset of 0.1 (-20 dBFS)", partial(dc_offset, 0.1)),

@@ -26,7 +26,7 @@ from asr_server.engine.scheduler import EngineScheduler
 from asr_server.errors import AsrError, Status
 from asr_server.metrics import Metrics
 from asr_server.session.carry import ReplayedFinal
-from asr_server.session.channel import ChannelRecognizer
+from asr_server.session.channel import TRAILING_PAD_S, ChannelRecognizer
 from asr_server.session.inbox import AudioChunk, AudioInbox, EndOfAudio, now
 from asr_server.session.types import (
     ConfigUpdate,
@@ -214,6 +214,7 @@ class StreamSession:
                 silence_ms=self.config.max_silence_ms
                 if self.config.semantic
                 else self.config.silence_ms,
+                decoded_pad_ms=round(TRAILING_PAD_S * 1000),
             ),
         )
         return ChannelRecognizer(

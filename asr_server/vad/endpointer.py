@@ -67,6 +67,9 @@ class EndpointerConfig:
     start_ms: int = 150
     pre_roll_ms: int = 300
     silence_ms: int = 500
+    #: of the pause an utterance ends on, what its final decodes (the session's trailing
+    #: pad): a next utterance's pre-roll never reaches back into it
+    decoded_pad_ms: int = 200
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class Endpointer:
         self._start_window = self._start_frames + max(1, self._start_frames // 2)
         self._silence_frames = self._frames(config.silence_ms)
         self._pre_roll_frames = round(config.pre_roll_ms * 16 / frame)
+        self._decoded_pad = config.decoded_pad_ms * 16
         # a detector whose decisions depend on the level (webrtcvad) hears a quiet
         # channel raised (vad/level.py)
         level_sensitive = getattr(detector, "level_sensitive", False)
@@ -232,6 +236,25 @@ class Endpointer:
         ):
             return
         while len(self._pre_roll) > self._pre_roll_kept:
+            self._pre_roll.popleft()
+            self._pre_roll_db.popleft()
+
+    def _hold_pause_after(self, sample: int) -> None:
+        """An utterance ended: of the pause it ended on, the frames from ``sample`` on
+        (after what its final decodes) are the next one's pre-roll on a raised channel,
+        and the look-back's (a quiet talker's soft words there, which the detector did
+        not hear even raised, were in neither final); elsewhere none are."""
+        if self._level is None or self._level.gain_db <= 0.0:
+            self._pre_roll.clear()
+            self._pre_roll_db.clear()
+            return
+        kept, frame_start = 0, self.position
+        for audio in reversed(self._pre_roll):
+            frame_start -= audio.size
+            if frame_start < sample:
+                break
+            kept += 1
+        for _ in range(len(self._pre_roll) - kept):
             self._pre_roll.popleft()
             self._pre_roll_db.popleft()
 
@@ -361,6 +384,15 @@ class Endpointer:
         neutral = tone or start < self._tone_guard_until  # (its last edge, the hangover)
         voiced = voiced and not neutral
         audio = frame[:n]
+        # (the level the tracker just took of it: only a raised channel looks back)
+        if neutral:
+            level_db = TONE_FRAME_DB
+        elif loud and self._level is not None:
+            level_db = self._level.level_db
+        else:
+            level_db = QUIET_FRAME_DB
+        self._pre_roll.append(audio)  # (while speaking: the pause that may end it)
+        self._pre_roll_db.append(level_db)
         if self.speaking:
             self._before_voiced = (
                 (self._silent_run, self._neutral_run, self._last_voiced_end) if voiced else None
@@ -386,16 +418,8 @@ class Endpointer:
                 self.speaking = False
                 self._silent_run = self._neutral_run = 0
                 self._recent_voiced.clear()
+                self._hold_pause_after(self._last_voiced_end + self._decoded_pad)
             return
-        self._pre_roll.append(audio)
-        # (the level the tracker just took of it: only a raised channel looks back)
-        if neutral:
-            level_db = TONE_FRAME_DB
-        elif loud and self._level is not None:
-            level_db = self._level.level_db
-        else:
-            level_db = QUIET_FRAME_DB
-        self._pre_roll_db.append(level_db)
         self._trim_pre_roll()
         self._recent_voiced.append(voiced)
         if voiced and sum(self._recent_voiced) >= self._start_frames:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from asr_server.session.channel import TRAILING_PAD_S
 from asr_server.vad import endpointer
 from asr_server.vad.endpointer import (
     Endpointer,
@@ -16,7 +17,7 @@ from asr_server.vad.endpointer import (
 from asr_server.vad.silero import SileroVoiceDetector, silero_hears_speech
 from asr_server.vad.tones import HIGH_GROUP_HZ, LOW_GROUP_HZ
 from asr_server.vad.webrtc import WebRtcVoiceDetector
-from tests.helpers import corpus, first_channel, keyed_digits, read_pcm16
+from tests.helpers import at_speech_level, corpus, first_channel, keyed_digits, read_pcm16
 
 FRAME = 480  # 30 ms
 
@@ -652,3 +653,51 @@ def test_the_look_back_never_reaches_over_a_digit(offset: int, gap_s: float) -> 
     assert k == a and keyed[:k] == alone[:k] and len(keyed) == len(alone)
     # (with nothing above the energy floor before it, it has its pre-roll only)
     assert keyed[k] >= alone[k], (keyed[k] - first_words.size, alone[k] - first_words.size)
+
+
+@pytest.mark.parametrize("dbfs", [-45, -48])
+def test_a_quiet_talker_s_soft_words_between_utterances_are_in_the_next(dbfs: int) -> None:
+    """At -45 dBFS, "He hoped there would be stew" was cut after "the": "there would be"
+    is too soft for webrtcvad even raised, the next utterance started 0.3 s before "stew"
+    (its pre-roll), and what lay between the first final's end (the last voiced frame and
+    its 0.2 s of pause) and that was in no final. On a raised channel the next utterance
+    now takes the pause after the last final's end as its pre-roll, and its look-back
+    reaches over it; never the audio the last final decoded."""
+    audio = at_speech_level(padded("libri_1089-134686-0000"), dbfs)
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+    events = [e for i in range(0, audio.size, 320) for e in ep.feed(audio[i : i + 320])]
+    events += ep.flush()
+    pad = round(TRAILING_PAD_S * 16_000)  # (what a final decodes of its pause)
+    bounds = [e for e in events if isinstance(e, SpeechStarted | SpeechEnded)]
+    follows = [
+        (ended.end_sample + pad, started.start_sample)
+        for ended, started in zip(bounds, bounds[1:], strict=False)
+        if isinstance(ended, SpeechEnded) and isinstance(started, SpeechStarted)
+    ]
+    assert follows and all(final_end <= start for final_end, start in follows), follows
+    # (at -45 dBFS the words after "the"): the next starts within a frame of its end
+    assert any(start - final_end < 480 for final_end, start in follows), follows
+
+
+@pytest.mark.parametrize(("dbfs", "raised"), [(-26, False), (-45, True)])
+def test_between_utterances_only_a_raised_channel_holds_the_pause(dbfs: int, raised: bool) -> None:
+    """When an utterance ends, the pause after its final's end is held for the next one
+    only on a raised channel: at a normal level the next one's pre-roll starts where the
+    last utterance ended, as it did before."""
+    talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
+    gap = np.zeros(16_000, np.float32)
+    audio = at_speech_level(np.concatenate([gap, talk, gap, talk, gap]), dbfs)
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+    held_after_end = []
+    for i in range(0, audio.size, 480):  # (a frame a message: the end is the last frame)
+        for event in ep.feed(audio[i : i + 480]):
+            if isinstance(event, SpeechEnded):
+                assert ep._level is not None and (ep._level.gain_db > 0) == raised
+                final_end = event.end_sample + round(TRAILING_PAD_S * 16_000)
+                held_after_end.append((ep.unclaimed_from, final_end, ep.position))
+    assert len(held_after_end) == 2
+    for unclaimed, final_end, position in held_after_end:
+        if raised:
+            assert final_end <= unclaimed < final_end + 480
+        else:
+            assert unclaimed == position
