@@ -204,6 +204,11 @@ class ChannelRecognizer:
         # the endpointer's bound as of the last events this channel finished handling
         self._finalizing_from: int | None = None
         self._idle_bound = 0
+        #: the end of the audio the last final decoded (or will): no utterance after it
+        #: takes audio from before it (the endpointer holds a raised channel's pause for
+        #: the next utterance from its last voiced frame + the trailing pad, and a split at
+        #: the length limit may cut further into that pause)
+        self._decoded_until = 0
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
 
@@ -427,7 +432,9 @@ class ChannelRecognizer:
     # -- utterance life cycle -------------------------------------------------------------
 
     async def _start(self, start_sample: int, onset_sample: int) -> None:
-        """A new utterance; the event reports the onset, the audio keeps the pre-roll too."""
+        """A new utterance; the event reports the onset, the audio keeps the pre-roll too
+        (none of what the last final decoded: _audio leaves that out)."""
+        start_sample = max(start_sample, self._decoded_until)
         utt = self._new_utterance(UtteranceAudio(start_sample), self._arrival(onset_sample))
         self._utt = utt
         self.metrics.speaking_channels.inc()
@@ -440,8 +447,9 @@ class ChannelRecognizer:
         utt = self._utt
         if utt is None:
             return
-        utt.audio.append(ev.samples)
-        utt.samples_since_partial += ev.samples.size
+        samples = ev.samples[max(0, utt.audio.end_sample - ev.start_sample) :]
+        utt.audio.append(samples)
+        utt.samples_since_partial += samples.size
         if (
             ev.trailing_silence == 0
             and self._turns.judges_pauses
@@ -628,6 +636,7 @@ class ChannelRecognizer:
             # the committed words are the final, and the cut goes where they end
             cut = utt.audio.start_sample + int(committed_end_s * SAMPLE_RATE)
             rest = utt.audio.split_off(cut)
+            self._decoded_until = max(self._decoded_until, cut)
             await self._emit_final(
                 utt, Hypothesis(utt.agreement.committed_text, utt.partial_language)
             )
@@ -784,6 +793,7 @@ class ChannelRecognizer:
             self._finalizing_from = None
 
     async def _decode_final(self, utt: UtteranceState) -> None:
+        self._decoded_until = max(self._decoded_until, utt.audio.end_sample)
         utt.finalizing = True
         utt.drop_first_answer()  # the final is on its way: an eager result is moot now
         if len(utt.audio) == 0:

@@ -48,11 +48,21 @@ from asr_server.session.types import (
 from asr_server.session.utterance import UtteranceAudio
 from asr_server.session.utterance_state import EarlyFinal, UtteranceState
 from asr_server.settings import Settings
-from asr_server.vad.base import SpeechCheck
+from asr_server.vad.base import SpeechCheck, VoiceDetector
 from asr_server.vad.energy import EnergyVoiceDetector
 from asr_server.vad.silero import silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnVerdict
-from tests.helpers import corpus, entered, eventually, read_pcm16, silence, tone
+from asr_server.vad.webrtc import WebRtcVoiceDetector
+from tests.helpers import (
+    at_speech_level,
+    corpus,
+    entered,
+    eventually,
+    first_channel,
+    read_pcm16,
+    silence,
+    tone,
+)
 
 SR = 16_000
 
@@ -96,9 +106,11 @@ class Harness:
         engine: FakeEngine | None = None,
         turn: TurnDetection | None = None,
         speech_check: SpeechCheck | None = None,
+        vad: Callable[[], VoiceDetector] = EnergyVoiceDetector,
         **streaming: object,
     ) -> None:
         self.engine = engine or FakeEngine()
+        self.vad = vad
         self.turn = turn
         self.speech_check = speech_check
         self.metrics = Metrics()
@@ -156,7 +168,7 @@ class Harness:
             self.settings,
             scheduler,
             self.metrics,
-            EnergyVoiceDetector,
+            self.vad,
             turn=self.turn,
             speech_check=self.speech_check,
         )
@@ -317,6 +329,32 @@ async def test_a_resumed_channel_starts_no_final_inside_audio_already_final() ->
     # (times here are this connection's: the transport adds the stream offset)
     assert final.utterance_id == 7
     assert final.start_s == pytest.approx(1.48, abs=1e-3)
+
+
+async def test_no_audio_is_in_two_finals_where_a_split_cut_into_a_quiet_talker_s_pause() -> None:
+    """On a raised (quiet) channel the pause after a final's end (its last voiced frame
+    and the 0.2 s pad) is held for the next utterance; but a split at the length limit,
+    60 ms into a pause on a stream whose client finalizes (no final heard the whole pad
+    there), cut further into it: 0.18 s was in two finals, and settled_s went back
+    (the pause reviewer's case: -45 dBFS over noise at -58, a 2 s limit)."""
+    rng = np.random.default_rng(10)
+    talk = at_speech_level(first_channel(corpus()["libri_1089-134691-0001"].path), -45)
+    parts = [silence(1.0)]
+    for _ in range(4):
+        length, at = rng.uniform(1.0, 1.8), int(rng.uniform(0, 2.0) * SR)
+        parts += [talk[at : at + int(length * SR)], silence(rng.uniform(0.5, 0.9))]
+    audio = np.concatenate(parts)
+    audio += (rng.standard_normal(audio.size) * 10 ** (-58 / 20)).astype(np.float32)
+    h = Harness(vad=lambda: WebRtcVoiceDetector(3))
+    head, tail = pcm16(audio[: int(0.3 * SR)]), pcm16(audio[int(0.3 * SR) :])
+    events = await h.run(
+        h.lockstep(finalized_between(head, tail)), max_utterance_ms=2000, silence_ms=500
+    )
+    spans = [(f.start_s, f.end_s) for f in results(events, final=True)]
+    assert len(spans) >= 4
+    assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:], strict=False)), spans
+    settled = [p.settled_s for p in h.progress]
+    assert settled == sorted(settled)
 
 
 def carrying_engine() -> FakeEngine:
