@@ -216,7 +216,9 @@ class Endpointer:
             # (digital silence, a VoIP line's between its comfort noise, says nothing
             # of the noise under a sound: it does not set the floor)
             silent = SILENT_MEAN_SQUARE * frames.shape[1]
-            self._level.quiet(int(np.count_nonzero(square_sums > silent)))
+            heard = square_sums[square_sums > silent]
+            if heard.size:  # (mean squares as _frame has them: the same floor either way)
+                self._level.quiet(heard.size, float((heard / frames.shape[1]).min()))
         held = frames[-(self._pre_roll.maxlen or 1) :]
         self._pre_roll.extend(held)
         self._pre_roll_db.extend([QUIET_FRAME_DB] * len(held))
@@ -293,7 +295,8 @@ class Endpointer:
         if self._level is None:
             return frame
         if not loud:
-            self._level.quiet(1 if energy > SILENT_MEAN_SQUARE else 0)  # (see _pass_quiet)
+            if energy > SILENT_MEAN_SQUARE:  # (see _pass_quiet)
+                self._level.quiet(1, energy)
             return frame
         gain = self._level.gain_for(energy)
         return frame if gain == 1.0 else frame * np.float32(gain)

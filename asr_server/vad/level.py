@@ -18,11 +18,14 @@ frame of a quiet channel raised:
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
   as a quiet talker, -43 dBFS in jfk.flac);
 * never so far that the channel's noise floor (``floor``: follows a quieter frame at
-  once, rises 10 dB a second; the frames below the endpointer's energy floor count at it,
-  but digital silence, a VoIP line's between bursts of comfort noise, does not count)
-  passes ``NOISE_CEILING_DB``: webrtcvad takes stationary noise for speech from about
-  -35 dBFS (pink noise: 0.5 % of its frames at -35, 29 % at -30), and jfk.flac's hiss
-  from about -40. Hence at most 10 dB, for a channel with silence under its speech.
+  once, rises 10 dB a second; the frames below the endpointer's energy floor count at
+  their own level, but digital silence, a VoIP line's between bursts of comfort noise,
+  and anything below -70 dBFS does not count) passes ``NOISE_CEILING_DB``: webrtcvad
+  takes stationary noise for speech from about -35 dBFS (pink noise: 0.5 % of its frames
+  at -35, 29 % at -30), and jfk.flac's hiss from about -40. Hence at most 20 dB, for a
+  channel whose noise is at -70 dBFS (until 2026-12-07's next session those frames
+  counted at the energy floor, -60, and the gain stopped at 10 dB: a talker at -50 dBFS
+  was heard a fifth to a third as much as at a normal level).
 
 Only what the detector hears is raised; the audio decoded is the channel's own. Levels
 are frame RMS in dB relative to full scale.
@@ -54,8 +57,8 @@ FLOOR_RISE_DB_PER_S = 10.0
 
 class LevelTracker:
     """One channel's peak and noise floor, and the detector's gain (see the module).
-    ``quiet_db``: the endpointer's energy floor, the level given to the frames below it,
-    which it does not score."""
+    ``quiet_db``: the endpointer's energy floor; the frames below it, which it does not
+    score, count at their own level, never above it."""
 
     def __init__(self, frame_s: float, quiet_db: float) -> None:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
@@ -86,10 +89,11 @@ class LevelTracker:
         """The channel has been heard at a normal level (its gain falls slowly now)."""
         return self._frames_heard >= self._heard_after_frames
 
-    def quiet(self, frames: int) -> None:
-        """``frames`` frames below the energy floor (not digital silence) went by."""
-        if frames:
-            self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
+    def quiet(self, frames: int, quietest: float) -> None:
+        """``frames`` frames below the energy floor (not digital silence) went by, the
+        quietest with mean square ``quietest``."""
+        level = 10.0 * math.log10(max(quietest, 1e-10))
+        self.floor_db = min(self._quiet_db, level, self.floor_db + self._floor_rise * frames)
 
     def gain_for(self, energy: float) -> float:
         """The linear gain for a frame above the energy floor whose mean square is
