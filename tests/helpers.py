@@ -208,6 +208,37 @@ def at_speech_level(audio: np.ndarray, dbfs: float) -> np.ndarray:
     return (audio * (10 ** (dbfs / 20) / np.sqrt((speech**2).mean()))).astype(np.float32)
 
 
+def band_noise(n: int, low_hz: float, high_hz: float, rng: np.random.Generator) -> np.ndarray:
+    spectrum = np.fft.rfft(rng.standard_normal(n))
+    hz = np.fft.rfftfreq(n, 1 / 16_000)
+    spectrum[(hz < low_hz) | (hz > high_hz)] = 0
+    return np.fft.irfft(spectrum, n)
+
+
+def rustle_or_breaths(kind: str, level_db: float, noise_db: float, seed: int) -> np.ndarray:
+    """30 s of an idle line (white noise at ``noise_db``) with paper rustle or breaths at
+    about ``level_db`` every 1 to 3 s (the floor reviewer's scenes)."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(30 * 16_000)
+    at = int(rng.uniform(1.5, 2.5) * 16_000)
+    while True:
+        level = level_db + rng.uniform(-3, 3)
+        if kind == "paper":  # high-band noise under a slow, jagged envelope
+            n = int(rng.uniform(0.5, 1.5) * 16_000)
+            envelope = np.abs(band_noise(n, 2, 30, rng))
+            sound = band_noise(n, 1500, 7500, rng) * envelope / envelope.max()
+        else:  # a breath: mid-band noise swelling and fading
+            n = int(rng.uniform(0.3, 0.7) * 16_000)
+            sound = band_noise(n, 300, 2500, rng) * np.sin(np.linspace(0, np.pi, n)) ** 2
+        sound *= 10 ** (level / 20) / np.sqrt(np.mean(sound**2))
+        if at + n >= out.size - 16_000:
+            break
+        out[at : at + n] += sound
+        at += n + int(rng.uniform(1.0, 3.0) * 16_000)
+    out += rng.standard_normal(out.size) * 10 ** (noise_db / 20)
+    return out.astype(np.float32)
+
+
 def silence(seconds: float, sr: int = 16_000) -> np.ndarray:
     return np.zeros(int(seconds * sr), dtype=np.float32)
 

@@ -148,6 +148,18 @@ class Endpointer:
         #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
         self._before_voiced: tuple[int, int, int] | None = None
 
+    @property
+    def awaits_a_talker(self) -> bool:
+        """A raised channel on which no talker has been confirmed yet (talker_heard)."""
+        return self._level is not None and not self._level.talker_confirmed
+
+    def talker_heard(self) -> None:
+        """A talker was heard on this channel (a final with words that Silero hears
+        speech in): from now on a line quieter than the energy floor may be raised more
+        (vad/level.py)."""
+        if self._level is not None:
+            self._level.talker_confirmed = True
+
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
         heard as silence): no utterance's pre-roll reaches back into it, or a final would

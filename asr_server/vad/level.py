@@ -23,9 +23,12 @@ frame of a quiet channel raised:
   and anything below -70 dBFS does not count) passes ``NOISE_CEILING_DB``: webrtcvad
   takes stationary noise for speech from about -35 dBFS (pink noise: 0.5 % of its frames
   at -35, 29 % at -30), and jfk.flac's hiss from about -40. Hence at most 20 dB, for a
-  channel whose noise is at -70 dBFS (until 2026-12-07's next session those frames
-  counted at the energy floor, -60, and the gain stopped at 10 dB: a talker at -50 dBFS
-  was heard a fifth to a third as much as at a normal level).
+  channel whose noise is at -70 dBFS, once a talker has been heard on it (until then
+  those frames count at the energy floor, -60, and the gain stops at 10 dB, as it did
+  for every channel until 2026-12-07's next session: a talker at -50 dBFS was heard a
+  fifth to a third as much as at a normal level. Counted from the start, 20 dB made
+  idle lines' paper rustle, breaths and hum 10-15 dB above their noise into utterances,
+  and rustle into "Thank you." finals).
 
 Only what the detector hears is raised; the audio decoded is the channel's own. Levels
 are frame RMS in dB relative to full scale.
@@ -71,6 +74,10 @@ class LevelTracker:
         self.floor_db = math.inf
         self.gain_db = 0.0  # the latest loud frame's (0: not raised)
         self.level_db = -100.0  # the latest loud frame's level
+        #: a talker was heard on this channel (a final with words in which Silero hears
+        #: speech): only then does the noise below the energy floor count at its own
+        #: level (see the module)
+        self.talker_confirmed = False
 
     def snapshot(self) -> tuple[float, float, float, float, int]:
         """The state a frame changes, to take that frame back (a touch tone's)."""
@@ -91,8 +98,8 @@ class LevelTracker:
 
     def quiet(self, frames: int, quietest: float) -> None:
         """``frames`` frames below the energy floor (not digital silence) went by, the
-        quietest with mean square ``quietest``."""
-        level = 10.0 * math.log10(max(quietest, 1e-10))
+        quietest with mean square ``quietest`` (counted once a talker is confirmed)."""
+        level = 10.0 * math.log10(max(quietest, 1e-10)) if self.talker_confirmed else math.inf
         self.floor_db = min(self._quiet_db, level, self.floor_db + self._floor_rise * frames)
 
     def gain_for(self, energy: float) -> float:

@@ -17,7 +17,14 @@ from asr_server.vad.endpointer import (
 from asr_server.vad.silero import SileroVoiceDetector, silero_hears_speech
 from asr_server.vad.tones import HIGH_GROUP_HZ, LOW_GROUP_HZ
 from asr_server.vad.webrtc import WebRtcVoiceDetector
-from tests.helpers import at_speech_level, corpus, first_channel, keyed_digits, read_pcm16
+from tests.helpers import (
+    at_speech_level,
+    corpus,
+    first_channel,
+    keyed_digits,
+    read_pcm16,
+    rustle_or_breaths,
+)
 
 FRAME = 480  # 30 ms
 
@@ -294,17 +301,44 @@ def pink_noise(seconds: float, dbfs: float, seed: int) -> np.ndarray:
 def test_a_talker_at_minus_50_dbfs_over_a_near_silent_line_is_heard(floor_db: int) -> None:
     """A line's noise below the endpointer's energy floor (-60 dBFS) was taken to be at
     it, and the gain stopped at 10 dB: at -50 dBFS average speech level webrtcvad heard
-    a fifth to a third of this recording's speech. The floor is now the noise's own
-    level, down to -70 dBFS (below, digital silence, which says nothing of the noise),
-    so the gain may reach 20 dB, and the -50 dBFS (NOISE_CEILING_DB) the line's noise is
-    raised to at most holds as before."""
+    a fifth to a third of this recording's speech. Once a talker has been confirmed on
+    the channel (the session: a final with words that Silero hears speech in) the floor
+    is the noise's own level, down to -70 dBFS (below, digital silence, which says
+    nothing of the noise), so the gain may reach 20 dB, and the -50 dBFS
+    (NOISE_CEILING_DB) the line's noise is raised to at most holds as before."""
     audio = padded("libri_1089-134691-0001")
     normal = sum(e - s for s, e in speech_spans(WebRtcVoiceDetector(3), audio))
     rng = np.random.default_rng(0)
     quiet = at_speech_level(audio, -50)
     quiet += (rng.standard_normal(quiet.size) * 10 ** (floor_db / 20)).astype(np.float32)
-    heard = sum(e - s for s, e in speech_spans(WebRtcVoiceDetector(3), quiet))
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig())
+    assert ep.awaits_a_talker
+    ep.talker_heard()
+    events = ep.feed(quiet) + ep.flush()
+    starts = [e.onset_sample for e in events if isinstance(e, SpeechStarted)]
+    ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
+    heard = sum(e - s for s, e in zip(starts, ends, strict=True)) / 16_000
     assert heard >= 0.4 * normal, (heard, normal)
+    # (before a talker is confirmed, as before: this test can fail)
+    assert sum(e - s for s, e in speech_spans(WebRtcVoiceDetector(3), quiet)) < 0.4 * normal
+
+
+@pytest.mark.parametrize("kind", ["paper", "breath"])
+@pytest.mark.parametrize("noise_db", [-70, -67])
+def test_an_idle_line_s_rustle_and_breaths_are_not_raised_into_speech(
+    kind: str, noise_db: int
+) -> None:
+    """Counted at its own level from the start, a near-silent line's noise let the gain
+    reach 20 dB on idle lines, and paper rustle and breaths 10-15 dB above the noise
+    became utterances (the floor reviewer: SPEECH_STARTED 0 -> 6 on a μ-law line, four
+    "Thank you." finals). Until a talker is confirmed the floor counts at -60 dBFS."""
+    line = rustle_or_breaths(kind, -55, noise_db, seed=1)
+    assert speech_spans(WebRtcVoiceDetector(3), line) == []
+    # (on a channel with a talker confirmed they may be: the price of hearing a talker
+    # at -50 dBFS; this test can fail)
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig())
+    ep.talker_heard()
+    assert any(isinstance(e, SpeechStarted) for e in ep.feed(line) + ep.flush())
 
 
 @pytest.mark.parametrize("idle", [0.0, 8 / 32768])  # digital silence; A-law's idle code
@@ -402,14 +436,18 @@ def test_the_detectors_gain() -> None:
     for _ in range(100):  # 3 s of a quiet talker whose loudest frames are -44 dBFS
         gain_db(quiet, -44)
         quiet.quiet(1, 10 ** (-62 / 10))
-    # the floor's -62 raised to -50 at most (it rose 0.3 dB since the last quiet frame)
-    assert gain_db(quiet, -44) == pytest.approx(11.7)
-    # below the energy floor a quieter floor is a larger gain: up to the target (-28)
+    # the floor (at -60 until a talker is confirmed) raised to -50 at most (it rose 0.3 dB
+    # since the last quiet frame)
+    assert gain_db(quiet, -44) == pytest.approx(9.7)
+    # below the energy floor a quieter floor is a larger gain, up to the target (-28),
+    # once a talker has been confirmed on the channel (before, as if at the floor)
     hushed = LevelTracker(0.03, -60.0)
-    for _ in range(100):
-        gain_db(hushed, -44)
-        hushed.quiet(1, 10 ** (-69 / 10))
-    assert gain_db(hushed, -44) == pytest.approx(16.0)
+    for confirmed, gain in ((False, 9.7), (True, 16.0)):
+        hushed.talker_confirmed = confirmed
+        for _ in range(100):
+            gain_db(hushed, -44)
+            hushed.quiet(1, 10 ** (-69 / 10))
+        assert gain_db(hushed, -44) == pytest.approx(gain)
     for _ in range(100):  # the loudest frames at -38: the target comes first
         gain_db(hushed, -38)
         hushed.quiet(1, 10 ** (-69 / 10))
