@@ -33,12 +33,13 @@ QUIET_FRAME_DB = -100.0
 SILENT_DB = -70.0
 SILENT_MEAN_SQUARE = 10 ** (SILENT_DB / 10)
 #: a channel raised for the detector (vad/level.py) gets its gain over its first second
-#: or so of speech: webrtcvad heard "It was the first great sorrow" at -45 dBFS from
-#: "sorrow" on. Until the channel has been heard at a normal level it keeps this much
+#: or two of speech: webrtcvad heard "It was the first great sorrow" at -45 dBFS from
+#: "sorrow" on, 1.0 s late, and at -50 dBFS 1.6 s late (a second of look-back lost "It
+#: was the"). Until the channel has been heard at a normal level it keeps this much
 #: more audio before an utterance, and an utterance that starts raised reaches back over
 #: the frames above the energy floor before its pre-roll (gaps of at most
 #: LOOK_BACK_GAP_S between them: between words, not silence before the first)
-RAISED_LOOK_BACK_S = 1.0
+RAISED_LOOK_BACK_S = 2.0
 LOOK_BACK_GAP_S = 0.3
 #: ... and, on a line whose noise is above the energy floor (under QUIET_SHARE_OF_CLEAN_LINE
 #: of the held frames below it), this far above the channel's noise floor: there the

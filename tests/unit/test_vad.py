@@ -281,12 +281,16 @@ def test_a_channel_quiet_from_its_first_word_keeps_its_first_words(rid: str) -> 
     """The gain comes over the first second or so of a quiet channel's speech, so the
     detector hears its first words late: at -45 dBFS "It was the first great sorrow"
     began at "sorrow" (1.0 s late) and the final lost five words. An utterance that
-    starts on a raised channel reaches back over the speech before its onset."""
+    starts on a raised channel reaches back over the speech before its onset. At
+    -50 dBFS average speech level the detector hears them 1.6 s late: a look-back of a
+    second lost "It was the" (and LJ Speech's "The forms")."""
     audio = first_channel(corpus()[rid].path)
     (normal, *_) = utterance_starts(audio)
     for db in (-20, -25):  # these recordings 20 and 25 dB down: -45 to -50 dBFS
         (quiet, *_) = utterance_starts(audio * np.float32(10 ** (db / 20)))
         assert quiet <= normal + 0.25, (db, quiet, normal)
+    (quiet, *_) = utterance_starts(at_speech_level(audio, -50))
+    assert quiet <= normal + 0.25, (-50, quiet, normal)
 
 
 def pink_noise(seconds: float, dbfs: float, seed: int) -> np.ndarray:
