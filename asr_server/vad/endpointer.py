@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr_server.vad.base import VoiceDetector
-from asr_server.vad.level import LevelTracker
+from asr_server.vad.level import LevelState, LevelTracker
 from asr_server.vad.tones import dtmf_frames
 
 #: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
@@ -144,7 +144,7 @@ class Endpointer:
         self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
         #: the level tracker's state before the last frame, if that frame raised it
-        self._before_raise: tuple[float, float, float, float, int] | None = None
+        self._before_raise: LevelState | None = None
         #: in an utterance, the pause before the last frame, if that frame was voiced (a
         #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
         self._before_voiced: tuple[int, int, int] | None = None
@@ -311,7 +311,7 @@ class Endpointer:
             if energy > SILENT_MEAN_SQUARE:  # (see _pass_quiet)
                 self._level.quiet(1, energy)
             return frame
-        gain = self._level.gain_for(energy)
+        gain = self._level.gain_for(energy, in_utterance=self.speaking)
         return frame if gain == 1.0 else frame * np.float32(gain)
 
     def flush(self) -> list[EndpointEvent]:
