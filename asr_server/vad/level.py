@@ -39,6 +39,8 @@ are frame RMS in dB relative to full scale.
 from __future__ import annotations
 
 import math
+from operator import attrgetter
+from typing import cast
 
 #: a channel whose loudest recent frame is quieter than this is raised to it
 TARGET_PEAK_DB = -28.0
@@ -63,6 +65,8 @@ FLOOR_RISE_DB_PER_S = 10.0
 #: what a frame changes (LevelTracker.snapshot): peak, floor, gain, level, frames heard,
 #: and the noise below the energy floor
 LevelState = tuple[float, float, float, float, int, float]
+_STATE_FIELDS = ("peak_db", "floor_db", "gain_db", "level_db", "_frames_heard", "hush_db")
+_read_state = attrgetter(*_STATE_FIELDS)
 
 
 class LevelTracker:
@@ -91,24 +95,11 @@ class LevelTracker:
 
     def snapshot(self) -> LevelState:
         """The state a frame changes, to take that frame back (a touch tone's)."""
-        return (
-            self.peak_db,
-            self.floor_db,
-            self.gain_db,
-            self.level_db,
-            self._frames_heard,
-            self.hush_db,
-        )
+        return cast(LevelState, _read_state(self))  # (per loud frame: attrgetter, in C)
 
     def restore(self, state: LevelState) -> None:
-        (
-            self.peak_db,
-            self.floor_db,
-            self.gain_db,
-            self.level_db,
-            self._frames_heard,
-            self.hush_db,
-        ) = state
+        for name, value in zip(_STATE_FIELDS, state, strict=True):
+            setattr(self, name, value)
 
     def raised_since(self, state: LevelState) -> bool:
         """The last frame counted towards "heard", or lifted the peak by more than a
