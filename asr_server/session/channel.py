@@ -887,8 +887,6 @@ class ChannelRecognizer:
         if hyp.avg_logprob is not None:
             self.metrics.final_confidence.observe(hyp.confidence)
         audio = utt.audio.snapshot()
-        if self.endpointer.awaits_a_talker and not await self._finals.no_speech_in(audio):
-            self.endpointer.talker_heard()  # (Silero's few ms, once per channel)
         # (speech still going at a finalize's cut: none of the final's pause was heard)
         cut_in_speech = utt.missing_pause >= self._trailing_pad
         self._finals.final_emitted(audio, utt.audio.end_sample, hyp, cut_in_speech)

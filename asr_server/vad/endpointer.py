@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from asr_server.vad.base import VoiceDetector
-from asr_server.vad.level import LevelState, LevelTracker
+from asr_server.vad.level import LevelTracker
 from asr_server.vad.tones import dtmf_frames
 
 #: frames quieter than this (RMS, full scale = 1) are silence whatever the detector says
@@ -144,22 +144,10 @@ class Endpointer:
         self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
         #: the level tracker's state before the last frame, if that frame raised it
-        self._before_raise: LevelState | None = None
+        self._before_raise: tuple[float, float, float, float, int] | None = None
         #: in an utterance, the pause before the last frame, if that frame was voiced (a
         #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
         self._before_voiced: tuple[int, int, int] | None = None
-
-    @property
-    def awaits_a_talker(self) -> bool:
-        """A raised channel on which no talker has been confirmed yet (talker_heard)."""
-        return self._level is not None and not self._level.talker_confirmed
-
-    def talker_heard(self) -> None:
-        """A talker was heard on this channel (a final with words that Silero hears
-        speech in): from now on a line quieter than the energy floor may be raised more
-        (vad/level.py)."""
-        if self._level is not None:
-            self._level.talker_confirmed = True
 
     def claim_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, where it is
@@ -229,9 +217,7 @@ class Endpointer:
             # (digital silence, a VoIP line's between its comfort noise, says nothing
             # of the noise under a sound: it does not set the floor)
             silent = SILENT_MEAN_SQUARE * frames.shape[1]
-            heard = square_sums[square_sums > silent]
-            if heard.size:  # (mean squares as _frame has them: the same floor either way)
-                self._level.quiet(heard.size, float((heard / frames.shape[1]).min()))
+            self._level.quiet(int(np.count_nonzero(square_sums > silent)))
         held = frames[-(self._pre_roll.maxlen or 1) :]
         self._pre_roll.extend(held)
         self._pre_roll_db.extend([QUIET_FRAME_DB] * len(held))
@@ -308,10 +294,9 @@ class Endpointer:
         if self._level is None:
             return frame
         if not loud:
-            if energy > SILENT_MEAN_SQUARE:  # (see _pass_quiet)
-                self._level.quiet(1, energy)
+            self._level.quiet(1 if energy > SILENT_MEAN_SQUARE else 0)  # (see _pass_quiet)
             return frame
-        gain = self._level.gain_for(energy, in_utterance=self.speaking)
+        gain = self._level.gain_for(energy)
         return frame if gain == 1.0 else frame * np.float32(gain)
 
     def flush(self) -> list[EndpointEvent]:

@@ -18,19 +18,14 @@ frame of a quiet channel raised:
   earns its gain by staying quiet: the noise before a talker's first word can be as loud
   as a quiet talker, -43 dBFS in jfk.flac);
 * never so far that the channel's noise floor (``floor``: follows a quieter frame at
-  once, rises 10 dB a second; the frames below the endpointer's energy floor count at
-  it, but digital silence, a VoIP line's between bursts of comfort noise, does not
-  count) passes ``NOISE_CEILING_DB``: webrtcvad takes stationary noise for speech from
-  about -35 dBFS (pink noise: 0.5 % of its frames at -35, 29 % at -30), and jfk.flac's
-  hiss from about -40. Hence at most 10 dB, for a channel with silence under its speech;
-* inside an utterance, on a channel not heard at a normal level where a talker has been
-  confirmed (a final with words in which Silero hears speech), the frames below the
-  energy floor count at their own level (``hush``; down to -70 dBFS), so the gain may
-  reach 20 dB there: a talker at -50 dBFS was heard a fifth to a third as much as at a
-  normal level, and lost words inside its sentences. Not between utterances: given for
-  the whole stream, the larger gain made a quiet line's paper rustle, breaths and hum
-  into utterances (SPEECH_STARTED, "Thank you." finals: a voice agent's barge-in), and a
-  normal talker's line, after a minute of quiet, too.
+  once, rises 10 dB a second; the frames below the endpointer's energy floor count at it,
+  but digital silence, a VoIP line's between bursts of comfort noise, does not count)
+  passes ``NOISE_CEILING_DB``: webrtcvad takes stationary noise for speech from about
+  -35 dBFS (pink noise: 0.5 % of its frames at -35, 29 % at -30), and jfk.flac's hiss
+  from about -40. Hence at most 10 dB, for a channel with silence under its speech
+  (counting those frames at their own level, for up to 20 dB, was tried on 2026-12-07 in
+  three versions and taken back: it made idle lines' rustle, breaths and hum into
+  utterances, or held a quiet talker's utterances open past the words; docs/accuracy.md).
 
 Only what the detector hears is raised; the audio decoded is the channel's own. Levels
 are frame RMS in dB relative to full scale.
@@ -39,8 +34,6 @@ are frame RMS in dB relative to full scale.
 from __future__ import annotations
 
 import math
-from operator import attrgetter
-from typing import cast
 
 #: a channel whose loudest recent frame is quieter than this is raised to it
 TARGET_PEAK_DB = -28.0
@@ -62,17 +55,10 @@ HEARD_FOR_S = 0.6
 FLOOR_RISE_DB_PER_S = 10.0
 
 
-#: what a frame changes (LevelTracker.snapshot): peak, floor, gain, level, frames heard,
-#: and the noise below the energy floor
-LevelState = tuple[float, float, float, float, int, float]
-_STATE_FIELDS = ("peak_db", "floor_db", "gain_db", "level_db", "_frames_heard", "hush_db")
-_read_state = attrgetter(*_STATE_FIELDS)
-
-
 class LevelTracker:
     """One channel's peak and noise floor, and the detector's gain (see the module).
-    ``quiet_db``: the endpointer's energy floor; the frames below it, which it does not
-    score, count at it for ``floor``, at their own level for ``hush``."""
+    ``quiet_db``: the endpointer's energy floor, the level given to the frames below it,
+    which it does not score."""
 
     def __init__(self, frame_s: float, quiet_db: float) -> None:
         self._peak_fall = PEAK_FALL_DB_PER_S * frame_s
@@ -83,25 +69,17 @@ class LevelTracker:
         self._quiet_db = quiet_db
         self.peak_db = TARGET_PEAK_DB  # earned by staying quiet (see the module)
         self.floor_db = math.inf
-        #: the line's noise below the energy floor at its own level (down to -70 dBFS),
-        #: which the floor above counts at ``quiet_db``: the floor in an open utterance
-        #: of a quiet channel with a talker confirmed (see the module)
-        self.hush_db = math.inf
         self.gain_db = 0.0  # the latest loud frame's (0: not raised)
         self.level_db = -100.0  # the latest loud frame's level
-        #: a talker was heard on this channel (a final with words in which Silero hears
-        #: speech)
-        self.talker_confirmed = False
 
-    def snapshot(self) -> LevelState:
+    def snapshot(self) -> tuple[float, float, float, float, int]:
         """The state a frame changes, to take that frame back (a touch tone's)."""
-        return cast(LevelState, _read_state(self))  # (per loud frame: attrgetter, in C)
+        return self.peak_db, self.floor_db, self.gain_db, self.level_db, self._frames_heard
 
-    def restore(self, state: LevelState) -> None:
-        for name, value in zip(_STATE_FIELDS, state, strict=True):
-            setattr(self, name, value)
+    def restore(self, state: tuple[float, float, float, float, int]) -> None:
+        self.peak_db, self.floor_db, self.gain_db, self.level_db, self._frames_heard = state
 
-    def raised_since(self, state: LevelState) -> bool:
+    def raised_since(self, state: tuple[float, float, float, float, int]) -> bool:
         """The last frame counted towards "heard", or lifted the peak by more than a
         line's noise does from frame to frame (3 dB)."""
         return self._frames_heard > state[4] or self.peak_db > state[0] + 3.0
@@ -111,27 +89,20 @@ class LevelTracker:
         """The channel has been heard at a normal level (its gain falls slowly now)."""
         return self._frames_heard >= self._heard_after_frames
 
-    def quiet(self, frames: int, quietest: float) -> None:
-        """``frames`` frames below the energy floor (not digital silence) went by, the
-        quietest with mean square ``quietest``."""
-        rise = self._floor_rise * frames
-        self.floor_db = min(self._quiet_db, self.floor_db + rise)
-        level = 10.0 * math.log10(max(quietest, 1e-10))
-        self.hush_db = min(self._quiet_db, level, self.hush_db + rise)
+    def quiet(self, frames: int) -> None:
+        """``frames`` frames below the energy floor (not digital silence) went by."""
+        if frames:
+            self.floor_db = min(self._quiet_db, self.floor_db + self._floor_rise * frames)
 
-    def gain_for(self, energy: float, in_utterance: bool = False) -> float:
+    def gain_for(self, energy: float) -> float:
         """The linear gain for a frame above the energy floor whose mean square is
         ``energy``, counting its own level first (a louder frame lowers the gain from
-        itself on); ``in_utterance``: the frame is inside an open utterance."""
+        itself on)."""
         self.level_db = level = 10.0 * math.log10(max(energy, 1e-10))  # silence: -100 dB
         self._frames_heard += level >= HEARD_LEVEL_DB
         fall = self._heard_peak_fall if self.heard else self._peak_fall
         self.peak_db = max(level, self.peak_db - fall)
         self.floor_db = min(level, self.floor_db + self._floor_rise)
-        self.hush_db += self._floor_rise
-        floor = self.floor_db
-        if in_utterance and self.talker_confirmed and not self.heard:
-            floor = min(floor, self.hush_db)
-        gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - floor)
+        gain_db = min(TARGET_PEAK_DB - self.peak_db, NOISE_CEILING_DB - self.floor_db)
         self.gain_db = max(0.0, gain_db)
         return 10.0 ** (gain_db / 20.0) if gain_db > 0.0 else 1.0

@@ -60,7 +60,6 @@ from tests.helpers import (
     eventually,
     first_channel,
     read_pcm16,
-    rustle_or_breaths,
     silence,
     tone,
 )
@@ -356,29 +355,6 @@ async def test_no_audio_is_in_two_finals_where_a_split_cut_into_a_quiet_talker_s
     assert all(a[1] <= b[0] + 1e-6 for a, b in zip(spans, spans[1:], strict=False)), spans
     settled = [p.settled_s for p in h.progress]
     assert settled == sorted(settled)
-
-
-@pytest.mark.parametrize("talker", [True, False])
-async def test_a_quiet_channel_s_talker_is_confirmed_by_a_final_silero_hears_speech_in(
-    talker: bool,
-) -> None:
-    """A raised channel may be raised more (its noise below -60 dBFS counted at its own
-    level, vad/level.py) once a talker is confirmed on it: a final with words in whose
-    audio Silero hears speech. A final on breaths (Whisper makes words up now and then)
-    confirms none: on idle lines the larger gain made rustle and breaths utterances."""
-    rng = np.random.default_rng(2)
-    if talker:
-        sound = at_speech_level(first_channel(corpus()["libri_1089-134691-0001"].path), -45)
-    else:  # breaths at -45 dBFS: webrtcvad, raised, takes most for speech
-        sound = rustle_or_breaths("breath", -45, -68, seed=0)[: 10 * SR]
-    audio = np.concatenate([silence(1.0), sound, silence(1.5)])
-    audio += (rng.standard_normal(audio.size) * 10 ** (-68 / 20)).astype(np.float32)
-    h = Harness(vad=lambda: WebRtcVoiceDetector(3), speech_check=silero_hears_speech)
-    events = await h.run(h.lockstep(chunks(pcm16(audio))))
-    assert results(events, final=True)  # (a final with words either way)
-    assert h.session is not None
-    (channel,) = h.session._channels
-    assert channel.endpointer.awaits_a_talker is not talker
 
 
 def carrying_engine() -> FakeEngine:

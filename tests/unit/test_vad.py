@@ -309,59 +309,17 @@ def pink_noise(seconds: float, dbfs: float, seed: int) -> np.ndarray:
     return (noise * 10 ** (dbfs / 20) / np.sqrt(np.mean(noise**2))).astype(np.float32)
 
 
-@pytest.mark.parametrize("floor_db", [-75, -66])
-def test_a_talker_at_minus_50_dbfs_over_a_near_silent_line_is_heard(floor_db: int) -> None:
-    """A line's noise below the endpointer's energy floor (-60 dBFS) was taken to be at
-    it, and the gain stopped at 10 dB: at -50 dBFS average speech level webrtcvad heard
-    a fifth to a third of this recording's speech. Inside an utterance, once a talker
-    has been confirmed on the channel (the session: a final with words that Silero hears
-    speech in), the floor is the noise's own level, down to -70 dBFS (below, digital
-    silence, which says nothing of the noise), so the gain may reach 20 dB, and the
-    -50 dBFS (NOISE_CEILING_DB) the line's noise is raised to at most holds as before."""
-    audio = padded("libri_1089-134691-0001")
-    normal = sum(e - s for s, e in speech_spans(WebRtcVoiceDetector(3), audio))
-    rng = np.random.default_rng(0)
-    quiet = at_speech_level(audio, -50)
-    quiet += (rng.standard_normal(quiet.size) * 10 ** (floor_db / 20)).astype(np.float32)
-
-    def heard(confirmed: bool) -> float:
-        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
-        assert ep.awaits_a_talker
-        if confirmed:
-            ep.talker_heard()
-        events = ep.feed(quiet) + ep.flush()
-        starts = [e.onset_sample for e in events if isinstance(e, SpeechStarted)]
-        ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
-        return sum(e - s for s, e in zip(starts, ends, strict=True)) / 16_000
-
-    before, confirmed = heard(False), heard(True)
-    assert before < 0.4 * normal <= confirmed and confirmed >= 1.5 * before, (before, confirmed)
-
-
 @pytest.mark.parametrize("kind", ["paper", "breath"])
 @pytest.mark.parametrize("noise_db", [-70, -67])
 def test_an_idle_line_s_rustle_and_breaths_are_not_raised_into_speech(
     kind: str, noise_db: int
 ) -> None:
-    """Counted at its own level from the start, a near-silent line's noise let the gain
-    reach 20 dB on idle lines, and paper rustle and breaths 10-15 dB above the noise
-    became utterances (the floor reviewer: SPEECH_STARTED 0 -> 6 on a μ-law line, four
-    "Thank you." finals). Between utterances the floor counts at -60 dBFS."""
+    """Paper rustle and breaths 15 dB above a near-silent line's noise are no utterance.
+    Counting the noise below the energy floor at its own level (a gain of up to 20 dB,
+    tried on 2026-12-07 for talkers at -50 dBFS and taken back) made them utterances,
+    and "Thank you." finals: docs/accuracy.md."""
     line = rustle_or_breaths(kind, -55, noise_db, seed=1)
     assert speech_spans(WebRtcVoiceDetector(3), line) == []
-    # nor once a talker is confirmed: the larger gain is only inside an utterance (given
-    # for the whole stream, the next reviewer's idle stretches after a quiet talker had
-    # 539 -> 796 SPEECH_STARTED, and a normal talker's, after a minute, more too)
-    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig())
-    ep.talker_heard()
-    assert not any(isinstance(e, SpeechStarted) for e in ep.feed(line) + ep.flush())
-    # (this test can fail: the gain an open utterance gets starts utterances on it)
-    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig())
-    ep.talker_heard()
-    assert ep._level is not None
-    gain_for = ep._level.gain_for
-    ep._level.gain_for = lambda energy, in_utterance=False: gain_for(energy, True)  # type: ignore[method-assign]
-    assert any(isinstance(e, SpeechStarted) for e in ep.feed(line) + ep.flush())
 
 
 @pytest.mark.parametrize("idle", [0.0, 8 / 32768])  # digital silence; A-law's idle code
@@ -454,43 +412,13 @@ def test_the_detectors_gain() -> None:
         return float(20 * np.log10(tracker.gain_for(10 ** (db / 10))))
 
     quiet = LevelTracker(0.03, -60.0)
-    quiet.quiet(10, 10 ** (-62 / 10))  # a line's hiss below the energy floor
-    assert gain_db(quiet, -44) < 0.5  # at first, next to none: earned by staying quiet
-    for _ in range(100):  # 3 s of a quiet talker whose loudest frames are -44 dBFS
-        gain_db(quiet, -44)
-        quiet.quiet(1, 10 ** (-62 / 10))
-    # the floor (at -60 until a talker is confirmed) raised to -50 at most (it rose 0.3 dB
-    # since the last quiet frame)
-    assert gain_db(quiet, -44) == pytest.approx(9.7)
-    # below the energy floor a quieter floor is a larger gain, up to the target (-28),
-    # inside an utterance once a talker has been confirmed on the channel (elsewhere,
-    # as if at the floor)
-    hushed = LevelTracker(0.03, -60.0)
-
-    def hushed_gain(confirmed: bool, in_utterance: bool) -> float:
-        hushed.talker_confirmed = confirmed
-        for _ in range(100):
-            hushed.gain_for(10 ** (-44 / 10), in_utterance)
-            hushed.quiet(1, 10 ** (-69 / 10))
-        return float(20 * np.log10(hushed.gain_for(10 ** (-44 / 10), in_utterance)))
-
-    assert hushed_gain(False, True) == pytest.approx(9.7)
-    assert hushed_gain(True, False) == pytest.approx(9.7)
-    assert hushed_gain(True, True) == pytest.approx(16.0)
-    for _ in range(100):  # the loudest frames at -38: the target comes first
-        hushed.gain_for(10 ** (-38 / 10), True)
-        hushed.quiet(1, 10 ** (-69 / 10))
-    assert 20 * np.log10(hushed.gain_for(10 ** (-38 / 10), True)) == pytest.approx(10.0)
-    # and a channel heard at a normal level gets no more than 10 dB, in an utterance too
-    # (after a minute of quiet its peak had fallen far enough for more: the reviewer)
-    loud = LevelTracker(0.03, -60.0)
-    loud.talker_confirmed = True
-    for _ in range(30):
-        loud.gain_for(10 ** (-20 / 10), True)  # 0.9 s of a talker at a normal level
-    for _ in range(4000):  # two minutes of a faint sound over a near-silent line
-        loud.gain_for(10 ** (-58 / 10), True)
-        loud.quiet(1, 10 ** (-69 / 10))
-    assert loud.heard and 20 * np.log10(loud.gain_for(10 ** (-58 / 10), True)) <= 10.0 + 1e-9
+    quiet.quiet(10)  # silence below the energy floor
+    assert gain_db(quiet, -40) < 0.5  # at first, next to none: earned by staying quiet
+    for _ in range(100):  # 3 s of a quiet talker whose loudest frames are -38 dBFS
+        gain_db(quiet, -38)
+        quiet.quiet(1)
+    # the floor's -60 raised to -50 at most (it rose 0.3 dB since the last quiet frame)
+    assert gain_db(quiet, -38) == pytest.approx(9.7)
     noisy = LevelTracker(0.03, -60.0)
     for _ in range(100):
         gain_db(noisy, -52)  # noise at -52 dBFS: raised to -50
@@ -759,7 +687,7 @@ def test_the_look_back_never_reaches_over_a_digit(offset: int, gap_s: float) -> 
     assert keyed[k] >= alone[k], (keyed[k] - first_words.size, alone[k] - first_words.size)
 
 
-@pytest.mark.parametrize("dbfs", [-45, -46])
+@pytest.mark.parametrize("dbfs", [-45, -48])
 def test_a_quiet_talker_s_soft_words_between_utterances_are_in_the_next(dbfs: int) -> None:
     """At -45 dBFS, "He hoped there would be stew" was cut after "the": "there would be"
     is too soft for webrtcvad even raised, the next utterance started 0.3 s before "stew"
