@@ -59,6 +59,7 @@ from streaming_bench import (  # noqa: E402
 from asr_client import AsrClient, audio_config  # noqa: E402
 from asr_client.audio_files import PcmAudio  # noqa: E402
 from asr_client.scoring import normalize, wer  # noqa: E402
+from asr_client.speech_level import active_rms  # noqa: E402
 
 SR = 16_000
 #: the audio-condition review's recordings: read speech from several sources, rates and
@@ -90,19 +91,9 @@ STREAM_TIMEOUT_S = 120.0
 # -- levels and signals ---------------------------------------------------------------------
 
 
-def active_rms(x: np.ndarray) -> float:
-    """RMS over the 20 ms frames within 30 dB of the loudest: the level of the speech,
-    not of the pauses (a recording with long silences is not taken for a quiet one)."""
-    frame = SR // 50
-    n = len(x) // frame
-    rms = np.sqrt((x[: n * frame].reshape(n, frame).astype(np.float64) ** 2).mean(axis=1) + 1e-20)
-    db = 20 * np.log10(rms)
-    return float(np.sqrt((rms[db > db.max() - 30] ** 2).mean()))
-
-
 def at_level(x: np.ndarray, dbfs: float) -> np.ndarray:
     """``x`` scaled to an average speech level of ``dbfs``."""
-    return x * (10 ** (dbfs / 20) / active_rms(x))
+    return x * (10 ** (dbfs / 20) / active_rms(x, SR))
 
 
 def below_speech(noise: np.ndarray, x: np.ndarray, db: float) -> np.ndarray:

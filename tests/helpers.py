@@ -199,15 +199,6 @@ def keyed_digits(
     return line + (rng.standard_normal(line.size) * 10 ** (noise_db / 20)).astype(np.float32)
 
 
-def at_speech_level(audio: np.ndarray, dbfs: float) -> np.ndarray:
-    """``audio`` scaled so that its 20 ms frames within 30 dB of the loudest have an RMS
-    of ``dbfs`` (bench/conditions_bench.py's speech level)."""
-    frames = audio[: audio.size // 320 * 320].reshape(-1, 320).astype(np.float64)
-    rms = np.sqrt((frames**2).mean(axis=1) + 1e-20)
-    speech = rms[20 * np.log10(rms) > 20 * np.log10(rms.max()) - 30]
-    return (audio * (10 ** (dbfs / 20) / np.sqrt((speech**2).mean()))).astype(np.float32)
-
-
 def band_noise(n: int, low_hz: float, high_hz: float, rng: np.random.Generator) -> np.ndarray:
     spectrum = np.fft.rfft(rng.standard_normal(n))
     hz = np.fft.rfftfreq(n, 1 / 16_000)

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from asr_client.scoring import normalize, wer
-from tests.helpers import at_speech_level, corpus, first_channel, stream_audio, to_pcm16
+from asr_client.speech_level import at_speech_level
+from tests.helpers import corpus, first_channel, stream_audio, to_pcm16
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(300)]
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from asr_client.speech_level import at_speech_level
 from asr_server.audio.decode import AudioFormat, Encoding
 from asr_server.engine.base import (
     DecodeKind,
@@ -54,7 +55,6 @@ from asr_server.vad.silero import silero_hears_speech
 from asr_server.vad.turn import TurnDetection, TurnVerdict
 from asr_server.vad.webrtc import WebRtcVoiceDetector
 from tests.helpers import (
-    at_speech_level,
     corpus,
     entered,
     eventually,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from asr_client.speech_level import at_speech_level
 from asr_server.session.channel import TRAILING_PAD_S
 from asr_server.vad import endpointer
 from asr_server.vad.endpointer import (
@@ -18,7 +19,6 @@ from asr_server.vad.silero import SileroVoiceDetector, silero_hears_speech
 from asr_server.vad.tones import HIGH_GROUP_HZ, LOW_GROUP_HZ
 from asr_server.vad.webrtc import WebRtcVoiceDetector
 from tests.helpers import (
-    at_speech_level,
     corpus,
     first_channel,
     keyed_digits,
