@@ -316,8 +316,7 @@ class Endpointer:
                 real_samples=tail.size,
             )
         if self.speaking:
-            events.append(SpeechEnded(self._last_voiced_end))
-            self.speaking = False
+            self._end_utterance(self._last_voiced_end, events)
         return events
 
     def force_end(self) -> list[EndpointEvent]:
@@ -337,14 +336,18 @@ class Endpointer:
             events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
             self.position += tail.size
             self._last_voiced_end = self.position
-        end = self._last_voiced_end if in_pause else self.position
+        self._end_utterance(self._last_voiced_end if in_pause else self.position, events)
+        return events
+
+    def _end_utterance(self, end: int, events: list[EndpointEvent]) -> None:
+        """The open utterance ends at ``end`` (its speech's end, or where it was cut):
+        back to listening for the next, with the pause after what the final decodes
+        (``_hold_pause_after``)."""
+        events.append(SpeechEnded(end))
         self.speaking = False
         self._silent_run = self._neutral_run = 0
         self._recent_voiced.clear()
-        self._pre_roll.clear()
-        self._pre_roll_db.clear()
-        events.append(SpeechEnded(end))
-        return events
+        self._hold_pause_after(end + self._decoded_pad)
 
     def _frame(
         self,
@@ -415,11 +418,7 @@ class Endpointer:
                 self._silent_run >= self._silence_frames
                 or paused >= self._silence_frames + self._tone_hold_frames
             ):
-                events.append(SpeechEnded(self._last_voiced_end))
-                self.speaking = False
-                self._silent_run = self._neutral_run = 0
-                self._recent_voiced.clear()
-                self._hold_pause_after(self._last_voiced_end + self._decoded_pad)
+                self._end_utterance(self._last_voiced_end, events)
             return
         self._trim_pre_roll()
         self._recent_voiced.append(voiced)

@@ -733,3 +733,33 @@ def test_between_utterances_only_a_raised_channel_holds_the_pause(dbfs: int, rai
             assert final_end <= unclaimed < final_end + 480
         else:
             assert unclaimed == position
+
+
+@pytest.mark.parametrize(("dbfs", "raised"), [(-26, False), (-45, True)])
+def test_an_utterance_ended_by_a_finalize_holds_the_pause_as_the_silence_does(
+    dbfs: int, raised: bool
+) -> None:
+    """A FINALIZE (or the turn model) ending an utterance in its pause leaves the pause
+    after what the final decodes to the next utterance on a raised channel, as an end by
+    silence does: a quiet talker's soft words there were in no final when it was dropped."""
+    talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
+    gap = np.zeros(16_000, np.float32)
+    audio = at_speech_level(np.concatenate([gap, talk, gap, talk, gap]), dbfs)
+    # (silence never ends it: the finalize comes 0.6 s into each pause)
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120, silence_ms=5000))
+    finalize_at = {gap.size + talk.size + 9_600, 2 * (gap.size + talk.size) + 9_600}
+    held_after_end = []
+    for i in range(0, audio.size, 480):
+        ep.feed(audio[i : i + 480])
+        if any(i < at <= i + 480 for at in finalize_at):
+            (ended,) = ep.force_end()
+            assert isinstance(ended, SpeechEnded) and ended.end_sample < i
+            assert ep._level is not None and (ep._level.gain_db > 0) == raised
+            final_end = ended.end_sample + round(TRAILING_PAD_S * 16_000)
+            held_after_end.append((ep.unclaimed_from, final_end, ep.position))
+    assert len(held_after_end) == 2
+    for unclaimed, final_end, position in held_after_end:
+        if raised:
+            assert final_end <= unclaimed < final_end + 480
+        else:
+            assert unclaimed == position
