@@ -171,7 +171,6 @@ class ChannelRecognizer:
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
         self._resumed_from = start
-        endpointer.claim_until(start.mute_until_sample)
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
         self._finals = FinalDecoder(
@@ -207,8 +206,9 @@ class ChannelRecognizer:
         #: the end of the audio the last final decoded (or will): no utterance after it
         #: takes audio from before it (the endpointer holds a raised channel's pause for
         #: the next utterance from its last voiced frame + the trailing pad, and a split at
-        #: the length limit may cut further into that pause)
-        self._decoded_until = 0
+        #: the length limit may cut further into that pause). On a resumed stream, the
+        #: audio the client already has finals for (heard as silence; no pre-roll from it)
+        self._decoded_until = start.mute_until_sample
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
 
@@ -435,6 +435,7 @@ class ChannelRecognizer:
         """A new utterance; the event reports the onset, the audio keeps the pre-roll too
         (none of what the last final decoded: _audio leaves that out)."""
         start_sample = max(start_sample, self._decoded_until)
+        onset_sample = max(onset_sample, start_sample)
         utt = self._new_utterance(UtteranceAudio(start_sample), self._arrival(onset_sample))
         self._utt = utt
         self.metrics.speaking_channels.inc()

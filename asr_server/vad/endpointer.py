@@ -139,7 +139,6 @@ class Endpointer:
         self._silent_run = 0
         self._neutral_run = 0  # touch tones and their edges since the last voiced frame
         self._last_voiced_end = 0
-        self._claimed_until = 0
         self._tone_guard = TONE_GUARD_MS * 16
         self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
@@ -148,12 +147,6 @@ class Endpointer:
         #: in an utterance, the pause before the last frame, if that frame was voiced (a
         #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
         self._before_voiced: tuple[int, int, int] | None = None
-
-    def claim_until(self, sample: int) -> None:
-        """Audio before ``sample`` already has its finals (a resumed stream, where it is
-        heard as silence): no utterance's pre-roll reaches back into it, or a final would
-        start inside one the client has."""
-        self._claimed_until = sample
 
     def _frames(self, ms: int) -> int:
         """Whole detector frames in ``ms`` (at least one)."""
@@ -433,10 +426,6 @@ class Endpointer:
             # (in the samples the frames really held: flush's last frame is short)
             onset = self.position - sum(a.size for a in kept[-onset_frames:])
             audio = np.concatenate(kept)
-            if first < self._claimed_until < self.position:  # no pre-roll from it
-                audio = audio[self._claimed_until - first :]
-                first = self._claimed_until
-                onset = max(onset, first)
             self.speaking = True
             self._silent_run = self._neutral_run = 0
             self._before_voiced = None

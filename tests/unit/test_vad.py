@@ -80,22 +80,6 @@ def test_speech_start_includes_pre_roll_and_end_after_silence() -> None:
     assert covered == 60 * FRAME - starts[0].start_sample
 
 
-def test_a_claimed_stretch_is_never_pre_roll() -> None:
-    # a resumed stream: the audio before the claim already has its finals on the client
-    script = "." * 20 + "#" * 30 + "." * 20
-    for claim, start in [(20 * FRAME - 200, 20 * FRAME - 200), (10 * FRAME, 15 * FRAME)]:
-        ep = Endpointer(ScriptedDetector(script), CONFIG)
-        ep.claim_until(claim)
-        audio = np.full(len(script) * FRAME, 0.1, dtype=np.float32)
-        events = ep.feed(audio) + ep.flush()
-        (started,) = [e for e in events if isinstance(e, SpeechStarted)]
-        # the pre-roll stops at the claim; a claim before it changes nothing
-        assert (started.start_sample, started.onset_sample) == (start, 20 * FRAME)
-        speech = [e for e in events if isinstance(e, SpeechAudio)]
-        assert speech[0].start_sample == start
-        assert sum(e.samples.size for e in speech) == 60 * FRAME - start
-
-
 def test_short_pause_does_not_end_the_utterance() -> None:
     script = "." * 5 + "#" * 20 + "." * 5 + "#" * 20 + "." * 15
     events = run(script, CONFIG)
