@@ -22,13 +22,14 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from asr_bridge import deepgram, deepgram_session, flux_session, realtime_session
 from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.origin import OriginPolicy
 from asr_bridge.protocol import (
+    CLOSE_SERVER_ERROR,
     EVENT_SHAPES,
     MAX_FRAME_BYTES,
     SUBPROTOCOL,
@@ -184,6 +185,8 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             await BridgeSession(
                 ws, state.client, session_id, metrics, query_shape, config.start_timeout_s
             ).run()
+        except Exception:
+            await _failed(ws, event_writer(query_shape or "streamasr").error, session_id)
         finally:
             release(session_id)
 
@@ -203,6 +206,8 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             assert state.client is not None
             try:
                 await serve(ws, state.client, session_id, metrics, config)
+            except Exception:
+                await _failed(ws, errors, session_id)
             finally:
                 release(session_id)
 
@@ -253,6 +258,25 @@ async def _refuse(
         for event in errors(code, message):
             await ws.send_json(event)
         await ws.close(close_code_for(code), close_reason(f"{code}: {message}"))
+
+
+async def _failed(
+    ws: WebSocket, errors: Callable[[str, str], list[Event]], session_id: str
+) -> None:
+    """A session ended by a fault of the bridge's own (a bug): logged with its traceback,
+    and the client told so in its protocol, an error event and close 1011, not a dropped
+    connection (1006) that looks like the network's fault and loses why."""
+    logger.exception("session %s: failed", session_id)
+    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
+        if ws.application_state is WebSocketState.CONNECTING:  # refused before accepting
+            await ws.close()
+            return
+        if ws.application_state is not WebSocketState.CONNECTED:
+            return
+        message = f"the bridge failed on session {session_id}; its log says why"
+        for event in errors("INTERNAL", message):
+            await ws.send_json(event)
+        await ws.close(CLOSE_SERVER_ERROR, close_reason(f"INTERNAL: {message}"))
 
 
 def _peer(ws: WebSocket) -> str:

@@ -199,7 +199,7 @@ class TranscriptionSession:
             self.include = _string_list(session["include"], "session.include")
 
     def _set_format(self, name: Any, param: str) -> None:
-        if name not in FORMATS:
+        if not isinstance(name, str) or name not in FORMATS:
             raise RealtimeError(
                 f"unsupported audio format {name!r}: use audio/pcm (pcm16, 24 kHz), "
                 "audio/pcmu (g711_ulaw) or audio/pcma (g711_alaw)",
@@ -232,7 +232,7 @@ class TranscriptionSession:
         kind = value.get("type", "server_vad")
         if kind == "semantic_vad":
             eagerness = value.get("eagerness") or "auto"
-            if eagerness not in SEMANTIC_MAX_SILENCE_MS:
+            if not isinstance(eagerness, str) or eagerness not in SEMANTIC_MAX_SILENCE_MS:
                 raise RealtimeError(
                     f"eagerness must be one of {', '.join(SEMANTIC_MAX_SILENCE_MS)}, got "
                     f"{eagerness!r}",

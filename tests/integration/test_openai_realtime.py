@@ -357,6 +357,26 @@ async def test_commits_and_clears_sent_at_once_are_each_answered(make_server, ma
             "invalid_value",
             "cannot be turned off",
         ),
+        # values of the wrong JSON type where a name is looked up: a list or an object
+        # ended the session with a traceback and no error (the compat reviewer's)
+        (
+            '{"type": "transcription_session.update", "session": '
+            '{"input_audio_format": ["pcm16"]}}',
+            "invalid_value",
+            "unsupported audio format",
+        ),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"format": '
+            '{"type": {"name": "audio/pcm"}}}}}}',
+            "invalid_value",
+            "unsupported audio format",
+        ),
+        (
+            '{"type": "session.update", "session": {"audio": {"input": {"turn_detection": '
+            '{"type": "semantic_vad", "eagerness": ["low"]}}}}}',
+            "invalid_value",
+            "eagerness must be one of",
+        ),
     ],
 )
 async def test_client_mistakes_are_error_events_and_the_session_goes_on(  # type: ignore[no-untyped-def]
@@ -383,6 +403,41 @@ async def test_client_mistakes_are_error_events_and_the_session_goes_on(  # type
         "asr_bridge_session_errors_total", {"code": "INVALID_ARGUMENT"}
     )
     assert not errors, errors
+
+
+async def test_a_fault_in_the_bridge_is_an_error_event_and_close_1011(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, monkeypatch, caplog
+) -> None:
+    """A bug in a session's handling (here: an update that raises what no check expected)
+    ends that session with a server_error event and close 1011, logged with its
+    traceback: not a dropped connection (1006) with nothing said, and the bridge serves
+    the next session."""
+    from asr_bridge import realtime_session
+
+    async def broken(self: object, event: object) -> None:
+        raise KeyError("an unforeseen fault")
+
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    monkeypatch.setattr(realtime_session.RealtimeSession, "_update", broken)
+    with caplog.at_level("ERROR", logger="asr_bridge.app"):
+        async with await open_session(bridge.port) as ws:
+            await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(0.5))))
+            await send(ws, "session.update", session={"include": []})
+            error = await next_of(ws, "error")
+            assert error["error"]["type"] == "server_error"
+            assert error["error"]["code"] == "internal", error
+            with pytest.raises(ConnectionClosed):
+                await next_of(ws, "never")
+        assert ws.close_code == 1011
+    assert any("an unforeseen fault" in (r.exc_text or "") for r in caplog.records)
+    await eventually(lambda: server.servicer.active == 0)
+    monkeypatch.undo()
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(silence(0.8))))
+        completed = await next_of(ws, "conversation.item.input_audio_transcription.completed")
+        assert completed["transcript"] == "w0 w1 w2 w3"
 
 
 async def test_settings_cannot_change_once_audio_flows_but_binary_frames_are_refused(  # type: ignore[no-untyped-def]
