@@ -55,7 +55,6 @@ _UNSUPPORTED_FEATURES = {
     "dictation",
     "numerals",
     "profanity_filter",
-    "filler_words",
     "redact",
     "search",
     "replace",
@@ -82,6 +81,10 @@ _HANDLED = {
     #: Deepgram's smart_format may hold back a final to format numbers that span results;
     #: no_delay turns that off. Nothing is held back here: checked, then without effect
     "no_delay",
+    #: "uh" and "um" written out: LiveKit's Deepgram plugin turns it on by default (for its
+    #: turn detector), and refusing it refused that plugin's every connection. Checked,
+    #: then without effect: Whisper leaves most fillers out, as Deepgram does without it
+    "filler_words",
 }
 
 
@@ -217,6 +220,7 @@ def parse_listen_query(params: Iterable[tuple[str, str]]) -> ListenOptions:
             hotwords.append(term.strip())
     encoding, rate = listen_audio(single)
     _boolean(single, "no_delay", False)  # well formed (see _HANDLED)
+    _boolean(single, "filler_words", False)
     channels = integer_option(single, "channels", 1, MAX_CHANNELS, default=1)
     if encoding is None:
         channels, rate = 1, ListenOptions.sample_rate  # until the container is read

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 import numpy as np
 import pytest
 
@@ -472,6 +474,23 @@ def test_pipecat_deepgram_service_default_query_is_accepted() -> None:
     )
     assert options.interim_results and options.punctuate and options.language == "en"
     assert options.sample_rate == 16_000 and options.channels == 1
+
+
+def test_livekit_deepgram_plugin_default_query_is_accepted() -> None:
+    """livekit-plugins-deepgram's STT() builds this query with its defaults (the compat
+    reviewer's, from its source): filler_words=true was refused with a 400, so the
+    plugin could not connect at all."""
+    query = (
+        "model=nova-3&punctuate=true&smart_format=true&no_delay=true&interim_results=true"
+        "&encoding=linear16&vad_events=true&sample_rate=16000&channels=1&endpointing=25"
+        "&filler_words=true&profanity_filter=false&numerals=false&mip_opt_out=false"
+        "&language=en-US"
+    )
+    options = parse_listen_query(parse_qsl(query))
+    assert options.interim_results and options.vad_events and options.punctuate
+    assert options.sample_rate == 16_000 and options.language == "en"
+    with pytest.raises(ListenQueryError, match="filler_words must be true or false"):
+        parse_listen_query([*BASE, ("filler_words", "yes please")])
 
 
 @pytest.mark.parametrize(
