@@ -92,15 +92,26 @@ class RealtimeSession:
 
     def __post_init__(self) -> None:
         self.events = ServerEvents(self.session_id)
+        # the beta protocol's clients (the SDKs' ``beta.realtime``) say so in a header; they
+        # may wait for ``transcription_session.created`` before their first update
+        beta = self.websocket.headers.get("openai-beta", "")
+        self._beta_client = "realtime=v1" in beta.replace(" ", "").lower()
         # bounded by the server's pace, and ended by the client leaving
         self._writes = ClientWrites(self.websocket)
 
     async def run(self) -> None:
         logger.info("session %s: OpenAI Realtime transcription", self.session_id)
         try:
-            await self._send(
-                [self.events.event("session.created", session=self.settings.to_ga(self.session_id))]
-            )
+            if self._beta_client:  # beta events from the start, as OpenAI's beta API does
+                self.events.ga = False
+                created = self.events.event(
+                    "transcription_session.created", session=self.settings.to_beta(self.session_id)
+                )
+            else:
+                created = self.events.event(
+                    "session.created", session=self.settings.to_ga(self.session_id)
+                )
+            await self._send([created])
             while True:
                 try:
                     await self._handle(parse_client_event(await self._receive()))

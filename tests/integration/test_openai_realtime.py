@@ -172,6 +172,43 @@ async def test_phone_audio_with_the_beta_session_update(make_server, make_bridge
     assert wer([reference], [" ".join(done.values())]) <= 0.25, done
 
 
+async def test_the_beta_sdk_gets_a_beta_session_from_the_start(make_server, make_bridge) -> None:  # type: ignore[no-untyped-def]
+    """The SDK's beta client (``client.beta.realtime``, header ``OpenAI-Beta: realtime=v1``),
+    as pre-GA agent code uses it: the session opens with ``transcription_session.created``
+    in the beta shape, which such clients wait for before their update (it opened with
+    the GA ``session.created``), and its items are ``.created``."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, token=KEY)
+    client = AsyncOpenAI(
+        api_key=KEY,
+        base_url=f"http://127.0.0.1:{bridge.port}/v1",
+        websocket_base_url=f"ws://127.0.0.1:{bridge.port}/v1",
+    )
+    events: list[Any] = []
+    async with client.beta.realtime.connect(
+        model="", extra_query={"intent": "transcription"}
+    ) as conn:
+        created = await asyncio.wait_for(conn.recv(), 10)
+        assert created.type == "transcription_session.created"
+        session = created.session  # (the SDK's model for it, or the event's dict)
+        fields = session if isinstance(session, dict) else session.model_dump()
+        assert fields["input_audio_format"] == "pcm16"
+        assert fields["turn_detection"]["type"] == "server_vad"
+        await conn.transcription_session.update(
+            session={"input_audio_format": "pcm16", "turn_detection": {"type": "server_vad"}}
+        )
+        audio = pcm24(np.concatenate([tone(1.0), silence(0.8)]))
+        await conn.input_audio_buffer.append(audio=b64(audio))
+        while not events or not events[-1].type.endswith("transcription.completed"):
+            events.append(await asyncio.wait_for(conn.recv(), 10))
+    await client.close()
+    kinds = [e.type for e in events]
+    assert kinds[0] == "transcription_session.updated", kinds
+    assert "conversation.item.created" in kinds and "conversation.item.added" not in kinds
+    assert events[-1].transcript == "w0 w1 w2 w3"
+    await eventually(lambda: server.servicer.active == 0)
+
+
 # -- the protocol with a plain WebSocket client and the fake engine --------------------------
 
 
