@@ -429,6 +429,9 @@ class ServerEvents:
     #: (FINALIZED), oldest first; and whether the oldest commit has committed an item
     _pending: deque[str] = field(default_factory=deque)
     _pending_answered: bool = False
+    #: replies to client events sent after the newest pending commit or clear, each sent
+    #: once that is answered (``in_order``), by how many pending there were
+    _after_pending: dict[int, list[Event]] = field(default_factory=dict)
     #: utterances a clear ended: nothing of them reaches the client
     _cleared: set[int] = field(default_factory=set)
     _empty_items: itertools.count[int] = field(default_factory=itertools.count)
@@ -447,6 +450,17 @@ class ServerEvents:
         """``input_audio_buffer.clear`` (call before sending its FINALIZE): the utterance
         that FINALIZE ends produces nothing; what the VAD committed before stays."""
         self._pending.append("clear")
+
+    def in_order(self, replies: list[Event]) -> list[Event]:
+        """``replies`` to a client event, to send now; or none, and they follow the answer
+        to the newest commit or clear still waiting for the server. OpenAI answers a commit
+        at once (``committed``), so a client reads the replies to its events in the order
+        it sent them: an error for a second, empty commit came before the first one's
+        ``committed`` here."""
+        if not self._pending:
+            return replies
+        self._after_pending.setdefault(len(self._pending), []).extend(replies)
+        return []
 
     def resumed(self) -> None:
         """The stream went on on a new call (asr_client's resume). The server hears again,
@@ -509,9 +523,11 @@ class ServerEvents:
         it) is committed and completed with what it has."""
         out = self._unheard()
         item, self._open = self._open, None
-        if item is None or not item.parts:
-            return out
-        return [*out, *self._commit(item), *self._complete(item)]
+        if item is not None and item.parts:
+            out += [*self._commit(item), *self._complete(item)]
+        held = [reply for _, replies in sorted(self._after_pending.items()) for reply in replies]
+        self._after_pending = {}
+        return [*out, *held]
 
     def _item_of(self, utterance_id: int) -> _Item:
         item = self._items.get(utterance_id)
@@ -608,6 +624,12 @@ class ServerEvents:
         speech: clients wait for both."""
         if not self._pending:
             return []
+        # (the replies held for after it, and those after the next ones, one place closer)
+        replies = self._after_pending.pop(1, [])
+        self._after_pending = {n - 1: held for n, held in self._after_pending.items()}
+        return [*self._answer_oldest_pending(), *replies]
+
+    def _answer_oldest_pending(self) -> list[Event]:
         out = self._unheard()
         action, answered = self._pending.popleft(), self._pending_answered
         self._pending_answered = False

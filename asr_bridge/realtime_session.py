@@ -189,7 +189,7 @@ class RealtimeSession:
             reply = self.events.event(
                 "transcription_session.updated", session=updated.to_beta(self.session_id)
             )
-        await self._send([reply])
+        await self._send(self.events.in_order([reply]))
 
     async def _append(self, audio: bytes) -> None:
         if not audio:
@@ -241,11 +241,13 @@ class RealtimeSession:
         self._uncommitted = False
 
     async def _clear(self) -> None:
+        # (after the answers to the commits before it, not after its own FINALIZE's)
+        cleared = self.events.in_order([self.events.event("input_audio_buffer.cleared")])
         if self._stream is not None:
             self.events.clear()
             await self._write(self._stream.finalize())  # what follows starts a new utterance
         self._uncommitted = False
-        await self._send([self.events.event("input_audio_buffer.cleared")])
+        await self._send(cleared)
 
     async def _write(self, write: Awaitable[object], audio_s: float = 0.0) -> None:
         """A write to the server, waiting on its backpressure while it keeps pace with the
@@ -294,9 +296,8 @@ class RealtimeSession:
     async def _client_error(self, exc: RealtimeError, event_id: str | None) -> None:
         # the session goes on: not a session that ended with an error
         logger.info("session %s: client error: %s", self.session_id, exc)
-        await self._send(
-            [self.events.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)]
-        )
+        error = self.events.error(str(exc), code=exc.code, param=exc.param, event_id=event_id)
+        await self._send(self.events.in_order([error]))
 
     async def _receive(self) -> str:
         message = await self.websocket.receive()

@@ -279,6 +279,51 @@ async def test_manual_turns_commit_and_clear(make_server, make_bridge) -> None: 
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_replies_come_in_the_order_the_client_sent_its_events(  # type: ignore[no-untyped-def]
+    make_server, make_bridge
+) -> None:
+    """OpenAI answers a commit at once, so its clients read replies in the order they sent
+    events. Here a commit waits for the server's answer: the error for a second, empty
+    commit sent at once after the first came before the first's ``committed``, and so
+    did a clear's ``cleared`` and an update's ``session.updated`` (the compat reviewer's)."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with await open_session(bridge.port) as ws:
+        await send(ws, "session.update", session=MANUAL)
+        await next_of(ws, "session.updated")
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(1.0))))
+        await send(ws, "input_audio_buffer.commit", event_id="c1")
+        await send(ws, "input_audio_buffer.commit", event_id="c2")
+        await send(ws, "input_audio_buffer.clear", event_id="x1")
+        await send(ws, "session.update", session={"include": []})
+        await send(ws, "input_audio_buffer.append", audio=b64(pcm24(tone(0.5))))
+        await send(ws, "input_audio_buffer.commit", event_id="c3")
+        events = []
+        while len([e for e in events if e["type"].endswith("transcription.completed")]) < 2:
+            events.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+    replies = [
+        e["type"] if e["type"] != "error" else f"error {e['error']['event_id']}"
+        for e in events
+        if e["type"]
+        in (
+            "input_audio_buffer.committed",
+            "error",
+            "input_audio_buffer.cleared",
+            "session.updated",
+        )
+    ]
+    assert replies == [
+        "input_audio_buffer.committed",  # c1
+        "error c2",  # empty
+        "input_audio_buffer.cleared",
+        "session.updated",
+        "input_audio_buffer.committed",  # c3
+    ], replies
+    completed = [e["transcript"] for e in events if e["type"].endswith("transcription.completed")]
+    assert completed == ["w0 w1 w2 w3", "w0 w1"]
+    await eventually(lambda: server.servicer.active == 0)
+
+
 async def test_a_long_press_the_server_splits_is_one_commit_and_one_item(  # type: ignore[no-untyped-def]
     make_server, make_bridge
 ) -> None:
