@@ -171,6 +171,8 @@ class ChannelRecognizer:
         self._trailing_pad = int(TRAILING_PAD_S * SAMPLE_RATE)
         self._next_id = start.next_utterance_id  # ids continue across a resume
         self._resumed_from = start
+        # (the audio before it has finals on the client: no utterance takes it)
+        endpointer.listen_only_until(start.mute_until_sample)
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
         self._finals = FinalDecoder(
@@ -207,7 +209,8 @@ class ChannelRecognizer:
         #: takes audio from before it (the endpointer holds a raised channel's pause for
         #: the next utterance from its last voiced frame + the trailing pad, and a split at
         #: the length limit may cut further into that pause). On a resumed stream, the
-        #: audio the client already has finals for (heard as silence; no pre-roll from it)
+        #: audio the client already has finals for (no utterance starts in it, and none
+        #: takes pre-roll from it)
         self._decoded_until = start.mute_until_sample
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer

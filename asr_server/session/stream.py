@@ -95,12 +95,9 @@ class StreamSession:
             for _ in range(config.format.channels)
         ]
         self._buffered_samples = 0
-        # a resumed stream: per channel, audio before this sample already has its finals
+        # (a resumed stream: per channel, audio before ChannelStart.mute_until_sample
+        # already has its finals; no utterance of the channel's starts in it)
         resume = config.resume
-        self._mute_until = [
-            resume.channel(c).mute_until_sample if resume else 0
-            for c in range(config.format.channels)
-        ]
         # per channel, its last final as the client replays it, to carry into the next
         self._replayed_finals = [
             ReplayedFinal(*previous)
@@ -322,9 +319,6 @@ class StreamSession:
                 if audio is not None:  # (before its first sample after, in the inbox)
                     self._channels[c].carry_replayed_final(audio, replayed.end_sample)
                     self._replayed_finals[c] = None
-        for c, mute_until in enumerate(self._mute_until):
-            if start < mute_until:  # already final on the client (a resume): silence
-                per_channel[c][: mute_until - start] = 0
         for channel, inbox, samples in zip(self._channels, self._inboxes, per_channel, strict=True):
             if samples.size:
                 chunk = AudioChunk(samples, arrived)

@@ -16,7 +16,8 @@ class ChannelStart:
 
     next_utterance_id: int = 0
     #: audio of this channel before this sample (16 kHz, this connection's clock) already
-    #: has its finals on the client: it is heard as silence
+    #: has its finals on the client: no utterance starts in it (the voice detection still
+    #: hears it, to know the channel as the last server did)
     mute_until_sample: int = 0
     previous_text: str = ""
     #: the language the stream had kept ("" = detect again)

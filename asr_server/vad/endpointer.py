@@ -139,6 +139,7 @@ class Endpointer:
         self._silent_run = 0
         self._neutral_run = 0  # touch tones and their edges since the last voiced frame
         self._last_voiced_end = 0
+        self._listen_only_until = 0  # (listen_only_until)
         self._tone_guard = TONE_GUARD_MS * 16
         self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
@@ -147,6 +148,17 @@ class Endpointer:
         #: in an utterance, the pause before the last frame, if that frame was voiced (a
         #: digit's first edge, if a digit follows: the utterance's end is not moved onto it)
         self._before_voiced: tuple[int, int, int] | None = None
+
+    def listen_only_until(self, sample: int) -> None:
+        """Audio before ``sample`` already has its finals (a resumed stream, whose client
+        replays it): no utterance's speech starts before it, but everything else hears it
+        as on the uncut stream. (Heard as silence, a quiet channel's gain and webrtcvad's
+        own model of the channel's noise started again from nothing on every resume: a
+        -45 dBFS talker went unheard for a second or more after it, words were lost,
+        sentences cut, and the splits moved for the rest of the call.) An utterance that
+        starts just after it may reach back before it; the session keeps it out of audio
+        that has its final."""
+        self._listen_only_until = sample
 
     def _frames(self, ms: int) -> int:
         """Whole detector frames in ``ms`` (at least one)."""
@@ -419,6 +431,8 @@ class Endpointer:
             # the utterance starts pre_roll before the first voiced frame of the window
             window = list(self._recent_voiced)
             onset_frames = len(window) - window.index(True)  # counted back from the newest
+            if self.position - onset_frames * frame.size < self._listen_only_until:
+                return  # (speech there has its final; speech going on starts after it)
             keep = min(len(self._pre_roll), onset_frames + self._pre_roll_frames)
             keep = self._onset_look_back(keep, onset_frames)
             kept = list(self._pre_roll)[-keep:]

@@ -21,6 +21,7 @@ from asr_api.v1 import asr_pb2, asr_pb2_grpc
 from asr_client import AsrClient, StreamClosedError, audio_config, stream_update
 from asr_client.api import ADMITTED_HEADER, RecognitionStream
 from asr_client.resume import (
+    LISTEN_LEAD_S,
     FinalizeRequest,
     KeptAudio,
     ResumeError,
@@ -185,7 +186,7 @@ async def test_a_cut_after_minutes_of_silence_resumes_with_little_to_replay(make
     finally:
         await proxy.close()
     assert len(infos) == 1, infos
-    assert infos[0].replayed_s < 10.0
+    assert infos[0].replayed_s < 10.0 + LISTEN_LEAD_S
     assert finals(cut) == finals(reference)
 
 
@@ -969,22 +970,23 @@ async def test_a_stream_keeps_its_last_final_while_a_server_would_carry_it() -> 
     async with AsrClient("127.0.0.1:1") as client:
         stream = client.stream(audio_config(), resume=ResumePolicy())
         kept = stream._kept  # type: ignore[attr-defined]
-        kept.append(bytes(2 * RATE * 8))  # 8 s sent
+        kept.append(bytes(2 * RATE * 28))  # 28 s sent
 
         def observe(**fields: object) -> None:
             response = asr_pb2.StreamingRecognizeResponse(**fields)  # type: ignore[arg-type]
             stream._observe(response)  # type: ignore[attr-defined]
 
-        final = asr_pb2.Result(is_final=True, text="one two", start_s=1.0, end_s=3.0)
-        observe(result=final, progress=asr_pb2.Progress(settled_s=3.0))
-        assert kept.start == round(0.96 * RATE)  # the final's start, on the replay grid
-        config = stream._resume_config(0.96, 3.0, frozenset({0}))  # type: ignore[attr-defined]
+        final = asr_pb2.Result(is_final=True, text="one two", start_s=21.0, end_s=23.0)
+        observe(result=final, progress=asr_pb2.Progress(settled_s=23.0))
+        # the final's start, on the replay grid, and the listening lead before it
+        assert kept.start == round((20.64 - LISTEN_LEAD_S) * RATE)
+        config = stream._resume_config(20.64, 23.0, frozenset({0}))  # type: ignore[attr-defined]
         (channel,) = config.resume.channels
-        assert (channel.previous_start_s, channel.previous_end_s) == (1.0, 3.0)
-        assert (channel.final_until_s, channel.previous_text) == (3.0, "one two")
+        assert (channel.previous_start_s, channel.previous_end_s) == (21.0, 23.0)
+        assert (channel.final_until_s, channel.previous_text) == (23.0, "one two")
         # settled 2.5 s past its end: no next final would be carried after it
-        observe(progress=asr_pb2.Progress(settled_s=5.5))
-        assert kept.start == round(5.28 * RATE)
+        observe(progress=asr_pb2.Progress(settled_s=25.5))
+        assert kept.start == round((25.44 - LISTEN_LEAD_S) * RATE)
         stream.cancel()
 
 

@@ -7,9 +7,10 @@ Finals only (``interim_results=False``): a final depends on the utterance's audi
 while partials depend on timing, so two clean runs would not give identical partials.
 
 What must match exactly is the words, in order. Where one final ends and the next begins
-may move near a resume: the new call's voice detector starts without the adaptive state
-the old one had built up, so it can split a sentence at a pause the old one bridged (or
-the reverse). No final may overlap another, which is what a doubled final would do.
+may move near a resume: the new call's voice detector has heard only the replayed audio
+(the client replays LISTEN_LEAD_S more than it must, for this), not the whole call, so it
+can split a sentence at a pause the old one bridged (or the reverse). No final may overlap
+another, which is what a doubled final would do.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import pytest
 from asr_client import audio_config
 from asr_client.resume import ResumeInfo, ResumePolicy
 from asr_client.scoring import normalize
+from asr_client.speech_level import at_speech_level
 from tests.faultproxy import FaultProxy
 from tests.helpers import corpus, read_pcm16, stream_audio
 from tests.processes import (
@@ -107,31 +109,40 @@ async def within(awaitable, timeout_s: float, cluster: Any):  # type: ignore[no-
         pytest.fail(f"streams hung\n{stacks.getvalue()}\n" + "\n---\n".join(logs))
 
 
-_reference: list[Final] = []
+_references: dict[float | None, list[Final]] = {}
 
 
-@pytest.fixture
-async def reference(pcm: np.ndarray) -> list[Final]:
-    return await reference_finals(pcm)
-
-
-async def reference_finals(pcm: np.ndarray) -> list[Final]:
-    """The recording's finals from a clean, unpaced run against a fresh replica; made once,
-    on a test's own event loop (grpc.aio must not be used from a second loop)."""
-    if not _reference:
+async def reference_finals(pcm: np.ndarray, dbfs: float | None = None) -> list[Final]:
+    """The recording's finals from a clean, unpaced run against a fresh replica; made once
+    per level, on a test's own event loop (grpc.aio must not be used from a second loop)."""
+    if dbfs not in _references:
         replica = await asyncio.to_thread(lambda: wait_started(start_replica(model="tiny.en")))
         try:
-            _reference.extend(
-                await within(play(replica.port, pcm, speed=None, resume=None), 120, None)
+            _references[dbfs] = await within(
+                play(replica.port, pcm, speed=None, resume=None), 120, None
             )
         finally:
             replica.stop()
-    return _reference
+    return _references[dbfs]
 
 
+def at_level(pcm: np.ndarray, dbfs: float | None) -> np.ndarray:
+    if dbfs is None:
+        return pcm
+    quiet = at_speech_level(pcm.astype(np.float32) / 32768, dbfs)
+    return np.round(quiet * 32768).astype(np.int16)
+
+
+@pytest.mark.parametrize("dbfs", [None, -45.0])
 async def test_real_speech_cut_ten_times_keeps_every_final(
-    pcm: np.ndarray, reference: list[Final]
+    pcm: np.ndarray, dbfs: float | None
 ) -> None:
+    """At a normal level, and a quiet talker (-45 dBFS), whose channel the voice detector
+    hears raised by what it has learnt of its level: the new server hears the replayed
+    audio for that (heard as silence, the talker went unheard for a second or more after
+    each resume, and ten cuts lost "journey home" and more)."""
+    pcm = at_level(pcm, dbfs)
+    reference = await reference_finals(pcm, dbfs)
     assert len(reference) >= 8
     replica = await asyncio.to_thread(lambda: wait_started(start_replica(model="tiny.en")))
     proxy = await FaultProxy(replica.port).start()

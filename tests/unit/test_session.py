@@ -318,7 +318,7 @@ async def test_an_eager_result_the_length_limit_overtakes_in_its_pause_is_the_fi
 async def test_a_resumed_channel_starts_no_final_inside_audio_already_final(
     mute_until_s: float,
 ) -> None:
-    """Audio before a channel's final_until_s is heard as silence, and the first
+    """Audio before a channel's final_until_s starts no utterance, and the first
     utterance after it takes no pre-roll from it: its final starts at that point, not up
     to 300 ms inside the final the client already has (speech resumed at once: an
     utterance cut by the length limit or a finalize just before the break). A point

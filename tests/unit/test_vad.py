@@ -747,3 +747,42 @@ def test_an_utterance_ended_by_a_finalize_holds_the_pause_as_the_silence_does(
             assert final_end <= unclaimed < final_end + 480
         else:
             assert unclaimed == position
+
+
+def test_a_resumed_quiet_phone_channel_is_heard_as_on_the_uncut_call() -> None:
+    """A resumed stream's replay before the point its client has finals up to starts no
+    utterance, but is heard: heard as silence, a -45 dBFS phone channel's gain and
+    webrtcvad's model of its noise started from nothing, and the next utterances began
+    seconds late or merged (a reviewer's 8 kHz call lost "whether you could help me with
+    that" and more). Resumed after the 2nd and 4th utterances (the client replays the
+    9.6 s before the last final's start), every utterance after that point starts no
+    later and ends within two frames of where it does uncut."""
+    from asr_server.audio.g711 import mulaw_decode, mulaw_encode
+    from asr_server.audio.resample import resampler_for
+
+    talk = first_channel(corpus()["google_commercial_mono_8k"].path, 8_000)
+    line = mulaw_decode(mulaw_encode(np.round(at_speech_level(talk, -45, 8_000) * 32767)))
+    audio = resampler_for(8_000, 16_000).process(line.astype(np.float32) / 32768, last=True)
+
+    def bounds(audio: np.ndarray, listen_until: int = 0) -> list[tuple[int, int]]:
+        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
+        ep.listen_only_until(listen_until)
+        events = [e for i in range(0, audio.size, 320) for e in ep.feed(audio[i : i + 320])]
+        events += ep.flush()
+        starts = [e.start_sample for e in events if isinstance(e, SpeechStarted)]
+        ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
+        return list(zip(starts, ends, strict=True))
+
+    uncut = bounds(audio)
+    assert len(uncut) >= 10
+    for last_final in (2, 4):
+        final_until = uncut[last_final][1] + round(TRAILING_PAD_S * 16_000)
+        replay = max(0, uncut[last_final][0] - int(9.6 * 16_000)) // 480 * 480
+        resumed = [
+            (s + replay, e + replay) for s, e in bounds(audio[replay:], final_until - replay)
+        ]
+        assert all(start >= final_until for start, _ in resumed)
+        want = [(s, e) for s, e in uncut if s >= final_until]
+        assert len(resumed) == len(want), (last_final, resumed, want)
+        for (start, end), (want_start, want_end) in zip(resumed, want, strict=True):
+            assert start <= want_start + 480 and abs(end - want_end) <= 960, (start, end)
