@@ -695,52 +695,34 @@ def test_a_quiet_talker_s_soft_words_between_utterances_are_in_the_next(dbfs: in
     assert any(start - final_end < 480 for final_end, start in follows), follows
 
 
+@pytest.mark.parametrize("ended_by", ["silence", "finalize"])
 @pytest.mark.parametrize(("dbfs", "raised"), [(-26, False), (-45, True)])
-def test_between_utterances_only_a_raised_channel_holds_the_pause(dbfs: int, raised: bool) -> None:
+def test_between_utterances_only_a_raised_channel_holds_the_pause(
+    dbfs: int, raised: bool, ended_by: str
+) -> None:
     """When an utterance ends, the pause after its final's end is held for the next one
     only on a raised channel: at a normal level the next one's pre-roll starts where the
-    last utterance ended, as it did before."""
+    last utterance ended, as it did before. The same when a FINALIZE (or the turn model)
+    ends it in its pause, 0.6 s in: it dropped the whole pause, and a quiet talker's soft
+    words there were in no final."""
     talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
     gap = np.zeros(16_000, np.float32)
     audio = at_speech_level(np.concatenate([gap, talk, gap, talk, gap]), dbfs)
-    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
-    held_after_end = []
-    for i in range(0, audio.size, 480):  # (a frame a message: the end is the last frame)
-        for event in ep.feed(audio[i : i + 480]):
-            if isinstance(event, SpeechEnded):
-                assert ep._level is not None and (ep._level.gain_db > 0) == raised
-                final_end = event.end_sample + round(TRAILING_PAD_S * 16_000)
-                held_after_end.append((ep.unclaimed_from, final_end, ep.position))
-    assert len(held_after_end) == 2
-    for unclaimed, final_end, position in held_after_end:
-        if raised:
-            assert final_end <= unclaimed < final_end + 480
-        else:
-            assert unclaimed == position
-
-
-@pytest.mark.parametrize(("dbfs", "raised"), [(-26, False), (-45, True)])
-def test_an_utterance_ended_by_a_finalize_holds_the_pause_as_the_silence_does(
-    dbfs: int, raised: bool
-) -> None:
-    """A FINALIZE (or the turn model) ending an utterance in its pause leaves the pause
-    after what the final decodes to the next utterance on a raised channel, as an end by
-    silence does: a quiet talker's soft words there were in no final when it was dropped."""
-    talk = first_channel(corpus()["libri_1089-134691-0001"].path)[: int(2.4 * 16_000)]
-    gap = np.zeros(16_000, np.float32)
-    audio = at_speech_level(np.concatenate([gap, talk, gap, talk, gap]), dbfs)
-    # (silence never ends it: the finalize comes 0.6 s into each pause)
-    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120, silence_ms=5000))
+    # (finalized: silence never ends it)
+    silence_ms = 5000 if ended_by == "finalize" else 500
+    ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120, silence_ms=silence_ms))
     finalize_at = {gap.size + talk.size + 9_600, 2 * (gap.size + talk.size) + 9_600}
     held_after_end = []
-    for i in range(0, audio.size, 480):
-        ep.feed(audio[i : i + 480])
-        if any(i < at <= i + 480 for at in finalize_at):
-            (ended,) = ep.force_end()
-            assert isinstance(ended, SpeechEnded) and ended.end_sample < i
-            assert ep._level is not None and (ep._level.gain_db > 0) == raised
-            final_end = ended.end_sample + round(TRAILING_PAD_S * 16_000)
-            held_after_end.append((ep.unclaimed_from, final_end, ep.position))
+    for i in range(0, audio.size, 480):  # (a frame a message: the end is the last frame)
+        events = ep.feed(audio[i : i + 480])
+        if ended_by == "finalize" and any(i < at <= i + 480 for at in finalize_at):
+            events += ep.force_end()
+        for event in events:
+            if isinstance(event, SpeechEnded):
+                assert ep._level is not None and (ep._level.gain_db > 0) == raised
+                assert event.end_sample < i
+                final_end = event.end_sample + round(TRAILING_PAD_S * 16_000)
+                held_after_end.append((ep.unclaimed_from, final_end, ep.position))
     assert len(held_after_end) == 2
     for unclaimed, final_end, position in held_after_end:
         if raised:
