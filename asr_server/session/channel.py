@@ -856,13 +856,18 @@ class ChannelRecognizer:
         if hyp.rejected or not hyp.text:
             return False
         offset = utt.audio.start_sample / SAMPLE_RATE
+        end_s = utt.audio.end_sample / SAMPLE_RATE
+        # (times within the utterance's audio, on the stream's clock: never past its end,
+        # not even by the last bit of a float sum)
         words = [
-            WordTiming(w.word, offset + w.start_s, offset + w.end_s, w.probability)
+            WordTiming(
+                w.word, min(offset + w.start_s, end_s), min(offset + w.end_s, end_s), w.probability
+            )
             for w in hyp.words
         ]
         if self.config.word_timestamps and not words:
             words = [
-                WordTiming(w, offset + t.start_s, offset + t.end_s, t.probability)
+                WordTiming(w, offset + t.start_s, min(offset + t.end_s, end_s), t.probability)
                 for w, t in zip(
                     utt.agreement.committed, utt.agreement.committed_timing, strict=True
                 )
@@ -877,7 +882,7 @@ class ChannelRecognizer:
                 else hyp.text,
                 unstable_text="",
                 start_s=offset,
-                end_s=utt.audio.end_sample / SAMPLE_RATE,
+                end_s=end_s,
                 utterance_id=utt.utterance_id,
                 channel=self.channel,
                 language=hyp.language,

@@ -140,6 +140,9 @@ class Endpointer:
         self._neutral_run = 0  # touch tones and their edges since the last voiced frame
         self._last_voiced_end = 0
         self._listen_only_until = 0  # (listen_only_until)
+        #: the open utterance's speech began before _listen_only_until: it is followed as
+        #: on the uncut stream, and nothing of it is reported
+        self._unheard_utterance = False
         self._tone_guard = TONE_GUARD_MS * 16
         self._tone_hold_frames = self._frames(TONE_HOLD_MS)
         self._tone_guard_until = 0  # (a sample position)
@@ -151,13 +154,16 @@ class Endpointer:
 
     def listen_only_until(self, sample: int) -> None:
         """Audio before ``sample`` already has its finals (a resumed stream, whose client
-        replays it): no utterance's speech starts before it, but everything else hears it
-        as on the uncut stream. (Heard as silence, a quiet channel's gain and webrtcvad's
-        own model of the channel's noise started again from nothing on every resume: a
-        -45 dBFS talker went unheard for a second or more after it, words were lost,
-        sentences cut, and the splits moved for the rest of the call.) An utterance that
-        starts just after it may reach back before it; the session keeps it out of audio
-        that has its final."""
+        replays it): an utterance whose speech starts before it is followed as on the
+        uncut stream, to its end (a finalize replayed in it included), but not reported;
+        if speech goes on after ``sample`` within it, an utterance is reported from there.
+        (Heard as silence, a quiet channel's gain and webrtcvad's own model of the
+        channel's noise started again from nothing on every resume: a -45 dBFS talker went
+        unheard for a second or more after it, words were lost, sentences cut, and the
+        splits moved for the rest of the call. Followed but not ended where the uncut
+        stream ended them, the pre-roll of the next utterance reached further back, and a
+        finalize's cut moved the frames.) An utterance that starts just after it may reach
+        back before it; the session keeps it out of audio that has its final."""
         self._listen_only_until = sample
 
     def _frames(self, ms: int) -> int:
@@ -333,22 +339,46 @@ class Endpointer:
             return []
         events: list[EndpointEvent] = []
         in_pause = bool(self._silent_run or self._neutral_run)
+        end = self._last_voiced_end if in_pause else self.position
         if not in_pause and self._pending.size:
             # mid-speech (a push-to-talk release): the samples short of a whole frame are
-            # the utterance's last, not the next one's pre-roll; everything the client sent
-            # before its finalize is in this final
-            tail, self._pending = self._pending, np.zeros(0, dtype=np.float32)
-            events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
-            self.position += tail.size
-            self._last_voiced_end = self.position
-        self._end_utterance(self._last_voiced_end if in_pause else self.position, events)
+            # the utterance's last; everything the client sent before its finalize is in
+            # this final. They stay pending too, so that the frames keep their grid (moved
+            # by a finalize, the rest of the call was cut into other frames than a stream
+            # resumed after it, and words changed); the session gives the next utterance
+            # none of them (its _decoded_until)
+            tail = self._pending
+            if not self._unheard_utterance:
+                events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
+            end = self.position + tail.size
+        self._end_utterance(end, events)
         return events
+
+    def _report_from_listen_point(self, events: list[EndpointEvent]) -> None:
+        """Speech went on past the listening point in an utterance not reported (the
+        client's last final was cut there: at the length limit, by a finalize): it is
+        reported from the frame that holds that point, the speech from this frame on.
+        (Its frames since it began are held: see _frame.)"""
+        self._unheard_utterance = False
+        kept: list[np.ndarray] = []
+        end = self.position
+        for audio in reversed(self._pre_roll):
+            if end <= self._listen_only_until:
+                break
+            kept.append(audio)
+            end -= audio.size
+        kept.reverse()
+        onset = self.position - kept[-1].size
+        events.append(SpeechStarted(end, onset))
+        events.append(SpeechAudio(end, np.concatenate(kept), 0, self.position))
 
     def _end_utterance(self, end: int, events: list[EndpointEvent]) -> None:
         """The open utterance ends at ``end`` (its speech's end, or where it was cut):
         back to listening for the next, with the pause after what the final decodes
         (``_hold_pause_after``)."""
-        events.append(SpeechEnded(end))
+        if not self._unheard_utterance:
+            events.append(SpeechEnded(end))
+        self._unheard_utterance = False
         self.speaking = False
         self._silent_run = self._neutral_run = 0
         self._recent_voiced.clear()
@@ -413,11 +443,14 @@ class Endpointer:
                 self._neutral_run += 1
             else:
                 self._silent_run += 1
-            # (to the session, digits are no pause: reported as one, digits keyed while
-            # talking made SEMANTIC end turns and SILENCE split sentences under them)
-            events.append(
-                SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)
-            )
+            if self._unheard_utterance and voiced and start >= self._listen_only_until:
+                self._report_from_listen_point(events)
+            elif not self._unheard_utterance:
+                # (to the session, digits are no pause: reported as one, digits keyed
+                # while talking made SEMANTIC end turns and SILENCE split sentences)
+                events.append(
+                    SpeechAudio(start, audio, self._silent_run * frame.size, self._last_voiced_end)
+                )
             paused = self._silent_run + self._neutral_run
             if not voiced and (
                 self._silent_run >= self._silence_frames
@@ -431,8 +464,6 @@ class Endpointer:
             # the utterance starts pre_roll before the first voiced frame of the window
             window = list(self._recent_voiced)
             onset_frames = len(window) - window.index(True)  # counted back from the newest
-            if self.position - onset_frames * frame.size < self._listen_only_until:
-                return  # (speech there has its final; speech going on starts after it)
             keep = min(len(self._pre_roll), onset_frames + self._pre_roll_frames)
             keep = self._onset_look_back(keep, onset_frames)
             kept = list(self._pre_roll)[-keep:]
@@ -447,5 +478,7 @@ class Endpointer:
             self._pre_roll.clear()
             self._pre_roll_db.clear()
             self._recent_voiced.clear()
-            events.append(SpeechStarted(first, onset))
-            events.append(SpeechAudio(first, audio, 0, self.position))
+            self._unheard_utterance = onset < self._listen_only_until
+            if not self._unheard_utterance:
+                events.append(SpeechStarted(first, onset))
+                events.append(SpeechAudio(first, audio, 0, self.position))

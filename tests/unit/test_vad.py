@@ -80,6 +80,67 @@ def test_speech_start_includes_pre_roll_and_end_after_silence() -> None:
     assert covered == 60 * FRAME - starts[0].start_sample
 
 
+def test_speech_that_began_before_the_listening_point_is_reported_from_it() -> None:
+    """A resumed stream: the client has finals up to frame 30 (its last was cut there, at
+    the length limit or by a finalize). Speech that began before it is followed but not
+    reported; going on past it, it is reported from the frame that holds the point."""
+    script = "." * 10 + "#" * 40 + "." * 20
+    ep = Endpointer(ScriptedDetector(script), CONFIG)
+    ep.listen_only_until(30 * FRAME + 100)
+    events = ep.feed(np.full(len(script) * FRAME, 0.1, dtype=np.float32)) + ep.flush()
+    started, *audio, ended = events
+    assert started == SpeechStarted(30 * FRAME, 31 * FRAME)  # (the first frame past it)
+    assert isinstance(ended, SpeechEnded) and ended.end_sample == 50 * FRAME
+    assert all(isinstance(a, SpeechAudio) for a in audio)
+    assert audio[0].start_sample == 30 * FRAME
+    assert sum(a.samples.size for a in audio) == 60 * FRAME - 30 * FRAME
+
+
+def test_an_utterance_before_the_listening_point_is_ended_but_not_reported() -> None:
+    """Followed to its end by silence or by a finalize replayed there (as on the uncut
+    stream, where it had its final), it says nothing; the next is reported as usual."""
+    script = "." * 10 + "#" * 20 + "." * 20 + "#" * 20 + "." * 20
+    for finalize_at in (None, 25):
+        ep = Endpointer(ScriptedDetector(script), CONFIG)
+        ep.listen_only_until(35 * FRAME)
+        audio = np.full(len(script) * FRAME, 0.1, dtype=np.float32)
+        if finalize_at is None:
+            events = ep.feed(audio)
+        else:
+            events = ep.feed(audio[: finalize_at * FRAME + 200])
+            assert ep.speaking and ep.force_end() == []  # (mid-speech)
+            events += ep.feed(audio[finalize_at * FRAME + 200 :])
+        events += ep.flush()
+        (started,) = [e for e in events if isinstance(e, SpeechStarted)]
+        assert started.onset_sample == 50 * FRAME
+        assert [e for e in events if isinstance(e, SpeechEnded)] == [SpeechEnded(70 * FRAME)]
+
+
+@pytest.mark.parametrize("last_final", [0, 1, 2])
+def test_a_resumed_channel_s_utterances_are_those_of_the_uncut_stream(last_final: int) -> None:
+    """Silero at a normal level: resumed after a final, the client replaying 9.6 s before
+    it, every utterance after it begins and ends where it does uncut. (Followed with no end,
+    the utterance before the point left its pause in the pre-roll, and the next began
+    0.26 s earlier, into that pause: "Mr. Burke Foster's" then read "Mr. Burkett".)"""
+    audio = first_channel(corpus()["libri_1272-128104-0004_8k_up16k"].path)
+
+    def bounds(audio: np.ndarray, listen_until: int = 0) -> list[tuple[int, int]]:
+        ep = Endpointer(SileroVoiceDetector(), EndpointerConfig(start_ms=120))
+        ep.listen_only_until(listen_until)
+        events = [e for i in range(0, audio.size, 512) for e in ep.feed(audio[i : i + 512])]
+        events += ep.flush()
+        starts = [e.start_sample for e in events if isinstance(e, SpeechStarted)]
+        ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
+        return list(zip(starts, ends, strict=True))
+
+    uncut = bounds(audio)
+    assert len(uncut) == 4
+    final_until = uncut[last_final][1] + round(TRAILING_PAD_S * 16_000)
+    replay = max(0, uncut[last_final][0] - int(9.6 * 16_000)) // 7680 * 7680  # (0.48 s)
+    resumed = [(s + replay, e + replay) for s, e in bounds(audio[replay:], final_until - replay)]
+    assert resumed == uncut[last_final + 1 :]
+
+
 def test_short_pause_does_not_end_the_utterance() -> None:
     script = "." * 5 + "#" * 20 + "." * 5 + "#" * 20 + "." * 15
     events = run(script, CONFIG)
@@ -125,11 +186,15 @@ def test_force_end_mid_speech_keeps_the_samples_short_of_a_frame() -> None:
     assert forced[-1] == SpeechEnded(20 * FRAME + 200)
     (tail,) = [e for e in forced if isinstance(e, SpeechAudio)]
     assert tail.start_sample == 20 * FRAME and tail.samples.size == 200
-    assert ep.position == 20 * FRAME + 200
-    # what comes next is scored from there
-    again = ep.feed(np.full(20 * FRAME, 0.1, dtype=np.float32))
+    # ... and the frames keep their grid: those samples begin the next frame, as they
+    # would have without the finalize (a stream resumed after it is cut into the same
+    # frames); the session gives them to no other utterance (ChannelRecognizer's
+    # _decoded_until)
+    assert ep.position == 20 * FRAME
+    again = ep.feed(np.full(20 * FRAME - 200, 0.1, dtype=np.float32))
+    assert ep.position == 40 * FRAME
     (started,) = [e for e in again if isinstance(e, SpeechStarted)]
-    assert started.start_sample >= 20 * FRAME + 200
+    assert started.start_sample >= 20 * FRAME
 
 
 def test_force_end_in_a_pause_ends_where_speech_ended() -> None:
