@@ -8,6 +8,7 @@ import pytest
 from asr_client.speech_level import at_speech_level
 from asr_server.session.channel import TRAILING_PAD_S
 from asr_server.vad import endpointer
+from asr_server.vad.base import VoiceDetector
 from asr_server.vad.endpointer import (
     Endpointer,
     EndpointerConfig,
@@ -60,6 +61,20 @@ def run(script: str, config: EndpointerConfig, *, chunk_frames: int = 3):  # typ
 
 
 CONFIG = EndpointerConfig(start_ms=90, pre_roll_ms=150, silence_ms=300)
+
+
+def utterances(
+    audio: np.ndarray, detector: VoiceDetector, listen_until: int, *, chunk: int
+) -> list[tuple[int, int]]:
+    """(start, end) of each utterance an endpointer (the server's 120 ms start) reports
+    in ``audio`` sent in ``chunk``-sample messages, listening only until ``listen_until``."""
+    ep = Endpointer(detector, EndpointerConfig(start_ms=120))
+    ep.listen_only_until(listen_until)
+    events = [e for i in range(0, audio.size, chunk) for e in ep.feed(audio[i : i + chunk])]
+    events += ep.flush()
+    starts = [e.start_sample for e in events if isinstance(e, SpeechStarted)]
+    ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
+    return list(zip(starts, ends, strict=True))
 
 
 def test_speech_start_includes_pre_roll_and_end_after_silence() -> None:
@@ -125,13 +140,7 @@ def test_a_resumed_channel_s_utterances_are_those_of_the_uncut_stream(last_final
     audio = first_channel(corpus()["libri_1272-128104-0004_8k_up16k"].path)
 
     def bounds(audio: np.ndarray, listen_until: int = 0) -> list[tuple[int, int]]:
-        ep = Endpointer(SileroVoiceDetector(), EndpointerConfig(start_ms=120))
-        ep.listen_only_until(listen_until)
-        events = [e for i in range(0, audio.size, 512) for e in ep.feed(audio[i : i + 512])]
-        events += ep.flush()
-        starts = [e.start_sample for e in events if isinstance(e, SpeechStarted)]
-        ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
-        return list(zip(starts, ends, strict=True))
+        return utterances(audio, SileroVoiceDetector(), listen_until, chunk=512)
 
     uncut = bounds(audio)
     assert len(uncut) == 4
@@ -812,13 +821,7 @@ def test_a_resumed_quiet_phone_channel_is_heard_as_on_the_uncut_call() -> None:
     audio = resampler_for(8_000, 16_000).process(line.astype(np.float32) / 32768, last=True)
 
     def bounds(audio: np.ndarray, listen_until: int = 0) -> list[tuple[int, int]]:
-        ep = Endpointer(WebRtcVoiceDetector(3), EndpointerConfig(start_ms=120))
-        ep.listen_only_until(listen_until)
-        events = [e for i in range(0, audio.size, 320) for e in ep.feed(audio[i : i + 320])]
-        events += ep.flush()
-        starts = [e.start_sample for e in events if isinstance(e, SpeechStarted)]
-        ends = [e.end_sample for e in events if isinstance(e, SpeechEnded)]
-        return list(zip(starts, ends, strict=True))
+        return utterances(audio, WebRtcVoiceDetector(3), listen_until, chunk=320)
 
     uncut = bounds(audio)
     assert len(uncut) >= 10
