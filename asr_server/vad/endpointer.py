@@ -354,23 +354,24 @@ class Endpointer:
         self._end_utterance(end, events)
         return events
 
-    def _report_from_listen_point(self, events: list[EndpointEvent]) -> None:
-        """Speech went on past the listening point in an utterance not reported (the
+    def _report_from_listen_point(
+        self, frames: list[np.ndarray], events: list[EndpointEvent]
+    ) -> None:
+        """Speech goes on past the listening point in an utterance not reported (the
         client's last final was cut there: at the length limit, by a finalize): it is
-        reported from the frame that holds that point, the speech from this frame on.
-        (Its frames since it began are held: see _frame.)"""
+        reported from the frame that holds that point. ``frames``: the utterance's latest
+        frames, up to the current one (its frames since it began are held: see _frame)."""
         self._unheard_utterance = False
         kept: list[np.ndarray] = []
-        end = self.position
-        for audio in reversed(self._pre_roll):
-            if end <= self._listen_only_until:
+        start = self.position
+        for audio in reversed(frames):
+            if start <= self._listen_only_until:
                 break
             kept.append(audio)
-            end -= audio.size
+            start -= audio.size
         kept.reverse()
-        onset = self.position - kept[-1].size
-        events.append(SpeechStarted(end, onset))
-        events.append(SpeechAudio(end, np.concatenate(kept), 0, self.position))
+        events.append(SpeechStarted(start, start))
+        events.append(SpeechAudio(start, np.concatenate(kept), 0, self.position))
 
     def _end_utterance(self, end: int, events: list[EndpointEvent]) -> None:
         """The open utterance ends at ``end`` (its speech's end, or where it was cut):
@@ -444,7 +445,7 @@ class Endpointer:
             else:
                 self._silent_run += 1
             if self._unheard_utterance and voiced and start >= self._listen_only_until:
-                self._report_from_listen_point(events)
+                self._report_from_listen_point(list(self._pre_roll), events)
             elif not self._unheard_utterance:
                 # (to the session, digits are no pause: reported as one, digits keyed
                 # while talking made SEMANTIC end turns and SILENCE split sentences)
@@ -482,3 +483,5 @@ class Endpointer:
             if not self._unheard_utterance:
                 events.append(SpeechStarted(first, onset))
                 events.append(SpeechAudio(first, audio, 0, self.position))
+            elif self.position > self._listen_only_until:  # ... and goes on past the point
+                self._report_from_listen_point(kept, events)

@@ -104,11 +104,27 @@ def test_speech_that_began_before_the_listening_point_is_reported_from_it() -> N
     ep.listen_only_until(30 * FRAME + 100)
     events = ep.feed(np.full(len(script) * FRAME, 0.1, dtype=np.float32)) + ep.flush()
     started, *audio, ended = events
-    assert started == SpeechStarted(30 * FRAME, 31 * FRAME)  # (the first frame past it)
+    assert started == SpeechStarted(30 * FRAME, 30 * FRAME)  # (the frame holding it)
     assert isinstance(ended, SpeechEnded) and ended.end_sample == 50 * FRAME
     assert all(isinstance(a, SpeechAudio) for a in audio)
     assert audio[0].start_sample == 30 * FRAME
     assert sum(a.samples.size for a in audio) == 60 * FRAME - 30 * FRAME
+
+
+def test_speech_detected_just_past_the_listening_point_is_reported_from_it() -> None:
+    """The point inside the frames that make an utterance start (a finalize mid-speech,
+    then a cut: the next frame began 10 ms before the point): reported at once, from the
+    frame that holds the point. (It was taken for an utterance not reported, whose
+    frames were let go: 0.15 s after the point was in no final, words changed.)"""
+    script = "." * 10 + "#" * 40 + "." * 20
+    ep = Endpointer(ScriptedDetector(script), CONFIG)
+    ep.listen_only_until(10 * FRAME + 100)
+    events = ep.feed(np.full(len(script) * FRAME, 0.1, dtype=np.float32)) + ep.flush()
+    started, *audio, ended = events
+    assert started == SpeechStarted(10 * FRAME, 10 * FRAME)
+    assert audio[0].start_sample == 10 * FRAME
+    assert sum(a.samples.size for a in audio) == 60 * FRAME - 10 * FRAME
+    assert ended == SpeechEnded(50 * FRAME)
 
 
 def test_an_utterance_before_the_listening_point_is_ended_but_not_reported() -> None:
