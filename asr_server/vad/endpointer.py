@@ -365,7 +365,9 @@ class Endpointer:
         kept: list[np.ndarray] = []
         start = self.position
         for audio in reversed(frames):
-            if start <= self._listen_only_until:
+            # (and no further back than a new utterance's pre-roll: after a pause the
+            # turn model ended on the uncut stream, a SEMANTIC one's final took the pause)
+            if start <= self._listen_only_until or len(kept) >= self._pre_roll_kept:
                 break
             kept.append(audio)
             start -= audio.size

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -125,6 +127,23 @@ def test_speech_detected_just_past_the_listening_point_is_reported_from_it() -> 
     assert audio[0].start_sample == 10 * FRAME
     assert sum(a.samples.size for a in audio) == 60 * FRAME - 10 * FRAME
     assert ended == SpeechEnded(50 * FRAME)
+
+
+def test_speech_after_a_pause_past_the_listening_point_takes_only_a_pre_roll() -> None:
+    """An utterance not reported, in a pause held open past the point (SEMANTIC's longest
+    pause: on the uncut stream the turn model had ended it), then speech: reported with a
+    new utterance's pre-roll, not from the point (its final took the whole pause, and
+    "many times" read "many time")."""
+    script = "." * 5 + "#" * 10 + "." * 40 + "#" * 10 + "." * 30
+    config = dataclasses.replace(CONFIG, silence_ms=3000)
+    detector = ScriptedDetector(script)
+    detector.level_sensitive = True  # (as webrtcvad: its channel holds 2 s more, a look-back)
+    ep = Endpointer(detector, config)
+    ep.listen_only_until(20 * FRAME)
+    events = ep.feed(np.full(len(script) * FRAME, 0.1, dtype=np.float32)) + ep.flush()
+    (started,) = [e for e in events if isinstance(e, SpeechStarted)]
+    pre_roll = round(config.pre_roll_ms * 16 / FRAME) + 4  # (and the 4-frame start window)
+    assert started.start_sample == (56 - pre_roll) * FRAME
 
 
 def test_an_utterance_before_the_listening_point_is_ended_but_not_reported() -> None:
