@@ -172,7 +172,7 @@ class ChannelRecognizer:
         self._next_id = start.next_utterance_id  # ids continue across a resume
         self._resumed_from = start
         # (the audio before it has finals on the client: no utterance takes it)
-        endpointer.listen_only_until(start.mute_until_sample)
+        endpointer.listen_only_until(start.final_until_sample)
         kept = start.language if start.language in (config.languages or (start.language,)) else ""
         self.language = LanguageTracker(config.language, kept=kept or None)
         self._finals = FinalDecoder(
@@ -211,7 +211,7 @@ class ChannelRecognizer:
         #: the length limit may cut further into that pause). On a resumed stream, the
         #: audio the client already has finals for (no utterance starts in it, and none
         #: takes pre-roll from it)
-        self._decoded_until = start.mute_until_sample
+        self._decoded_until = start.final_until_sample
         self._arrivals: deque[tuple[int, float]] = deque(maxlen=4096)  # (end sample, wall time)
         self.position = 0  # samples received into the endpointer
 

@@ -95,8 +95,6 @@ class StreamSession:
             for _ in range(config.format.channels)
         ]
         self._buffered_samples = 0
-        # (a resumed stream: per channel, audio before ChannelStart.mute_until_sample
-        # already has its finals; no utterance of the channel's starts in it)
         resume = config.resume
         # per channel, its last final as the client replays it, to carry into the next
         self._replayed_finals = [

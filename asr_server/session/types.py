@@ -18,7 +18,7 @@ class ChannelStart:
     #: audio of this channel before this sample (16 kHz, this connection's clock) already
     #: has its finals on the client: no utterance starts in it (the voice detection still
     #: hears it, to know the channel as the last server did)
-    mute_until_sample: int = 0
+    final_until_sample: int = 0
     previous_text: str = ""
     #: the language the stream had kept ("" = detect again)
     language: str = ""

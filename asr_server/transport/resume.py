@@ -42,7 +42,7 @@ def resume_from_proto(
     channels = []
     for i, c in enumerate(r.channels):
         # no final of the session can end past what this stream may still hear (further
-        # out, the samples to mute would overflow)
+        # out, the sample counts would overflow)
         until_limit = r.stream_offset_s + limit
         if not (math.isfinite(c.final_until_s) and 0 <= c.final_until_s <= until_limit):
             raise AsrError.invalid(
@@ -67,7 +67,7 @@ def resume_from_proto(
         # carried only when this stream hears it whole, and forced whole (the text cut
         # to the limit above is no longer that audio's); and only a final this server
         # would carry: its audio is kept until its end arrives, so a window of hours
-        # (muted, taken faster than real time) would hold the whole stream in memory
+        # (already final, taken faster than real time) would hold the whole stream in memory
         carried = (
             prev_end > prev_start >= r.stream_offset_s
             and previous_text == c.previous_text
@@ -84,7 +84,7 @@ def resume_from_proto(
                 f"config.resume.channels[{i}].language {language!r} is not one this server's "
                 "model knows (leave it empty to detect)"
             )
-        mute_s = max(0.0, c.final_until_s - r.stream_offset_s)
+        final_until_here_s = max(0.0, c.final_until_s - r.stream_offset_s)  # (this call's clock)
         previous = (
             (
                 round((prev_start - r.stream_offset_s) * SAMPLE_RATE),
@@ -96,7 +96,7 @@ def resume_from_proto(
         channels.append(
             ChannelStart(
                 c.next_utterance_id,
-                round(mute_s * SAMPLE_RATE),
+                round(final_until_here_s * SAMPLE_RATE),
                 previous_text,
                 language,
                 previous_samples=previous,

@@ -314,9 +314,9 @@ async def test_an_eager_result_the_length_limit_overtakes_in_its_pause_is_the_fi
     assert words == [f"w{i}" for i in range(len(words))]
 
 
-@pytest.mark.parametrize("mute_until_s", [1.48, 1.72])
+@pytest.mark.parametrize("final_until_s", [1.48, 1.72])
 async def test_a_resumed_channel_starts_no_final_inside_audio_already_final(
-    mute_until_s: float,
+    final_until_s: float,
 ) -> None:
     """Audio before a channel's final_until_s starts no utterance, and the first
     utterance after it takes no pre-roll from it: its final starts at that point, not up
@@ -327,18 +327,18 @@ async def test_a_resumed_channel_starts_no_final_inside_audio_already_final(
     audio = np.concatenate([silence(1.5), tone(2.0), silence(1.0)])
     h = Harness()
     resume = ResumeState(
-        10.0, (ChannelStart(next_utterance_id=7, mute_until_sample=int(mute_until_s * SR)),)
+        10.0, (ChannelStart(next_utterance_id=7, final_until_sample=int(final_until_s * SR)),)
     )
     events = await h.run(h.lockstep(chunks(pcm16(audio))), resume=resume)
     (final,) = results(events, final=True)
     (started,) = [e for e in events if isinstance(e, SpeechBoundary) and e.started]
     # (times here are this connection's: the transport adds the stream offset)
     assert final.utterance_id == 7 == started.utterance_id
-    assert final.start_s == pytest.approx(mute_until_s, abs=1e-3)
-    assert started.offset_s == pytest.approx(max(1.5, mute_until_s), abs=0.03)
-    assert started.offset_s >= mute_until_s - 1e-6
+    assert final.start_s == pytest.approx(final_until_s, abs=1e-3)
+    assert started.offset_s == pytest.approx(max(1.5, final_until_s), abs=0.03)
+    assert started.offset_s >= final_until_s - 1e-6
     (asked,) = [c[0] for c in h.engine.calls if c[0].kind is DecodeKind.FINAL]
-    assert asked.audio.size <= (5.0 - mute_until_s) * SR
+    assert asked.audio.size <= (5.0 - final_until_s) * SR
 
 
 async def test_no_audio_is_in_two_finals_where_a_split_cut_into_a_quiet_talker_s_pause() -> None:
@@ -402,7 +402,7 @@ async def test_a_resumed_channel_carries_the_final_its_client_replays() -> None:
     previous = (int(0.48 * SR), int(1.48 * SR))
     start = ChannelStart(
         next_utterance_id=3,
-        mute_until_sample=previous[1],
+        final_until_sample=previous[1],
         previous_text="w0 w1 w2 w3",
         language="en",
         previous_samples=previous,
