@@ -597,8 +597,11 @@ class ResumableStream:
     def _replay_start(self) -> int:
         """The first frame a replay would send now: the settled point, or the start of a
         last final the server would carry, if earlier; then LISTEN_LEAD_S before that."""
-        needed = min([self._replay_frame(), *self._carried_frames().values()])
-        return max(0, needed - self._aligned(LISTEN_LEAD_S))
+        return self._with_listen_lead(min([self._replay_frame(), *self._carried_frames().values()]))
+
+    def _with_listen_lead(self, frame: int) -> int:
+        """LISTEN_LEAD_S before ``frame``, on the grid (not before the stream's start)."""
+        return max(0, frame - self._aligned(LISTEN_LEAD_S))
 
     def _end_heard(self, channel: int, utterance_id: int, offset_s: float) -> None:
         """A SPEECH_ENDED or EndOfTurn: its final or NO_WORDS is owed, unless it came."""
@@ -733,8 +736,7 @@ class ResumableStream:
                 ch: at for ch, at in self._carried_frames().items() if at >= self._kept.start
             }
             # and LISTEN_LEAD_S before that, of what is kept (for the channels' levels)
-            lead = self._aligned(LISTEN_LEAD_S)
-            start = max(self._kept.start, min([frame, *carried.values()]) - lead)
+            start = max(self._kept.start, self._with_listen_lead(min([frame, *carried.values()])))
             self._kept.trim(start)
             offset_s = start / self._rate
             config = (
