@@ -29,7 +29,6 @@ from asr_bridge.auth import presented_token, token_ok
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.origin import OriginPolicy
 from asr_bridge.protocol import (
-    CLOSE_SERVER_ERROR,
     EVENT_SHAPES,
     MAX_FRAME_BYTES,
     SUBPROTOCOL,
@@ -254,6 +253,13 @@ async def _refuse(
 ) -> None:
     """An accepted socket that gets no session: an error event, then the matching close."""
     logger.info("refused a session from %s: %s", _peer(ws), message)
+    await _tell_and_close(ws, errors, code, message)
+
+
+async def _tell_and_close(
+    ws: WebSocket, errors: Callable[[str, str], list[Event]], code: str, message: str
+) -> None:
+    """The client's error event(s) for gRPC status name ``code``, then the matching close."""
     with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
         for event in errors(code, message):
             await ws.send_json(event)
@@ -267,16 +273,12 @@ async def _failed(
     and the client told so in its protocol, an error event and close 1011, not a dropped
     connection (1006) that looks like the network's fault and loses why."""
     logger.exception("session %s: failed", session_id)
-    with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):  # gone already
-        if ws.application_state is WebSocketState.CONNECTING:  # refused before accepting
+    if ws.application_state is WebSocketState.CONNECTING:  # refused before accepting
+        with contextlib.suppress(WebSocketDisconnect, OSError, RuntimeError):
             await ws.close()
-            return
-        if ws.application_state is not WebSocketState.CONNECTED:
-            return
+    elif ws.application_state is WebSocketState.CONNECTED:  # (INTERNAL: close 1011)
         message = f"the bridge failed on session {session_id}; its log says why"
-        for event in errors("INTERNAL", message):
-            await ws.send_json(event)
-        await ws.close(CLOSE_SERVER_ERROR, close_reason(f"INTERNAL: {message}"))
+        await _tell_and_close(ws, errors, "INTERNAL", message)
 
 
 def _peer(ws: WebSocket) -> str:
