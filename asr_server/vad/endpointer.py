@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -355,7 +356,7 @@ class Endpointer:
         return events
 
     def _report_from_listen_point(
-        self, frames: list[np.ndarray], events: list[EndpointEvent]
+        self, frames: Sequence[np.ndarray], events: list[EndpointEvent]
     ) -> None:
         """Speech goes on past the listening point in an utterance not reported (the
         client's last final was cut there: at the length limit, by a finalize): it is
@@ -447,7 +448,7 @@ class Endpointer:
             else:
                 self._silent_run += 1
             if self._unheard_utterance and voiced and start >= self._listen_only_until:
-                self._report_from_listen_point(list(self._pre_roll), events)
+                self._report_from_listen_point(self._pre_roll, events)
             elif not self._unheard_utterance:
                 # (to the session, digits are no pause: reported as one, digits keyed
                 # while talking made SEMANTIC end turns and SILENCE split sentences)
