@@ -384,6 +384,15 @@ def decode_audio(event: ClientEvent, frame_bytes: int) -> bytes:
 
 
 @dataclass
+class _Pending:
+    """A commit or clear sent to the server as FINALIZE, not yet acknowledged, and the
+    replies to client events that came after it (``ServerEvents.in_order``)."""
+
+    action: str  # "commit" or "clear"
+    replies_after: list[Event] = field(default_factory=list)
+
+
+@dataclass
 class _Item:
     """One user message item: speech from its start to its end. The server may have cut
     that speech into several utterances (at a short pause once it is longer than the
@@ -427,11 +436,8 @@ class ServerEvents:
     _open: _Item | None = None
     #: the client's commits and clears sent to the server as FINALIZE, not yet acknowledged
     #: (FINALIZED), oldest first; and whether the oldest commit has committed an item
-    _pending: deque[str] = field(default_factory=deque)
+    _pending: deque[_Pending] = field(default_factory=deque)
     _pending_answered: bool = False
-    #: replies to client events sent after the newest pending commit or clear, each sent
-    #: once that is answered (``in_order``), by how many pending there were
-    _after_pending: dict[int, list[Event]] = field(default_factory=dict)
     #: utterances a clear ended: nothing of them reaches the client
     _cleared: set[int] = field(default_factory=set)
     _empty_items: itertools.count[int] = field(default_factory=itertools.count)
@@ -444,12 +450,12 @@ class ServerEvents:
 
     def commit(self) -> None:
         """The client committed the buffer (call before sending its FINALIZE)."""
-        self._pending.append("commit")
+        self._pending.append(_Pending("commit"))
 
     def clear(self) -> None:
         """``input_audio_buffer.clear`` (call before sending its FINALIZE): the utterance
         that FINALIZE ends produces nothing; what the VAD committed before stays."""
-        self._pending.append("clear")
+        self._pending.append(_Pending("clear"))
 
     def in_order(self, replies: list[Event]) -> list[Event]:
         """``replies`` to a client event, to send now; or none, and they follow the answer
@@ -459,7 +465,7 @@ class ServerEvents:
         ``committed`` here."""
         if not self._pending:
             return replies
-        self._after_pending.setdefault(len(self._pending), []).extend(replies)
+        self._pending[-1].replies_after.extend(replies)
         return []
 
     def resumed(self) -> None:
@@ -525,9 +531,10 @@ class ServerEvents:
         item, self._open = self._open, None
         if item is not None and item.parts:
             out += [*self._commit(item), *self._complete(item)]
-        held = [reply for _, replies in sorted(self._after_pending.items()) for reply in replies]
-        self._after_pending = {}
-        return [*out, *held]
+        for pending in self._pending:  # (the replies held behind what the end left open)
+            out += pending.replies_after
+            pending.replies_after = []
+        return out
 
     def _item_of(self, utterance_id: int) -> _Item:
         item = self._items.get(utterance_id)
@@ -580,7 +587,7 @@ class ServerEvents:
         if e.type != asr_pb2.SpeechEvent.SPEECH_ENDED:
             return []  # (SPEECH_RESUMED: this API has no eager results)
         if e.from_finalize and self._pending:
-            if self._pending[0] == "clear":
+            if self._pending[0].action == "clear":
                 self._drop(e.utterance_id)
                 return []
             self._pending_answered = True
@@ -624,26 +631,25 @@ class ServerEvents:
         speech: clients wait for both."""
         if not self._pending:
             return []
-        # (the replies held for after it, and those after the next ones, one place closer)
-        replies = self._after_pending.pop(1, [])
-        self._after_pending = {n - 1: held for n, held in self._after_pending.items()}
-        return [*self._answer_oldest_pending(), *replies]
-
-    def _answer_oldest_pending(self) -> list[Event]:
         out = self._unheard()
-        action, answered = self._pending.popleft(), self._pending_answered
+        pending, answered = self._pending.popleft(), self._pending_answered
         self._pending_answered = False
+        return [*out, *self._answer(pending.action, answered), *pending.replies_after]
+
+    def _answer(self, action: str, answered: bool) -> list[Event]:
+        """What the oldest commit or clear gets (``answered``: its commit has committed an
+        item already)."""
         if action == "clear":
             self._drop()  # what was under way before the clear (its FINALIZE ended none)
-            return out
+            return []
         if answered:
-            return out
+            return []
         item, self._open = self._open, None
         if item is None or not item.parts:
             item = _Item(f"item_{self.session_id}_empty_{next(self._empty_items)}")
         else:  # any later result of its utterances starts another item
             self._items = {u: i for u, i in self._items.items() if i is not item}
-        return [*out, *self._commit(item), *self._complete(item)]
+        return [*self._commit(item), *self._complete(item)]
 
     def _commit(self, item: _Item) -> list[Event]:
         """``committed``, the user message item it adds to the conversation, and the
