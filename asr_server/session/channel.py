@@ -403,7 +403,12 @@ class ChannelRecognizer:
         self._client_finalizes = True
         if self._utt is not None and self._utt.pause_heard:
             self._client_finalize_pause = self._utt.pause_heard
+        # speech the endpointer follows unreported: a resumed channel's last final,
+        # replayed with the finalize that ended it (Endpointer.listen_only_until)
+        unreported_cut_at = self.endpointer.speech_going_on_until if self._utt is None else None
         await self._handle(self.endpointer.force_end(), TurnEndReason.FINALIZE)
+        if unreported_cut_at is not None:
+            self._finals.replayed_final_cut_in_speech(unreported_cut_at)
         self._settle()  # the acknowledgement's progress: past the final it follows
         latest = self._next_id - 1 if self._next_id > 0 else None
         await self._emit(Finalized(self.position / SAMPLE_RATE, self.channel, latest))

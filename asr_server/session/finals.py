@@ -129,6 +129,14 @@ class FinalDecoder:
         the client: carried into the next final as ``final_emitted`` would have."""
         self._carry_after(audio, end_sample, text, language or "")
 
+    def replayed_final_cut_in_speech(self, sample: int) -> None:
+        """A replayed finalize cut speech at ``sample``: the resumed channel's last final
+        (``carry_replayed``), if it ends there, was cut mid-speech, as ``final_emitted``
+        would have said on the old server (the rest of a word cut there is then not read
+        again as a final of its own)."""
+        if self._carry is not None and self._carry.end_sample == sample:
+            self._carry = dataclasses.replace(self._carry, cut_in_speech=True)
+
     def _carry_after(
         self,
         audio: np.ndarray,

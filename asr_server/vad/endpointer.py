@@ -355,6 +355,14 @@ class Endpointer:
         self._end_utterance(end, events)
         return events
 
+    @property
+    def speech_going_on_until(self) -> int | None:
+        """Where a finalize now would cut speech still going on (every sample received so
+        far: see force_end); None when no utterance is open, or it is in a pause."""
+        if not self.speaking or self._silent_run or self._neutral_run:
+            return None
+        return self.position + self._pending.size
+
     def _report_from_listen_point(
         self, frames: Sequence[np.ndarray], events: list[EndpointEvent]
     ) -> None:

@@ -827,6 +827,31 @@ async def test_the_rest_of_a_word_a_finalize_cut_is_not_read_again() -> None:
     assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
 
 
+async def test_a_resumed_channel_knows_its_last_final_was_cut_mid_word() -> None:
+    """As above, on a stream resumed just after that final: the client replays it with
+    the finalize that cut it (and the rest, which has no final yet). The new server
+    must carry it as cut mid-speech too, as the old one would have: carried as a final
+    that ended in a pause, the rest read alone was "again", a final of its own."""
+    engine = ReadsTheLastWordAgain(capabilities=EngineCapabilities(context_carry=True))
+    h = Harness(engine, speech_check=hears_sound, carry_max_s=10.0)
+    cut = int(1.5 * SR)
+    start = ChannelStart(
+        next_utterance_id=1,
+        final_until_sample=cut,
+        previous_text="we said it again",
+        language="en",
+        previous_samples=(0, cut),
+    )
+    rest = np.concatenate([tone(0.3), silence(1.0)])
+    events = await h.run(
+        h.lockstep(finalized_between(pcm16(tone(1.5)), pcm16(rest))),
+        interim=False,
+        resume=ResumeState(0.0, (start,)),
+    )
+    assert results(events, final=True) == []
+    assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
+
+
 def test_a_carried_final_that_skips_the_partials_first_word_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
