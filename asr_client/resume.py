@@ -305,6 +305,9 @@ class ResumableStream:
         # says where they first came; the acknowledgements of the ones already
         # acknowledged are not delivered twice
         self._finalizes = PendingFinalizes(channels)
+        #: per channel, whether a FINALIZE was ever sent for it: a new server is told
+        #: (ChannelResume.client_finalizes), as the replay may hold none
+        self._client_finalizes = [False] * channels
         self._acks_to_skip = [0] * channels
         self._acks_resent = [0] * channels
         self._processed_s = 0.0
@@ -357,6 +360,9 @@ class ResumableStream:
         async with self._write_lock:
             self._check_writable()  # (an ended stream: no acknowledgement would ever come)
             self._kept.append_finalize(FinalizeRequest(channel))
+            for ch in range(len(self._client_finalizes)):
+                if channel is None or ch == channel:
+                    self._client_finalizes[ch] = True
             ack = self._finalizes.sent(channel, came_at=self._kept.end / self._rate)
             # not withdrawn if the write fails: the FINALIZE is among the kept audio, so a
             # new call sends it again (its acknowledgement then comes), or the stream has
@@ -900,6 +906,7 @@ class ResumableStream:
                         language=self._language[c],
                         previous_start_s=self._final_start[c] if c in carried else 0.0,
                         previous_end_s=self._final_until[c] if c in carried else 0.0,
+                        client_finalizes=self._client_finalizes[c],
                     )
                     for c in range(len(self._final_until))
                 ],

@@ -88,20 +88,22 @@ class ResumeFrom(_message.Message):
     def __init__(self, stream_offset_s: _Optional[float] = ..., channels: _Optional[_Iterable[_Union[ChannelResume, _Mapping]]] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class ChannelResume(_message.Message):
-    __slots__ = ("next_utterance_id", "final_until_s", "previous_text", "language", "previous_start_s", "previous_end_s")
+    __slots__ = ("next_utterance_id", "final_until_s", "previous_text", "language", "previous_start_s", "previous_end_s", "client_finalizes")
     NEXT_UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     FINAL_UNTIL_S_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_TEXT_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_START_S_FIELD_NUMBER: _ClassVar[int]
     PREVIOUS_END_S_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FINALIZES_FIELD_NUMBER: _ClassVar[int]
     next_utterance_id: int
     final_until_s: float
     previous_text: str
     language: str
     previous_start_s: float
     previous_end_s: float
-    def __init__(self, next_utterance_id: _Optional[int] = ..., final_until_s: _Optional[float] = ..., previous_text: _Optional[str] = ..., language: _Optional[str] = ..., previous_start_s: _Optional[float] = ..., previous_end_s: _Optional[float] = ...) -> None: ...
+    client_finalizes: bool
+    def __init__(self, next_utterance_id: _Optional[int] = ..., final_until_s: _Optional[float] = ..., previous_text: _Optional[str] = ..., language: _Optional[str] = ..., previous_start_s: _Optional[float] = ..., previous_end_s: _Optional[float] = ..., client_finalizes: _Optional[bool] = ...) -> None: ...
 
 class GoingAway(_message.Message):
     __slots__ = ("deadline_s", "reason")

@@ -149,8 +149,9 @@ class ChannelRecognizer:
         self._late_speculation = int(SPECULATE_AFTER_S * SAMPLE_RATE)
         self._early_speculation = int(early_speculation_s * SAMPLE_RATE)
         #: the client has sent a finalize: it ends its turns itself (a voice agent, at its
-        #: own VAD's stop, 200 ms or so into a pause)
-        self._client_finalizes = False
+        #: own VAD's stop, 200 ms or so into a pause); on a resumed stream, also one it
+        #: sent the last server
+        self._client_finalizes = start is not None and start.client_finalizes
         #: the pause (samples of silence heard) in which the client's latest finalize came
         self._client_finalize_pause: int | None = None
         self._client_ends_turns_within = int(CLIENT_ENDS_TURNS_WITHIN_S * SAMPLE_RATE)

@@ -26,6 +26,8 @@ class ChannelStart:
     #: clock): the client replays it, and it is carried into the channel's next final
     #: as on the uncut stream. None: not replayed
     previous_samples: tuple[int, int] | None = None
+    #: the client has sent this channel a finalize (it ends its turns itself)
+    client_finalizes: bool = False
 
 
 @dataclass(frozen=True)

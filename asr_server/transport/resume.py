@@ -100,6 +100,7 @@ def resume_from_proto(
                 previous_text,
                 language,
                 previous_samples=previous,
+                client_finalizes=c.client_finalizes,
             )
         )
     return ResumeState(r.stream_offset_s, tuple(channels), r.session_id)

@@ -39,6 +39,7 @@ from tests.helpers import (
     silence,
     speech_pcm,
     stream_audio,
+    to_pcm16,
     tone,
 )
 from tests.processes import free_port
@@ -1393,3 +1394,53 @@ async def test_an_eager_result_the_break_left_open_is_withdrawn(make_server) -> 
     texts = [e.text for kind, e in events if kind == "result" and e.is_final]
     assert texts == ["w0 w1 w2 w3"] * 2
     utterance_ids_never_repeat(responses)
+
+
+async def test_a_new_server_knows_the_client_finalizes_though_its_replay_holds_none(
+    make_server,  # type: ignore[no-untyped-def]
+) -> None:
+    """A client that finalizes (a voice agent, at its own VAD's stop) has each final
+    decoded early in a pause, 60 ms in; the server learns it from the first FINALIZE it
+    hears. After a break whose replay begins past the client's last FINALIZE (here 12 s
+    of quiet after it), the new server is told (ChannelResume.client_finalizes): the
+    next final ends where the uncut stream's does, not 0.14 s later (a reviewer's 8 kHz
+    read: every final after such a resume ended as on a stream that never finalized)."""
+    server = await serve_fake(make_server)
+    before = np.concatenate([silence(0.5), tone(1.0), silence(0.3)])  # FINALIZE at 1.8 s
+    after = np.concatenate([silence(12.0), tone(1.0), silence(1.5)])  # the break at 1.8 + 11
+    cut_after = int(11.0 * RATE)
+
+    async def run(port: int, proxy: FaultProxy | None) -> list[asr_pb2.Result]:
+        got: list[asr_pb2.Result] = []
+        async with AsrClient(f"127.0.0.1:{port}") as client:
+            stream = client.stream(audio_config(), resume=ResumePolicy())
+            async with stream:
+
+                async def send() -> None:
+                    await stream.send_audio(to_pcm16(before).tobytes())
+                    await stream.finalize()
+                    for start in range(0, after.size, CHUNK):
+                        if proxy is not None and start == cut_after:
+                            proxy.cut()
+                        await stream.send_audio(to_pcm16(after[start : start + CHUNK]).tobytes())
+                        await asyncio.sleep(0.1 / 8)  # 8x real time
+                    await stream.end()
+
+                sender = asyncio.create_task(send())
+                async for response in stream:
+                    if response.HasField("result") and response.result.is_final:
+                        got.append(response.result)
+                await sender
+        return got
+
+    uncut = await run(server.port, None)
+    proxy = await FaultProxy(server.port).start()
+    try:
+        cut = await run(proxy.port, proxy)
+    finally:
+        await proxy.close()
+    assert proxy.connections >= 2  # it was cut, and resumed
+    ends = [round(r.end_s, 2) for r in cut]
+    assert ends == [round(r.end_s, 2) for r in uncut]
+    # the second turn's final was decoded early in its pause, as the first FINALIZE asked
+    assert ends[1] == pytest.approx(1.8 + 12.0 + 1.0 + 0.06, abs=0.035)
