@@ -201,6 +201,23 @@ class Carry:
         tail = spoken_words(self.text)[-len(words) :] if words else []
         return 0 < len(words) <= RESTART_WORDS and tail == words
 
+    def heard_past_the_cut(self, carried: Hypothesis, heard: list[str]) -> list[str]:
+        """For an utterance that begins at a finalize's cut inside a word
+        (``cut_in_speech``): its partials, decoded without the carried passage, heard the
+        rest of that word as a word or two of its own ("-quisite" read "is it"), where the
+        carried decode reads on from the whole word ("…Mason's exquisite" / "itals are
+        as…"). ``heard`` without those first words, when what follows them is the carried
+        decode's first word; as it is otherwise. (Taken as words the carried decode
+        skipped, they made it look wrong, and the decode alone, "is it itals are…", was
+        kept: a resume reviewer's push-to-talk read, cut after a finalize.)"""
+        words = spoken_words(carried.text)
+        if not words or not heard or heard[0] == words[0]:
+            return heard
+        for k in range(1, min(RESTART_WORDS, len(heard) - 1) + 1):
+            if heard[k] == words[0]:
+                return heard[k:]
+        return heard
+
     def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried decode went wrong in one of the ways below, and this utterance must
         be decoded again alone: it lost words or read the carried passage again

@@ -362,6 +362,8 @@ class FinalDecoder:
             self._metrics.finals_without_speech.inc()
             return carried
         heard = spoken_words(utt.heard_text)
+        if carry.cut_in_speech and utt.audio.start_sample == carry.end_sample:
+            heard = carry.heard_past_the_cut(carried, heard)
         own_audio = self._own_audio(utt, request, carry)
         heard_share = min(1.0, utt.heard_samples / own_audio)
         wrong = carry.misread(carried, heard, heard_share)

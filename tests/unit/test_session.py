@@ -852,6 +852,39 @@ async def test_a_resumed_channel_knows_its_last_final_was_cut_mid_word() -> None
     assert [e.utterance_id for e in events if isinstance(e, NoWords)] == [1]
 
 
+class ReadsTheCutWordsRestAlone(FakeEngine):
+    """A finalize cuts "exquisite" after "exqui": after the previous final, forced ahead,
+    the rest reads on ("itals are as national."); alone, as the partials hear it, the
+    rest of the cut word is two words of its own ("is it itals…")."""
+
+    def _hear(self, req: DecodeRequest) -> Hypothesis:
+        loud = np.count_nonzero(np.abs(req.audio) > 1e-3)
+        if not loud:
+            return Hypothesis("", "en", rejected=True)
+        if req.prefix:  # the carried final
+            return Hypothesis(f"{req.prefix} itals are as national.", "en")
+        if req.kind is DecodeKind.FINAL and loud < 1.2 * SR:  # the first utterance
+            return Hypothesis("and Mason's exquisite", "en")
+        return Hypothesis("is it itals are as national.", "en")
+
+
+async def test_the_rest_of_a_cut_word_the_partials_heard_is_no_word_the_final_skipped() -> None:
+    """After a finalize cut inside a word, the next utterance's partials (decoded without
+    the previous final) heard the rest of the word as words of their own; taken for
+    words the carried final skipped, they made it look wrong, and the final decoded alone
+    was kept: "…exquisite / is it itals are…" (the resume reviewer's push-to-talk read)."""
+    engine = ReadsTheCutWordsRestAlone(capabilities=EngineCapabilities(context_carry=True))
+    h = Harness(engine, speech_check=hears_sound, carry_max_s=10.0)
+    rest = np.concatenate([tone(1.5), silence(1.0)])
+    events = await h.run(h.lockstep(finalized_between(pcm16(tone(1.0)), pcm16(rest))))
+    partials = [r.text for r in results(events, final=False) if r.utterance_id == 1]
+    assert partials and partials[-1].startswith("is it")  # what the partials heard
+    assert [r.text for r in results(events, final=True)] == [
+        "and Mason's exquisite",
+        "itals are as national.",
+    ]
+
+
 def test_a_carried_final_that_skips_the_partials_first_word_went_wrong() -> None:
     from asr_server.session.carry import Carry
 
