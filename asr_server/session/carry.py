@@ -35,6 +35,9 @@ DOUBT_MIN_HEARD_SHARE = 0.5
 #: a carried final that begins with the carried passage's last this-many words, where
 #: the partial does not, read them again (see Carry.restarts)
 RESTART_WORDS = 2
+#: how alike (difflib's ratio) the letters of words a partial heard at a cut inside a word
+#: must be to the end of the word the previous final ended with, to be its rest
+CUT_REST_LIKENESS = 0.6
 
 
 def spells_out(heard: list[str], words: list[str]) -> bool:
@@ -203,20 +206,34 @@ class Carry:
 
     def heard_past_the_cut(self, carried: Hypothesis, heard: list[str]) -> list[str]:
         """For an utterance that begins at a finalize's cut inside a word
-        (``cut_in_speech``): its partials, decoded without the carried passage, heard the
-        rest of that word as a word or two of its own ("-quisite" read "is it"), where the
-        carried decode reads on from the whole word ("…Mason's exquisite" / "itals are
-        as…"). ``heard`` without those first words, when what follows them is the carried
-        decode's first word; as it is otherwise. (Taken as words the carried decode
+        (``cut_in_speech``): its partials, decoded without the carried passage, may hear
+        the rest of that word as a word or two of its own ("-quisite" read "is it"),
+        where the carried decode reads on from the whole word ("…Mason's exquisite" /
+        "itals are as…"). ``heard`` without those first words, when what follows them is
+        the carried decode's first word and they spell about the end of the carried
+        passage's last word; as it is otherwise. (Taken as words the carried decode
         skipped, they made it look wrong, and the decode alone, "is it itals are…", was
-        kept: a resume reviewer's push-to-talk read, cut after a finalize.)"""
+        kept: a resume reviewer's push-to-talk read, cut after a finalize. A real word
+        the carried decode skipped, "if" after "…differs from most", spells no such end,
+        and still counts: skips_heard_start.)"""
         words = spoken_words(carried.text)
         if not words or not heard or heard[0] == words[0]:
             return heard
         for k in range(1, min(RESTART_WORDS, len(heard) - 1) + 1):
             if heard[k] == words[0]:
-                return heard[k:]
+                return heard[k:] if self._spells_its_last_words_end(heard[:k]) else heard
         return heard
+
+    def _spells_its_last_words_end(self, words: list[str]) -> bool:
+        """``words``, their letters run together, read about like the end of the carried
+        passage's last word ("is it" / "exquisite": "isit" against "isite")."""
+        carried = spoken_words(self.text)
+        last = "".join(c for c in carried[-1] if c.isalpha()) if carried else ""
+        rest = "".join(c for w in words for c in w if c.isalpha())
+        if not last or not rest:
+            return False
+        ends = (last[-n:] for n in range(max(1, len(rest) - 1), len(rest) + 3))
+        return max(SequenceMatcher(None, rest, end).ratio() for end in ends) >= CUT_REST_LIKENESS
 
     def misread(self, carried: Hypothesis, heard: list[str], heard_share: float = 1.0) -> bool:
         """The carried decode went wrong in one of the ways below, and this utterance must
