@@ -339,20 +339,17 @@ class Endpointer:
         if not self.speaking:
             return []
         events: list[EndpointEvent] = []
-        in_pause = bool(self._silent_run or self._neutral_run)
-        end = self._last_voiced_end if in_pause else self.position
-        if not in_pause and self._pending.size:
+        cut_at = self.speech_going_on_until  # (None: in a pause)
+        if cut_at is not None and self._pending.size:
             # mid-speech (a push-to-talk release): the samples short of a whole frame are
             # the utterance's last; everything the client sent before its finalize is in
             # this final. They stay pending too, so that the frames keep their grid (moved
             # by a finalize, the rest of the call was cut into other frames than a stream
             # resumed after it, and words changed); the session gives the next utterance
             # none of them (its _decoded_until)
-            tail = self._pending
             if not self._unheard_utterance:
-                events.append(SpeechAudio(self.position, tail, 0, self.position + tail.size))
-            end = self.position + tail.size
-        self._end_utterance(end, events)
+                events.append(SpeechAudio(self.position, self._pending, 0, cut_at))
+        self._end_utterance(self._last_voiced_end if cut_at is None else cut_at, events)
         return events
 
     @property
