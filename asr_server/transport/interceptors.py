@@ -383,12 +383,22 @@ def _token_failure(context: grpc.aio.ServicerContext) -> str:
 
 
 def _certificate_subject(auth_context: dict[str, list[bytes]]) -> str | None:
+    """The client certificate's CN (or first SAN) as the client's identity, its unprintable
+    characters written as escapes: the identity goes into every log line of the call, and a
+    CN holding a line break wrote lines of its own there ("…\\n2030-01-01 ERROR …")."""
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         for value in auth_context.get(key, ()):
             name = value.decode("utf-8", "replace").strip()
             if name:
-                return name[:128]
+                return _printable(name)[:128]
     return None
+
+
+def _printable(text: str) -> str:
+    """``text`` with each unprintable character (line breaks, controls) as its escape."""
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 def _peer_host(peer: str | None) -> str:

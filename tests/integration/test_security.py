@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
 from asr_client.connection import ConnectionConfigError
-from asr_server.log import StreamIdFilter
+from asr_server.log import FORMAT, StreamIdFilter
 from asr_server.transport.auth import hash_token, new_token
 from tests.helpers import (
     eventually,
@@ -263,6 +263,35 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, 
             with pytest.raises(TimeoutError):
                 await client.wait_ready()
     assert sample(server, "asr_client_streams_total", client="mallory") is None
+
+
+async def test_a_certificate_name_with_a_line_break_writes_no_log_line_of_its_own(
+    make_server, pki, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    """The certificate's subject is in every log line of its calls: a CN holding a line
+    break wrote a forged line of its own into the server's log."""
+    cert, key = pki.server()
+    clients = Pki(pki.folder / "clients", "client-ca")
+    server = await serve_fake(
+        make_server, tls_cert=cert, tls_key=key, tls_client_ca=clients.ca_file
+    )
+    forged = "m]\n2030-01-01 00:00:00,000 ERROR asr_server [- -] forged\r\x1b[2K"
+    client_cert, client_key = clients.issue("forger", "forger.clients.test", common_name=forged)
+    caplog.handler.addFilter(StreamIdFilter())
+    caplog.handler.setFormatter(logging.Formatter(FORMAT))
+    with caplog.at_level(logging.INFO):
+        received = await stream_audio(
+            tls_client(server.port, pki, cert_file=client_cert, key_file=client_key),
+            speech_pcm(),
+            16_000,
+            speed=None,
+        )
+    assert final_text(received) == EXPECTED
+    lines = caplog.text.splitlines()
+    assert lines and not [line for line in lines if "forged" in line and "[s" not in line]
+    escaped = "m]\\n2030-01-01 00:00:00,000 ERROR asr_server [- -] forged\\r\\x1b[2K"
+    call_records = [r for r in caplog.records if getattr(r, "stream_id", "-") != "-"]
+    assert call_records and all(r.client == escaped for r in call_records)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("kind", ["P-384", "Ed25519", "P-521"])
