@@ -27,6 +27,15 @@ transcript (while the loop above reads the events)::
     await asyncio.wait_for(ack, 2.0)  # every final of the turn has been read
 """
 
+import os
+
+# gRPC core's own log: ERROR and worse, as gRPC documents its default. Since gRPC 1.65 an
+# unset GRPC_VERBOSITY leaves it at absl's INFO, and every failed TLS handshake printed
+# "I1207 … ssl_transport_security.cc:2563] Handshake failed …" ahead of the client's own
+# one-line error. Read when grpc is loaded, so here, before it is; a caller's setting
+# wins. (asr_server sets the same for the server.)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from asr_client.acks import FinalizeAck
 from asr_client.api import (
     AsrClient,

@@ -11,3 +11,7 @@ __version__ = "0.1.0"
 # onnxruntime is loaded: asr_server's modules load it, so here. (An operator may still
 # set it otherwise.)
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+# gRPC core logs ERROR and worse (see asr_client/__init__.py): its INFO lines told of every
+# client whose TLS handshake failed. Its ERROR lines stay: a port gRPC cannot use is
+# explained by the line it writes (app.py).
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")

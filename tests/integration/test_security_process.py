@@ -22,6 +22,8 @@ from tests.helpers import ROOT
 from tests.pki import Pki
 
 SAMPLE = ROOT / "audio_samples" / "libri_1089-134691-0001.flac"
+#: a line of gRPC core's own log, below ERROR ("I1207 17:06:11.935718   12206 file.cc:2563] ...")
+GRPC_CORE_LOG_LINE = re.compile(r"^[DIW]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\]")
 
 
 def free_port() -> int:
@@ -145,6 +147,14 @@ async def test_tls_and_tokens_end_to_end_with_the_real_model(tmp_path: Path) -> 
 
         code, _, err = await client(token=None)
         assert code == 2 and "error: UNAUTHENTICATED" in err, err
+        # a client that does not trust the server's certificate: its handshakes fail, and
+        # it says so in one line; gRPC's own INFO lines about each failed handshake (absl's
+        # default since gRPC 1.65) came first, on both sides
+        other_ca = Pki(tmp_path / "other").ca_file
+        code, _, err = await client("--ca", str(other_ca), "--connect-timeout", "3", token=None)
+        assert code == 1 and err.startswith("error: cannot connect to localhost:"), err
+        assert len(err.strip().splitlines()) == 1, err
+        assert not [line for line in log if GRPC_CORE_LOG_LINE.match(line)], "".join(log)
 
         # a new client is added to the file; SIGHUP makes the server read it now
         token = "s3cret-" + os.urandom(12).hex()
