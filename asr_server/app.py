@@ -49,6 +49,11 @@ SERVICE_NAME = asr_pb2.DESCRIPTOR.services_by_name["Recognizer"].full_name
 HEALTH_MESSAGE_BYTES = 4096
 #: how long a second signal lets the open streams' statuses go out before the server stops
 HURRY_STATUS_S = 0.5
+#: how long handlers gRPC's stop left behind get to end once cancelled
+LEFT_BEHIND_S = 2.0
+#: how long the tasks still running when serve() is done get to end before asyncio.run
+#: cancels them (gRPC's per-call tasks need one turn of the loop)
+LEFTOVER_TASKS_S = 1.0
 
 
 class StartupError(Exception):
@@ -194,7 +199,19 @@ class RunningServer:
         finally:
             ending.cancel()
             cutting.cancel()
+        await self._end_handlers_left_behind()
         await self.close()
+
+    async def _end_handlers_left_behind(self) -> None:
+        """gRPC's graceful stop returns once its core holds no call, which can be before the
+        handlers of those calls have ended: a resuming client cancels its old call as it
+        moves, and that call's handler may not have seen it yet. Once stopped, the server
+        can send nothing: such a handler's next read failed with "Server already stopped",
+        counted and logged as an unexpected server error (INTERNAL, with tracebacks), or
+        asyncio.run cut it short as the process ended. They are ended (their clients have
+        left) and awaited, while the services they use are still open."""
+        if left := self.servicer.end_calls_left_behind():
+            await asyncio.wait(left, timeout=LEFT_BEHIND_S)
 
     async def _end_streams_at_the_deadline(self, timeout_s: float) -> None:
         """Streams still open just before the drain's deadline (when their GoingAway said)
@@ -503,3 +520,9 @@ async def serve(
         await running.hurry()
     await drain
     hurried.cancel()
+    # gRPC's task for each call (it waits for the call's close) needs a turn of the loop
+    # after the stop to end; asyncio.run cancelled those still pending as it closed the
+    # loop, and gRPC printed a bare CancelledError traceback for one now and then
+    others = asyncio.all_tasks() - {asyncio.current_task()}
+    if others:
+        await asyncio.wait(others, timeout=LEFTOVER_TASKS_S)

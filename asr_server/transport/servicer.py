@@ -152,6 +152,14 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
         (CANCELLED), their clients told only "Cancelling all calls"."""
         return end_by_server(self._calls, grpc.StatusCode.UNAVAILABLE, message)
 
+    def end_calls_left_behind(self) -> set[asyncio.Task[Any]]:
+        """Cancel the handlers still running after gRPC's stop (calls its core no longer
+        holds: their clients left, and nothing can be sent on them); their tasks."""
+        left = set(self._calls)
+        for task in left:
+            task.cancel()
+        return left
+
     @property
     def active(self) -> int:
         """Open calls, configured or still waiting for their config."""
