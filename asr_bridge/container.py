@@ -36,7 +36,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 # the server's limits: audio faster than its highest rate is resampled to it
-from asr_server.audio.decode import MAX_CHANNELS, MAX_RATE_HZ, MIN_RATE_HZ
+from asr_server.audio.decode import (
+    LOWEST_SOURCE_RATE_HZ,
+    MAX_CHANNELS,
+    MAX_RATE_HZ,
+    MIN_RATE_HZ,
+)
 
 if TYPE_CHECKING:
     import av
@@ -120,13 +125,13 @@ class ToFirstFormat:
         self._layout = frame.layout.name
         # a rate the server does not take is resampled into its range (a 6 kHz file was
         # refused with a message about a config.format the client never sent)
-        rate = min(max(frame.sample_rate, MIN_RATE_HZ), MAX_RATE_HZ)
+        rate = min(max(_source_rate(frame), MIN_RATE_HZ), MAX_RATE_HZ)
         self.format = DecodedFormat(rate, channels)
         return self.format
 
     def convert(self, frame: av.AudioFrame) -> list[bytes]:
         assert self.format is not None
-        source = (frame.format.name, frame.layout.name, frame.sample_rate)
+        source = (frame.format.name, frame.layout.name, _source_rate(frame))
         out: list[bytes] = []
         if source != self._source:
             import av
@@ -144,6 +149,18 @@ class ToFirstFormat:
         if self._resampler is None:
             return []
         return [block.to_ndarray().tobytes() for block in self._resampler.resample(None)]
+
+
+def _source_rate(frame: av.AudioFrame) -> int:
+    """The frame's rate, if one a recording can have: a WAV header saying 1 Hz had each
+    second of audio resampled to 8,000 (the server worked through 14,400 s of audio for 32
+    KB sent, and the client read that its stream ran too long)."""
+    if frame.sample_rate < LOWEST_SOURCE_RATE_HZ:
+        raise ContainerError(
+            f"the audio says its sample rate is {frame.sample_rate} Hz; rates below "
+            f"{LOWEST_SOURCE_RATE_HZ} Hz are refused (a damaged or wrong header?)"
+        )
+    return int(frame.sample_rate)
 
 
 class ContainerDecoder:

@@ -20,6 +20,10 @@ from asr_server.audio.resample import SoxrStream, resampler_for
 SAMPLE_RATE = 16_000
 MIN_RATE_HZ = 8_000
 MAX_RATE_HZ = 48_000
+#: the lowest rate a file or container may say its audio has, for the client and the bridge
+#: to resample up into MIN_RATE_HZ..MAX_RATE_HZ: below it no recording holds speech (a
+#: 2 kHz band), and a header saying 1 Hz turned each byte of audio into 8,000 samples
+LOWEST_SOURCE_RATE_HZ = 4_000
 MAX_CHANNELS = 8
 
 

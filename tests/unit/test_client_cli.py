@@ -320,6 +320,19 @@ async def test_a_file_at_a_rate_the_server_refuses_is_resampled(
     assert f"resampling from {rate} Hz to {sent_at} Hz" in capsys.readouterr().err
 
 
+async def test_a_file_saying_a_rate_no_recording_has_is_refused(tmp_path: Path, capsys) -> None:
+    """A header saying 100 Hz was resampled to 16 kHz: each second of audio in it became
+    160 s for the server, of nothing anyone said."""
+    path = tmp_path / "broken.wav"
+    soundfile.write(path, speech_like(RATE)[:RATE], 100, subtype="PCM_16")
+    # before connecting: nothing listens on port 1
+    assert await run(["file", str(path), "--server", "127.0.0.1:1"]) == 1
+    assert capsys.readouterr().err == (
+        f"error: {path}: its sample rate is 100 Hz; rates below 4000 Hz are refused (a "
+        "damaged or wrong header?)\n"
+    )
+
+
 async def test_more_channels_than_the_server_takes_is_a_usage_error_unless_mixed(
     server: str, tmp_path: Path, capsys
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import wave
 
 import numpy as np
 import pytest
@@ -140,6 +142,33 @@ async def test_a_rate_outside_the_servers_range_is_resampled_into_it(
     decoded_format, decoded, _ = await decode(data)
     assert decoded_format == DecodedFormat(server_rate, 1)
     assert len(decoded) / server_rate == pytest.approx(len(pcm) / rate, abs=0.02)
+
+
+def wav_saying(rate: int, pcm: np.ndarray) -> bytes:
+    """A WAV of ``pcm`` whose header says ``rate``."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.astype("<i2").tobytes())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("rate", [1, 100, 3_999])
+async def test_a_header_saying_a_rate_no_recording_has_is_refused(rate: int) -> None:
+    """A WAV header saying 1 Hz was taken at its word and resampled up to 8 kHz: 32 KB
+    sent made 14,400 s of audio for the server to work through."""
+    pcm, _ = speech()
+    with pytest.raises(ContainerError, match=f"its sample rate is {rate} Hz; rates below 4000"):
+        await decode(wav_saying(rate, pcm[:16_000]))
+
+
+async def test_the_lowest_rate_taken_is_resampled_up() -> None:
+    pcm, _ = speech()
+    decoded_format, decoded, _ = await decode(wav_saying(4_000, pcm[:8_000]))
+    assert decoded_format == DecodedFormat(8_000, 1)
+    assert len(decoded) == pytest.approx(16_000, abs=64)  # 2 s, as the header says
 
 
 async def test_stereo_keeps_its_channels() -> None:
