@@ -1,4 +1,5 @@
-"""uvicorn's WebSocket protocol, with a keepalive that waits for a pong queued behind audio.
+"""uvicorn's WebSocket protocol, with a keepalive that waits for a pong queued behind audio,
+and a quiet close for a text message that is not UTF-8.
 
 The bridge reads one message at a time (session.py: the server's backpressure reaches the
 client's TCP window), so a client's pong is read only after all the audio it sent before
@@ -28,7 +29,15 @@ except ImportError:  # pragma: no cover - an older uvicorn
     WebSocketsSansIOProtocol = None  # type: ignore[assignment,misc]
 
 #: the methods the subclass below extends
-_EXTENDS = ("data_received", "send_keepalive_ping", "keepalive_timeout")
+_EXTENDS = (
+    "data_received",
+    "send_keepalive_ping",
+    "keepalive_timeout",
+    "send_receive_event_to_app",
+    "handle_parser_exception",
+)
+#: the close a text message that is not UTF-8 gets (RFC 6455: 1007, inconsistent data)
+NOT_UTF8 = (1007, "a text message must be UTF-8")
 
 
 def websocket_protocol() -> type | str:
@@ -69,3 +78,17 @@ if WebSocketsSansIOProtocol is not None:
                 self.pong_timer = self.loop.call_later(self.ping_timeout, self.keepalive_timeout)
                 return
             super().keepalive_timeout()
+
+        def send_receive_event_to_app(self) -> None:
+            # uvicorn logs a text message that is not UTF-8 as an ERROR with a traceback,
+            # which any client could fill the log with, and closes with 1007 and no reason
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                try:
+                    b"".join(self.frames).decode()
+                except UnicodeDecodeError as exc:
+                    self.frames = []
+                    logger.info("closed a WebSocket whose text message is not UTF-8 (%s)", exc)
+                    self.conn.send_close(*NOT_UTF8)
+                    self.handle_parser_exception()
+                    return
+            super().send_receive_event_to_app()

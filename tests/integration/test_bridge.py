@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import socket
 import threading
 import urllib.request
@@ -206,6 +207,26 @@ async def test_an_appended_audio_error_says_what_is_wrong(  # type: ignore[no-un
     assert ws.close_code == 4400
     (bad,) = [e for e in events if e["type"] == "error"]
     assert error in bad["error"]["message"], bad
+
+
+async def test_a_text_message_that_is_not_utf8_is_closed_with_a_reason_and_no_traceback(  # type: ignore[no-untyped-def]
+    make_server, make_bridge, caplog
+) -> None:
+    """uvicorn logged each such message as an ERROR with a UnicodeDecodeError traceback
+    (any client could fill the bridge's log with them) and closed with 1007, no reason."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port)
+    async with connect(ws_url(bridge)) as ws:
+        await ws.send(b'{"type": "start", "sample_rate": 16000, "language": "\xff"}', text=True)
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == 1007
+    assert ws.close_reason == "a text message must be UTF-8"
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    # and the bridge goes on: the next session is served
+    async with connect(ws_url(bridge)) as ws:
+        await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "ready"
 
 
 @pytest.mark.parametrize(
