@@ -232,18 +232,8 @@ async def test_mtls_requires_a_client_certificate_from_the_ca(make_server, pki, 
     server = await serve_fake(
         make_server, tls_cert=cert, tls_key=key, tls_client_ca=clients.ca_file
     )
-    alice_cert, alice_key = clients.client("alice")
-    caplog.handler.addFilter(StreamIdFilter())
-    with caplog.at_level(logging.INFO):
-        received = await stream_audio(
-            tls_client(server.port, pki, cert_file=alice_cert, key_file=alice_key),
-            speech_pcm(),
-            16_000,
-            speed=None,
-        )
-    assert final_text(received) == EXPECTED
     # the certificate's subject is the identity: in the log lines and a metrics label
-    call_records = [r for r in caplog.records if getattr(r, "stream_id", "-") != "-"]
+    call_records = await streamed_with(clients.client("alice"), server, pki, caplog)
     assert call_records and all(r.client == "alice" for r in call_records)  # type: ignore[attr-defined]
     assert sample(server, "asr_client_streams_total", client="alice") == 1
 
@@ -276,22 +266,31 @@ async def test_a_certificate_name_with_a_line_break_writes_no_log_line_of_its_ow
         make_server, tls_cert=cert, tls_key=key, tls_client_ca=clients.ca_file
     )
     forged = "m]\n2030-01-01 00:00:00,000 ERROR asr_server [- -] forged\r\x1b[2K"
-    client_cert, client_key = clients.issue("forger", "forger.clients.test", common_name=forged)
-    caplog.handler.addFilter(StreamIdFilter())
+    pair = clients.issue("forger", "forger.clients.test", common_name=forged)
     caplog.handler.setFormatter(logging.Formatter(FORMAT))
+    call_records = await streamed_with(pair, server, pki, caplog)
+    lines = caplog.text.splitlines()
+    assert lines and not [line for line in lines if "forged" in line and "[s" not in line]
+    escaped = "m]\\n2030-01-01 00:00:00,000 ERROR asr_server [- -] forged\\r\\x1b[2K"
+    assert call_records and all(r.client == escaped for r in call_records)  # type: ignore[attr-defined]
+
+
+async def streamed_with(
+    client_pair: tuple[Path, Path], server, pki: Pki, caplog
+) -> list[logging.LogRecord]:  # type: ignore[no-untyped-def]
+    """Stream speech with the client certificate and key ``client_pair``: the log records
+    of the call (its final checked)."""
+    cert, key = client_pair
+    caplog.handler.addFilter(StreamIdFilter())
     with caplog.at_level(logging.INFO):
         received = await stream_audio(
-            tls_client(server.port, pki, cert_file=client_cert, key_file=client_key),
+            tls_client(server.port, pki, cert_file=cert, key_file=key),
             speech_pcm(),
             16_000,
             speed=None,
         )
     assert final_text(received) == EXPECTED
-    lines = caplog.text.splitlines()
-    assert lines and not [line for line in lines if "forged" in line and "[s" not in line]
-    escaped = "m]\\n2030-01-01 00:00:00,000 ERROR asr_server [- -] forged\\r\\x1b[2K"
-    call_records = [r for r in caplog.records if getattr(r, "stream_id", "-") != "-"]
-    assert call_records and all(r.client == escaped for r in call_records)  # type: ignore[attr-defined]
+    return [r for r in caplog.records if getattr(r, "stream_id", "-") != "-"]
 
 
 @pytest.mark.parametrize("kind", ["P-384", "Ed25519", "P-521"])
