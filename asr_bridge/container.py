@@ -30,7 +30,6 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-import re
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
@@ -63,11 +62,6 @@ FLUSH_MS = 250
 PARSED_FORMATS = frozenset({"mp3", "flac"})
 #: markers held while FFmpeg opens the stream, at most
 MAX_HELD_MARKERS = 64
-#: the first and the last bytes handed to FFmpeg that are kept, to see what follows a WAV's
-#: audio (FFmpeg reads on past it, to the end of the input)
-HEAD_BYTES = TAIL_BYTES = 64 * 1024
-#: a RIFF chunk's id: what may follow a WAV's audio ("LIST", "id3 ", "cue " …)
-CHUNK_ID = re.compile(rb"[A-Za-z0-9 _-]{4}")
 #: packets after a marker whose decoding may fail: the pieces of a frame the marker cut
 RESYNC_PACKETS = 3
 
@@ -188,9 +182,6 @@ class ContainerDecoder:
         self._buffer = memoryview(b"")
         self._at_end = False  # the thread has read the end
         self._read_bytes = 0  # handed to FFmpeg
-        self._head = b""  # the first of it (up to HEAD_BYTES)
-        self._tail = b""  # the last of it (up to TAIL_BYTES), ending at _read_bytes
-        self._demuxed_to = -1  # where the last packet FFmpeg demuxed ends
         self._held: list[bytes] = []  # decoded, not yet out (the thread's)
         self._held_bytes = 0
         self._flush_bytes = 0
@@ -293,8 +284,6 @@ class ContainerDecoder:
                 self._release_recording()
                 for frame in self._frames(container, audio):
                     self._decoded(converter, frame)
-                if container.format.name == "wav":
-                    self._nothing_left_after_the_audio()
             for pcm in converter.flush():
                 self._hold(pcm)
             self._flush()
@@ -379,12 +368,9 @@ class ContainerDecoder:
         has; b"" at the end."""
         if not self._fill():
             return b""
-        chunk, self._buffer = bytes(self._buffer[:size]), self._buffer[size:]
+        chunk, self._buffer = self._buffer[:size], self._buffer[size:]
         self._read_bytes += len(chunk)
-        if len(self._head) < HEAD_BYTES:
-            self._head += chunk[: HEAD_BYTES - len(self._head)]
-        self._tail = (self._tail + chunk)[-TAIL_BYTES:]
-        return chunk
+        return bytes(chunk)
 
     def _fill(self) -> bool:
         """Wait until there are bytes to read (True) or the end (False). Markers met on the
@@ -409,29 +395,6 @@ class ContainerDecoder:
             self._buffer = memoryview(item)
         return True
 
-    def _nothing_left_after_the_audio(self) -> None:
-        """A WAV's header says how long its audio is, and FFmpeg reads no further: audio
-        after a length written too short (a writer's first buffer's) was lost without a
-        word, and the stream ended as if it had all been heard. After the audio there may
-        be another chunk (LIST, id3 …) or nothing; anything else is refused."""
-        end = self._demuxed_to
-        want = end % 2 + len(b"LIST")  # (a chunk of odd length has a pad byte after it)
-        tail_start = self._read_bytes - len(self._tail)
-        if 0 <= end and end + want <= len(self._head):  # (a length written too short)
-            after = self._head[end : end + want]
-        elif tail_start <= end <= self._read_bytes:  # (the end of the input)
-            after = self._tail[end - tail_start :]
-            while len(after) < want and self._fill():  # what comes next, or the end
-                after += self._read(want - len(after))
-        else:
-            return  # (FFmpeg cannot say where its packets are, or the bytes are not kept)
-        if len(after) >= want and not CHUNK_ID.fullmatch(after[want - 4 : want]):
-            raise ContainerError(
-                f"the WAV header says its audio ends at byte {end}, and audio goes on after "
-                "it: a header written before the length was known must give the data "
-                "chunk's size as 0xFFFFFFFF (or send raw audio with encoding and sample_rate)"
-            )
-
     def _frames(self, container: Any, stream: Any) -> Iterator[Any]:
         """The stream's decoded frames; data FFmpeg refuses is a ContainerError, which says
         whether the end cut the packet refused short."""
@@ -440,7 +403,6 @@ class ContainerDecoder:
         packet, decoding = None, False
         try:
             for packet in container.demux(stream):
-                self._demuxed_to = max(self._demuxed_to, _end_of(packet))
                 decoding = True
                 yield from packet.decode()
                 decoding = False
