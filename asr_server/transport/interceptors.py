@@ -390,14 +390,17 @@ def _certificate_subject(auth_context: dict[str, list[bytes]]) -> str | None:
         for value in auth_context.get(key, ()):
             name = value.decode("utf-8", "replace").strip()
             if name:
-                return _printable(name)[:128]
+                return _printable(name[:128])
     return None
 
 
 def _printable(text: str) -> str:
-    """``text`` with each unprintable character (line breaks, controls) as its escape."""
+    """``text`` with each unprintable character (line breaks, controls) and each backslash
+    as its escape: two names stay two identities (a line break and a backslash-n), cut
+    to length before (escapes are up to four times as long)."""
     return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+        c if c.isprintable() and c != "\\" else c.encode("unicode_escape").decode("ascii")
+        for c in text
     )
 
 

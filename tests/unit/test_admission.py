@@ -10,7 +10,7 @@ import pytest
 from asr_server.errors import Status
 from asr_server.metrics import Metrics
 from asr_server.transport.admission import Admission, AdmissionRefused
-from asr_server.transport.interceptors import Identity
+from asr_server.transport.interceptors import Identity, _certificate_subject
 from tests.helpers import settings
 
 
@@ -104,3 +104,20 @@ def test_calls_ended_but_unanswered_are_capped_per_client(monkeypatch) -> None: 
     cancelled.answered()
     ended()
     assert admission._unanswered["bob"] == 0
+
+
+def test_two_certificate_names_stay_two_identities() -> None:
+    """A certificate's name is the client's identity (its stream and pending limits), with
+    unprintable characters escaped for the log: a line break and a backslash-n became one
+    identity, and so did names alike for 128 characters once escaped (an escape is up to
+    four characters)."""
+
+    def identity(name: str) -> str | None:
+        return _certificate_subject({"x509_common_name": [name.encode()]})
+
+    assert identity("a\nb") == "a\\nb" and identity("a\\nb") == "a\\\\nb"
+    long_a, long_b = "x" * 8 + "\x1b" * 30 + "A", "x" * 8 + "\x1b" * 30 + "B"
+    assert identity(long_a) != identity(long_b)
+    assert identity("y" * 200) == "y" * 128  # (cut as before)
+    assert identity("José Müller 张伟") == "José Müller 张伟"  # readable as it is
+    assert identity("  ") is None
