@@ -481,6 +481,7 @@ async def serve(
     settings: Settings, on_ready: Callable[[RunningServer], None] | None = None
 ) -> None:
     """Run until SIGTERM/SIGINT, then drain."""
+    before = asyncio.all_tasks()  # (others' tasks, if serve() is not alone on the loop)
     running = await start_server(settings)
     # the first SIGTERM or Ctrl-C drains; a second cuts the drain short (the operator
     # wants out now). One handler counts them: with a second handler set once the first
@@ -523,6 +524,5 @@ async def serve(
     # gRPC's task for each call (it waits for the call's close) needs a turn of the loop
     # after the stop to end; asyncio.run cancelled those still pending as it closed the
     # loop, and gRPC printed a bare CancelledError traceback for one now and then
-    others = asyncio.all_tasks() - {asyncio.current_task()}
-    if others:
-        await asyncio.wait(others, timeout=LEFTOVER_TASKS_S)
+    if ours := asyncio.all_tasks() - before:
+        await asyncio.wait(ours, timeout=LEFTOVER_TASKS_S)
