@@ -44,13 +44,14 @@ from asr_client.api import (
     audio_config,
     stream_update,
 )
-from asr_client.connection import ConnectionOptions
+from asr_client.connection import ConnectionConfigError, ConnectionOptions
 from asr_client.resume import ResumeError, ResumeInfo, ResumePolicy
 from asr_client.retry import balancing_service_config
 from asr_client.turns import EagerTurn, Turn, TurnAssembler, TurnResumed
 
 __all__ = [
     "AsrClient",
+    "ConnectionConfigError",
     "ConnectionOptions",
     "EagerTurn",
     "FinalizeAck",

@@ -19,6 +19,8 @@ mkdir -p "$out/asr_api/v1"
 for init in "$out/asr_api/__init__.py" "$out/asr_api/v1/__init__.py"; do
   echo '"""Generated from protos/ by scripts/gen_protos.sh; do not edit."""' > "$init"
 done
+# the messages' types (asr_pb2.pyi) reach the users' type checkers (PEP 561)
+: > "$out/asr_api/py.typed"
 if [[ "${1:-}" == "--check" ]]; then
   if ! diff -r -x __pycache__ "$out/asr_api" asr_api; then
     echo "asr_api/ is stale: run scripts/gen_protos.sh and commit the result" >&2

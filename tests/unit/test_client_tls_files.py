@@ -23,6 +23,16 @@ def test_good_files_make_credentials(pki: Pki) -> None:
     assert options.credentials() is not None
 
 
+def test_the_error_is_the_packages_own(tmp_path: Path) -> None:
+    """What AsrClient raises for its connection settings can be caught by its public name
+    (it was importable only from asr_client.connection)."""
+    import asr_client
+
+    (tmp_path / "empty.pem").write_text("")
+    with pytest.raises(asr_client.ConnectionConfigError, match="holds no PEM"):
+        asr_client.AsrClient(ConnectionOptions("localhost:1", ca_file=tmp_path / "empty.pem"))
+
+
 def test_a_ca_bundle_that_is_no_pem_is_told(pki: Pki, tmp_path: Path) -> None:
     bundle = tmp_path / "ca.pem"
     bundle.write_text("not a certificate\n")

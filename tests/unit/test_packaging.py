@@ -4,13 +4,23 @@
 generated modules refuse, at import, a protobuf runtime older than the protoc that wrote
 them and a grpcio older than the plugin. pip resolves from ``pyproject.toml``; a floor
 there below those would let an environment that pins an older protobuf (pipecat-ai 1.14
-pins ``protobuf<7``) install the client and then fail on ``import asr_client``."""
+pins ``protobuf<7``) install the client and then fail on ``import asr_client``.
+
+And what the built wheel carries beyond the modules: the bridge's page, and the type
+information a user's type checker needs (PEP 561: without py.typed, mypy skipped
+asr_client's inline types and asr_api's stubs: "module is installed, but missing library
+stubs or py.typed marker")."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,3 +54,16 @@ def test_the_declared_grpcio_floor_runs_the_generated_stubs() -> None:
     match = re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", generated)
     assert match
     assert declared_floor("grpcio") >= version(match.group(1))
+
+
+@pytest.mark.timeout(120)
+def test_the_wheel_carries_the_type_markers_stubs_and_the_bridge_page(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, timeout=100,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"asr_client/py.typed", "asr_api/py.typed", "asr_api/v1/asr_pb2.pyi"} <= names
+    assert any(name.startswith("asr_bridge/static/") for name in names)
