@@ -37,6 +37,7 @@ class PendingFinalizes:
     def __init__(self, channels: int) -> None:
         self._waiting: list[deque[_Waiting]] = [deque() for _ in range(max(channels, 1))]
         self._unanswerable: list[FinalizeAck] = []  # of a channel the stream does not have
+        self._failed: BaseException | None = None  # the stream's end, once it has come
 
     def sent(self, channel: int | None, came_at: float = 0.0) -> FinalizeAck:
         """A FINALIZE of ``channel`` (None: every channel) is being sent, ``came_at``
@@ -45,6 +46,9 @@ class PendingFinalizes:
         # Most callers never await the acknowledgement; one whose stream failed must not
         # be reported as "exception never retrieved" when it is collected.
         ack.add_done_callback(_retrieve)
+        if self._failed is not None:  # nothing reads the stream's events any more
+            ack.set_exception(self._failed)
+            return ack
         if channel is None:
             targets = range(len(self._waiting))
         elif 0 <= channel < len(self._waiting):
@@ -86,7 +90,10 @@ class PendingFinalizes:
             waiting.ack.set_result(sorted(waiting.events, key=lambda e: e.channel))
 
     def fail(self, error: BaseException) -> None:
-        """The stream ended; whatever still waits will not be acknowledged."""
+        """The stream ended, or stopped being read: whatever still waits, or is sent after,
+        will not be acknowledged (a FINALIZE sent after the reading loop stopped got a
+        future that never resolved)."""
+        self._failed = self._failed or error
         acks = [w.ack for queue in self._waiting for w in queue] + self._unanswerable
         for queue in self._waiting:
             queue.clear()

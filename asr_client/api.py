@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal
@@ -14,7 +15,7 @@ from asr_client.acks import FinalizeAck, PendingFinalizes
 from asr_client.connection import ConnectionOptions
 
 if TYPE_CHECKING:
-    from asr_client.resume import ResumeInfo, ResumePolicy
+    from asr_client.resume import ResumableStream, ResumeInfo, ResumePolicy
 from asr_client.retry import PUSHBACK, retry_delay
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
@@ -185,8 +186,21 @@ def delivered_status(call: grpc.aio.Call) -> tuple[grpc.StatusCode, str] | None:
     return None if code is None else (code, status.details() or "")
 
 
+def check_audio(data: object) -> None:
+    """Audio is ``bytes``: a numpy array, a str or a bytearray is a TypeError that says
+    what to send instead (protobuf's own was "expected bytes, bytearray found", and a
+    numpy array's "truth value … is ambiguous")."""
+    if not isinstance(data, bytes):
+        raise TypeError(
+            f"send_audio takes bytes in the stream's encoding, not {type(data).__name__} "
+            "(a numpy array: array.astype('<i2').tobytes() for LINEAR16; a bytearray: "
+            "bytes(it))"
+        )
+
+
 class RecognitionStream:
-    """One StreamingRecognize call. Send from one task, iterate events in another."""
+    """One StreamingRecognize call. Send from any task (writes take turns), iterate events
+    in another."""
 
     def __init__(self, call: grpc.aio.StreamStreamCall, config: asr_pb2.StreamingConfig) -> None:
         self._call = call
@@ -195,6 +209,9 @@ class RecognitionStream:
         self._cancelled = False
         self._first_status: tuple[grpc.StatusCode, str] | None = None
         self._finalizes = PendingFinalizes(config.format.channels or 1)
+        # grpc takes one write at a time: audio from one task and a keep_alive or finalize
+        # from another broke the call ("Internal error from Core"), its reader left hanging
+        self._write_lock = asyncio.Lock()
         call.add_done_callback(self._remember_status)
 
     def _remember_status(self, call: grpc.aio.Call) -> None:
@@ -207,6 +224,7 @@ class RecognitionStream:
 
     async def send_audio(self, data: bytes) -> None:
         """Send audio bytes in the configured encoding; waits while the server pushes back."""
+        check_audio(data)
         await self._write(asr_pb2.StreamingRecognizeRequest(audio=data))
 
     async def finalize(self, channel: int | None = None) -> FinalizeAck:
@@ -245,7 +263,8 @@ class RecognitionStream:
         if not self._ended:
             self._ended = True
             try:
-                await self._call.done_writing()
+                async with self._write_lock:
+                    await self._call.done_writing()
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
                 raise await self._closed_error() from None
             except asyncio.CancelledError:
@@ -280,7 +299,8 @@ class RecognitionStream:
         if self._ended:
             raise StreamClosedError(grpc.StatusCode.FAILED_PRECONDITION, ENDED)
         try:
-            await self._call.write(request)
+            async with self._write_lock:
+                await self._call.write(request)
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
             # The call has ended. A failed write only says "Internal error from Core";
             # the call's final status carries the server's real code and message.
@@ -389,6 +409,10 @@ class AsrClient:
         )
         self._metadata = self.connection.call_metadata()
         self._closed = False
+        #: the streams made and not yet collected: close() cancels them first, or their
+        #: readers got a bare CancelledError from the closed channel (a task nobody
+        #: cancelled, which ended asyncio.run as if it had been) and resumed ones wrote on
+        self._streams: weakref.WeakSet[RecognitionStream | ResumableStream] = weakref.WeakSet()
         # grpc's reconnect backoff grows to 120 s: a stream resuming after a longer outage
         # would find its channel still waiting after the server came back, and give up
         reconnect_ms = round(1000 * (resume or ResumePolicy()).max_backoff_s)
@@ -436,13 +460,17 @@ class AsrClient:
         ``on_resume`` is told each time. ``timeout_s`` bounds each call.
         """
         policy = self.resume if resume == "default" else resume
+        stream: RecognitionStream | ResumableStream
         if policy is None:
-            return self._raw_stream(config, timeout_s)
-        from asr_client.resume import ResumableStream
+            stream = self._raw_stream(config, timeout_s)
+        else:
+            from asr_client.resume import ResumableStream
 
-        return ResumableStream(  # type: ignore[return-value]
-            self, config, policy, timeout_s=timeout_s, on_resume=on_resume, retry=self.retry
-        )
+            stream = ResumableStream(
+                self, config, policy, timeout_s=timeout_s, on_resume=on_resume, retry=self.retry
+            )
+        self._streams.add(stream)
+        return stream  # type: ignore[return-value]
 
     def _raw_stream(
         self, config: asr_pb2.StreamingConfig, timeout_s: float | None
@@ -480,7 +508,10 @@ class AsrClient:
             await asyncio.sleep(delay)
 
     async def close(self) -> None:
+        """Close the channel; streams still open end with StreamClosedError (CANCELLED)."""
         self._closed = True
+        for stream in list(self._streams):
+            stream.cancel()
         await self._channel.close()
 
     def _check_open(self) -> None:

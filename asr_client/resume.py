@@ -44,6 +44,7 @@ from asr_client.api import (
     ENDED,
     NOT_READ,
     StreamClosedError,
+    check_audio,
     speech_event_utterance,
     updated_config,
 )
@@ -349,6 +350,7 @@ class ResumableStream:
 
     async def send_audio(self, data: bytes) -> None:
         """Send audio; waits while the server pushes back, and through a resume."""
+        check_audio(data)  # (before it is kept: a replay of it would fail, and stop)
         await self._hold_back()
         async with self._write_lock:
             self._check_writable()
@@ -431,12 +433,17 @@ class ResumableStream:
                 async for response in responses:
                     yield response
             ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
-            if self._ended:  # (the caller's end(): nothing more is written after it)
-                # writes after the end raise it, as on a stream without resume (they
-                # were dropped, and a finalize's acknowledgement never came)
-                self._failed = self._failed or ended
         finally:  # nothing more will be acknowledged, and no resume comes
-            self._finalizes.fail(self._failed or ended)
+            # writes after this raise, as on a stream without resume: with nobody reading,
+            # a broken call is never resumed, and audio sent after it was kept and
+            # dropped without a word (the reading task cancelled, say), a finalize's
+            # acknowledgement never came
+            self._failed = self._failed or ended
+            if ended.code != grpc.StatusCode.OK:  # (the caller stopped reading)
+                if self._replay_task is not None:
+                    self._replay_task.cancel()
+                self._call.cancel()
+            self._finalizes.fail(self._failed)
             self._carried.set()
 
     async def _responses(self) -> AsyncGenerator[asr_pb2.StreamingRecognizeResponse, None]:

@@ -18,15 +18,17 @@ from asr_client import (
     audio_config,
     stream_update,
 )
-from asr_client.api import ENDED
+from asr_client.api import ENDED, NOT_READ
 from asr_client.connection import ConnectionConfigError
 from asr_server.engine.fake import FakeEngine
+from tests.faultproxy import FaultProxy
 from tests.helpers import serve_fake, speech_pcm
 from tests.integration.test_security import token_file
 
 pytestmark = pytest.mark.timeout(60)
 
 RESUMES: list[Any] = ["default", None]
+CANCELLED_CODE = grpc.StatusCode.CANCELLED
 
 
 @pytest.mark.parametrize("resume", RESUMES)
@@ -141,3 +143,114 @@ async def test_a_stream_with_no_sample_rate_gets_the_servers_answer(make_server)
                 _ = [r async for r in stream]
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "sample_rate_hz 0" in err.value.details
+
+
+# -- misuse a developer meets (the library reviewer's) ------------------------------------
+
+
+async def read_all(stream: Any) -> list[str]:
+    return [r.result.text async for r in stream if r.result.is_final]
+
+
+@pytest.mark.parametrize("resume", RESUMES)
+@pytest.mark.parametrize("stopped", ["cancelled", "left"])
+async def test_a_stream_whose_reading_stopped_says_so_to_its_writers(  # type: ignore[no-untyped-def]
+    make_server, resume: Any, stopped: str
+) -> None:
+    """The reading task cancelled, or its loop left: on the default, resuming stream every
+    later write returned as if sent, 20 s of audio kept and dropped without a word (a
+    broken call is resumed by its reader, and there was none); a finalize sent after the
+    loop was left got an acknowledgement that never came."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(), resume=resume) as stream:
+
+            async def read_one() -> None:
+                async for _ in stream:
+                    if stopped == "left":
+                        return
+
+            reading = asyncio.create_task(read_one())
+            await stream.send_audio(speech_pcm(0.5).tobytes())
+            if stopped == "cancelled":
+                await asyncio.sleep(0.2)
+                reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            if resume is None and stopped == "left":  # the call is open: the write goes
+                ack = await asyncio.wait_for(stream.finalize(), 5)
+                with pytest.raises(StreamClosedError) as failed:  # at once, not never
+                    await asyncio.wait_for(ack, 5)
+                assert (failed.value.code, failed.value.details) == (CANCELLED_CODE, NOT_READ)
+                return
+            for write in (stream.finalize, lambda: stream.send_audio(bytes(3200))):
+                with pytest.raises(StreamClosedError) as err:
+                    await asyncio.wait_for(write(), 5)  # type: ignore[no-untyped-call]
+                assert err.value.code == CANCELLED_CODE
+
+
+@pytest.mark.parametrize("resume", RESUMES)
+async def test_closing_the_client_ends_its_streams_readably(make_server, resume: Any) -> None:  # type: ignore[no-untyped-def]
+    """The reader of a stream whose client was closed got a bare CancelledError (in a task
+    nobody cancelled: asyncio.run then ended as if interrupted), and a resuming stream's
+    writes went on returning."""
+    server = await serve_fake(make_server)
+    client = AsrClient(f"127.0.0.1:{server.port}")
+    stream = await client.stream(audio_config(), resume=resume).open()
+    reading = asyncio.create_task(read_all(stream))
+    await stream.send_audio(speech_pcm(0.5).tobytes())
+    await asyncio.sleep(0.2)
+    await client.close()
+    with pytest.raises(StreamClosedError) as err:
+        await asyncio.wait_for(reading, 5)
+    assert err.value.code == grpc.StatusCode.CANCELLED
+    with pytest.raises(StreamClosedError):
+        await stream.send_audio(speech_pcm(0.1).tobytes())
+
+
+async def test_audio_and_keepalives_from_two_tasks_take_turns(make_server) -> None:  # type: ignore[no-untyped-def]
+    """grpc takes one write at a time: audio from one task and keepalives from another
+    broke the call ("Internal error from Core"), and its reader waited for ever."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(), resume=None) as stream:
+            reading = asyncio.create_task(read_all(stream))
+            audio = speech_pcm(2.0).tobytes()
+
+            async def send_audio() -> None:
+                for start in range(0, len(audio), 640):  # 20 ms messages, unpaced
+                    await stream.send_audio(audio[start : start + 640])
+
+            async def keep_alive() -> None:
+                for _ in range(200):
+                    await stream.keep_alive()
+
+            await asyncio.gather(send_audio(), keep_alive())
+            await stream.end()
+            assert await asyncio.wait_for(reading, 10) == ["w0 w1 w2 w3 w4 w5 w6 w7"]
+
+
+@pytest.mark.parametrize("resume", RESUMES)
+async def test_audio_that_is_not_bytes_is_a_type_error_that_says_what_to_send(  # type: ignore[no-untyped-def]
+    make_server, resume: Any
+) -> None:
+    """A bytearray was refused by protobuf ("expected bytes, bytearray found") after a
+    resuming stream had kept it for a replay, which then failed and stopped: audio lost
+    after the next break. A numpy array said "truth value … is ambiguous"."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    pcm = speech_pcm(1.0)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            async with client.stream(audio_config(), resume=resume) as stream:
+                reading = asyncio.create_task(read_all(stream))
+                for wrong in (bytearray(pcm.tobytes()), pcm, "audio"):
+                    with pytest.raises(TypeError, match="send_audio takes bytes in the stream"):
+                        await stream.send_audio(wrong)  # type: ignore[arg-type]
+                await stream.send_audio(pcm.tobytes())
+                if resume is not None:
+                    proxy.cut()  # the replay holds the audio, and only it
+                await stream.send_audio(pcm.tobytes())
+                await stream.end()
+                assert await asyncio.wait_for(reading, 10) == ["w0 w1 w2 w3"] * 2
+    finally:
+        await proxy.close()
