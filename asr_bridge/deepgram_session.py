@@ -56,7 +56,7 @@ from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import CLOSE_TRY_AGAIN_LATER, close_reason
 from asr_bridge.session import ClientWrites, ServerFellBehind, UpstreamPace
 from asr_bridge.wire import ClientGone, close_quietly, send_events
-from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client import AsrClient, AudioStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
 if TYPE_CHECKING:
@@ -186,7 +186,7 @@ class DeepgramRelay:
         self.metrics = metrics
         self.framer = AudioFramer(audio) if not audio.containerized else None
         self.audio_bytes = 0  # received from the client
-        self.stream: RecognitionStream | None = None  # once opened
+        self.stream: AudioStream | None = None  # once opened
         self.sha256 = hashlib.sha256()
         self.closing = False  # CloseStream received: the results then Metadata follow
         # the upstream's writes: bounded by the server's pace, and ended by the client leaving
@@ -240,7 +240,7 @@ class DeepgramRelay:
 
     # -- the relay ------------------------------------------------------------------------
 
-    async def _open_stream(self) -> RecognitionStream:
+    async def _open_stream(self) -> AudioStream:
         """Open the gRPC stream with ``_config()`` and tell the client it is open (unless
         a container session told it already)."""
         self.stream = self.client.stream(self._config(), on_resume=self._resumed)
@@ -346,7 +346,7 @@ class DeepgramRelay:
         self.metrics.resumes.inc()
         logger.info("session %s: %s", self.session_id, resume_notice(info))
 
-    async def _downstream(self, stream: RecognitionStream) -> None:
+    async def _downstream(self, stream: AudioStream) -> None:
         async for response in stream:
             self._heard_from_server = True
             if response.HasField("progress"):
@@ -527,7 +527,7 @@ class ContainerRelay(DeepgramRelay):
         except ContainerError as exc:
             raise BadData(str(exc)) from None
 
-    async def _pump(self, decoder: ContainerDecoder, stream: RecognitionStream) -> None:
+    async def _pump(self, decoder: ContainerDecoder, stream: AudioStream) -> None:
         """The decoded audio and the client's commands among it, to the gRPC stream."""
         while (item := await self._decoded_to_end(decoder)) is not None:
             if isinstance(item, bytes):
@@ -556,7 +556,7 @@ class ContainerRelay(DeepgramRelay):
         """An Error for a command the decoded audio cannot take, or None."""
         return None
 
-    async def _command_out(self, stream: RecognitionStream, marker: Marker) -> None:
+    async def _command_out(self, stream: AudioStream, marker: Marker) -> None:
         """A command that came out of the decoder: refused, or applied."""
         if (refusal := self._refusal(marker)) is not None:
             await self._send([refusal])
@@ -564,7 +564,7 @@ class ContainerRelay(DeepgramRelay):
             await self._decoded_pace.write(self._apply(stream, marker))
 
     @staticmethod
-    async def _apply(stream: RecognitionStream, marker: Marker) -> None:
+    async def _apply(stream: AudioStream, marker: Marker) -> None:
         """A command that came out of the decoder, after the audio sent before it."""
         if isinstance(marker.value, Finalize):
             await stream.finalize(marker.value.channel)

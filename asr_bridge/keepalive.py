@@ -15,7 +15,7 @@ import contextlib
 import time
 from collections.abc import Awaitable
 
-from asr_client import RecognitionStream, StreamClosedError
+from asr_client import AudioStream, StreamClosedError
 
 #: a third of the server's default idle timeout, which leaves room for a slow write
 KEEPALIVE_AFTER_S = 20.0
@@ -25,7 +25,7 @@ class StreamKeeper:
     """Serializes a session's writes on ``stream`` and keeps it open between them;
     ``run`` until the session ends (cancel it then)."""
 
-    def __init__(self, stream: RecognitionStream, after_s: float | None = None) -> None:
+    def __init__(self, stream: AudioStream, after_s: float | None = None) -> None:
         self.stream = stream
         # (the module's constant read now, so that a test can shorten it)
         self.after_s = KEEPALIVE_AFTER_S if after_s is None else after_s

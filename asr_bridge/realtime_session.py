@@ -44,7 +44,7 @@ from asr_bridge.realtime import (
 )
 from asr_bridge.session import ClientWrites, ServerFellBehind
 from asr_bridge.wire import ClientGone, close_quietly, send_events
-from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client import AsrClient, AudioStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ class RealtimeSession:
     session_id: str
     metrics: BridgeMetrics
     settings: TranscriptionSession = field(default_factory=TranscriptionSession)
-    _stream: RecognitionStream | None = field(default=None, init=False)
+    _stream: AudioStream | None = field(default=None, init=False)
     _downstream: asyncio.Task[None] | None = field(default=None, init=False)
     _send_lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     _uncommitted: bool = field(default=False, init=False)  # audio since the last commit
@@ -255,7 +255,7 @@ class RealtimeSession:
         assert self._keeper is not None
         await self._writes.write(self._keeper.write(write), audio_s)
 
-    async def _relay(self, stream: RecognitionStream) -> None:
+    async def _relay(self, stream: AudioStream) -> None:
         """Responses → server events; the stream's end or failure ends the session."""
         try:
             async for response in stream:

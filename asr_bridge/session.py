@@ -56,7 +56,7 @@ from asr_bridge.protocol import (
     streaming_config,
 )
 from asr_bridge.wire import ClientGone, PeerWatch, close_quietly, send_events
-from asr_client import AsrClient, RecognitionStream, StreamClosedError
+from asr_client import AsrClient, AudioStream, StreamClosedError
 from asr_client.resume import ResumeInfo, resume_notice
 
 logger = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class BridgeSession:
         finally:
             stream.cancel()  # a no-op once the call has ended; frees the server's stream if not
 
-    async def _relay(self, stream: RecognitionStream, events: EventWriter, start: Start) -> None:
+    async def _relay(self, stream: AudioStream, events: EventWriter, start: Start) -> None:
         try:
             await stream.open()
             await self._send(events.ready(self.session_id, start.sample_rate))
@@ -267,7 +267,7 @@ class BridgeSession:
         self.metrics.resumes.inc()
         logger.info("session %s: %s", self.session_id, resume_notice(info))
 
-    async def _downstream(self, stream: RecognitionStream, events: EventWriter) -> None:
+    async def _downstream(self, stream: AudioStream, events: EventWriter) -> None:
         responses = aiter(stream)
         while (response := await self._next_or_resumes(responses, events)) is not None:
             await self._send_resumes(events)

@@ -39,6 +39,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 from asr_client.acks import FinalizeAck
 from asr_client.api import (
     AsrClient,
+    AudioStream,
     RecognitionStream,
     StreamClosedError,
     audio_config,
@@ -51,6 +52,7 @@ from asr_client.turns import EagerTurn, Turn, TurnAssembler, TurnResumed
 
 __all__ = [
     "AsrClient",
+    "AudioStream",
     "ConnectionConfigError",
     "ConnectionOptions",
     "EagerTurn",

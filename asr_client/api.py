@@ -6,7 +6,7 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import grpc
 
@@ -365,6 +365,29 @@ class RecognitionStream:
             self.cancel()
 
 
+class AudioStream(Protocol):
+    """What ``AsrClient.stream`` returns, with or without resume: a ``RecognitionStream``
+    (``resume=None``) or a ``ResumableStream`` (resume.py), which is not one (it carries
+    the stream over its calls). It was annotated as a RecognitionStream: a type checker
+    then passed ``admitted()``, which a resuming stream lacks, and refused ``resumes``."""
+
+    async def open(self) -> AudioStream: ...
+    async def send_audio(self, data: bytes) -> None: ...
+    async def finalize(self, channel: int | None = None) -> FinalizeAck: ...
+    async def update(self, update: asr_pb2.StreamingUpdate) -> None: ...
+    async def keep_alive(self) -> None: ...
+    async def end(self) -> None: ...
+    def cancel(self) -> None: ...
+    def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]: ...
+    async def __aenter__(self) -> AudioStream: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
 def _is_finalized(response: object) -> bool:
     """A FINALIZED speech event (a call made without deserializers yields raw bytes)."""
     return (
@@ -452,7 +475,7 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: ResumePolicy | None | Literal["default"] = "default",
         on_resume: Callable[[ResumeInfo], None] | None = None,
-    ) -> RecognitionStream:
+    ) -> AudioStream:
         """A new stream; use ``async with`` (or ``await stream.open()``) to send the config.
 
         The stream resumes on a new call when its connection breaks or its server goes
@@ -470,7 +493,7 @@ class AsrClient:
                 self, config, policy, timeout_s=timeout_s, on_resume=on_resume, retry=self.retry
             )
         self._streams.add(stream)
-        return stream  # type: ignore[return-value]
+        return stream
 
     def _raw_stream(
         self, config: asr_pb2.StreamingConfig, timeout_s: float | None

@@ -25,7 +25,7 @@ from typing import IO
 from asr_api.v1 import asr_pb2
 from asr_client.api import (
     AsrClient,
-    RecognitionStream,
+    AudioStream,
     StreamClosedError,
     audio_config,
     recognize_request_size,
@@ -282,7 +282,7 @@ async def connect(client: AsrClient, args: argparse.Namespace) -> None:
 
 
 async def send_paced(
-    stream: RecognitionStream,
+    stream: AudioStream,
     audio: PcmAudio,
     *,
     chunk_ms: int,
@@ -313,7 +313,7 @@ async def send_paced(
 
 
 async def receive(
-    stream: RecognitionStream,
+    stream: AudioStream,
     *,
     t0: float,
     renderer: Renderer,

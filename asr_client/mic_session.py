@@ -22,7 +22,7 @@ import numpy as np
 from rich.text import Text
 
 from asr_api.v1 import asr_pb2
-from asr_client.api import AsrClient, RecognitionStream, StreamClosedError
+from asr_client.api import AsrClient, AudioStream, StreamClosedError
 from asr_client.cli import (
     ClientError,
     StreamStats,
@@ -126,7 +126,7 @@ def _input_devices(sd: Any) -> list[Any]:
 
 
 async def send_mic(
-    stream: RecognitionStream,
+    stream: AudioStream,
     capture: MicCapture,
     *,
     stats: StreamStats,
