@@ -89,11 +89,12 @@ class PendingFinalizes:
         if len(waiting.events) == waiting.channels and not waiting.ack.done():
             waiting.ack.set_result(sorted(waiting.events, key=lambda e: e.channel))
 
-    def fail(self, error: BaseException) -> None:
-        """The stream ended, or stopped being read: whatever still waits, or is sent after,
-        will not be acknowledged (a FINALIZE sent after the reading loop stopped got a
-        future that never resolved)."""
-        self._failed = self._failed or error
+    def fail(self, error: BaseException, *, for_good: bool = True) -> None:
+        """The stream ended (``for_good``: whatever is sent after fails at once too; one
+        sent after its end got a future that never resolved), or stopped being read for
+        now: whatever waits fails, what a later loop will read is answered then."""
+        if for_good:
+            self._failed = self._failed or error
         acks = [w.ack for queue in self._waiting for w in queue] + self._unanswerable
         for queue in self._waiting:
             queue.clear()

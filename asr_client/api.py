@@ -6,7 +6,7 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 import grpc
 
@@ -346,8 +346,8 @@ class RecognitionStream:
                 if _is_finalized(response):
                     self._finalizes.acknowledged(response.speech_event)
                 yield response
-        finally:  # nothing more will be acknowledged
-            self._finalizes.fail(ended)
+        finally:  # what waits is not acknowledged; after the stream's end, nothing will be
+            self._finalizes.fail(ended, for_good=ended.details != NOT_READ)
 
     async def __aenter__(self) -> RecognitionStream:
         return await self.open()
@@ -467,6 +467,26 @@ class AsrClient:
         # (a Ctrl-C) that arrives as the channel becomes ready
         async with asyncio.timeout(timeout_s):
             await self._channel.channel_ready()
+
+    @overload
+    def stream(
+        self,
+        config: asr_pb2.StreamingConfig,
+        *,
+        timeout_s: float | None = None,
+        resume: None,
+        on_resume: Callable[[ResumeInfo], None] | None = None,
+    ) -> RecognitionStream: ...
+
+    @overload
+    def stream(
+        self,
+        config: asr_pb2.StreamingConfig,
+        *,
+        timeout_s: float | None = None,
+        resume: ResumePolicy | Literal["default"] = "default",
+        on_resume: Callable[[ResumeInfo], None] | None = None,
+    ) -> AudioStream: ...
 
     def stream(
         self,

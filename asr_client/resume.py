@@ -328,6 +328,9 @@ class ResumableStream:
         self._cut_to_move: RecognitionStream | None = None
         self._ended = False
         self._failed: StreamClosedError | None = None  # the error that ended the stream
+        #: reading began and has stopped (its task cancelled, its loop left), and nobody
+        #: reads now: a call that breaks then has nobody to resume it
+        self._unread = False
         self._write_lock = asyncio.Lock()
         self._replay_task: asyncio.Task[None] | None = None
         self._call: RecognitionStream = client._raw_stream(config, timeout_s)
@@ -428,23 +431,22 @@ class ResumableStream:
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
+        self._unread = False  # (a later loop reads on where the last one stopped)
         try:
             async with contextlib.aclosing(self._responses()) as responses:
                 async for response in responses:
                     yield response
             ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
-        finally:  # nothing more will be acknowledged, and no resume comes
-            # writes after this raise, as on a stream without resume: with nobody reading,
-            # a broken call is never resumed, and audio sent after it was kept and
-            # dropped without a word (the reading task cancelled, say), a finalize's
-            # acknowledgement never came
+            # writes after it raise it, as on a stream without resume (they were dropped,
+            # and a finalize's acknowledgement never came)
             self._failed = self._failed or ended
-            if ended.code != grpc.StatusCode.OK:  # (the caller stopped reading)
-                if self._replay_task is not None:
-                    self._replay_task.cancel()
-                self._call.cancel()
-            self._finalizes.fail(self._failed)
-            self._carried.set()
+        finally:
+            if self._failed is None:  # reading stopped (for now), the stream goes on
+                self._unread = True
+                self._finalizes.fail(ended, for_good=False)
+            else:  # nothing more will be acknowledged, and no resume comes
+                self._finalizes.fail(self._failed)
+                self._carried.set()
 
     async def _responses(self) -> AsyncGenerator[asr_pb2.StreamingRecognizeResponse, None]:
         while True:
@@ -694,9 +696,14 @@ class ResumableStream:
             raise self._failed
         try:
             await write(self._call)  # type: ignore[misc]
-        except StreamClosedError:
+        except StreamClosedError as error:
             if self._failed is not None:
                 raise self._failed from None
+            if self._unread:  # nobody reads, so nobody resumes: the stream ends here (a
+                # reading task cancelled, which cancels its call: audio was kept and
+                # dropped without a word)
+                self._failed = error
+                raise
 
     async def _resume(self, error: StreamClosedError | None) -> None:
         """Carry the stream on a new call: after ``error`` broke or refused the current one,
