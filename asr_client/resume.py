@@ -391,6 +391,8 @@ class ResumableStream:
 
     async def end(self) -> None:
         async with self._write_lock:
+            if self._ended:  # (a second end(), as in a cleanup path: nothing to do, as on
+                return  # a stream without resume; it raised once the server had ended)
             self._ended = True
             await self._write(lambda call: call.end())
 

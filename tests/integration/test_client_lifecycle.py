@@ -55,6 +55,7 @@ async def test_writes_after_the_streams_end_raise(make_server, resume: Any) -> N
                 assert (err.value.code, err.value.details) == ended
             finals = [r.result.text async for r in stream if r.result.is_final]
             assert finals == ["w0 w1"]  # the audio before the end, and nothing after it
+            await stream.end()  # again (a cleanup path): nothing to do, on either kind
             with pytest.raises(StreamClosedError) as err:
                 await asyncio.wait_for(stream.finalize(), 5)
             assert (err.value.code, err.value.details) == ended
