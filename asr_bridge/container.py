@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 # the server's limits: audio faster than its highest rate is resampled to it
 from asr_server.audio.decode import (
-    LOWEST_SOURCE_RATE_HZ,
     MAX_CHANNELS,
     MAX_RATE_HZ,
     MIN_RATE_HZ,
+    unusable_source_rate,
 )
 
 if TYPE_CHECKING:
@@ -155,11 +155,8 @@ def _source_rate(frame: av.AudioFrame) -> int:
     """The frame's rate, if one a recording can have: a WAV header saying 1 Hz had each
     second of audio resampled to 8,000 (the server worked through 14,400 s of audio for 32
     KB sent, and the client read that its stream ran too long)."""
-    if frame.sample_rate < LOWEST_SOURCE_RATE_HZ:
-        raise ContainerError(
-            f"the audio says its sample rate is {frame.sample_rate} Hz; rates below "
-            f"{LOWEST_SOURCE_RATE_HZ} Hz are refused (a damaged or wrong header?)"
-        )
+    if unusable := unusable_source_rate(frame.sample_rate):
+        raise ContainerError(f"the audio says {unusable}")
     return int(frame.sample_rate)
 
 

@@ -28,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - an older uvicorn
     WebSocketsSansIOProtocol = None  # type: ignore[assignment,misc]
 
-#: the methods the subclass below extends
+#: the methods the subclass below extends or calls
 _EXTENDS = (
     "data_received",
     "send_keepalive_ping",

@@ -55,10 +55,10 @@ from asr_client.render import (
 from asr_client.resume import ResumeInfo, ResumePolicy, resume_notice, resume_record
 from asr_client.signals import calling_on
 from asr_server.audio.decode import (
-    LOWEST_SOURCE_RATE_HZ,
     MAX_CHANNELS,
     MAX_RATE_HZ,
     MIN_RATE_HZ,
+    unusable_source_rate,
 )
 
 DEFAULT_SERVER = "localhost:50051"
@@ -435,11 +435,8 @@ def _audio_for_the_server(args: argparse.Namespace, stderr: IO[str]) -> PcmAudio
             f"{args.path} has {audio.channels} channels, more than the server takes "
             f"({MAX_CHANNELS}): --channels mix sends them mixed to one"
         )
-    if audio.sample_rate_hz < LOWEST_SOURCE_RATE_HZ:  # (resampled up: 16,000 samples each)
-        raise AudioFileError(
-            f"{args.path}: its sample rate is {audio.sample_rate_hz} Hz; rates below "
-            f"{LOWEST_SOURCE_RATE_HZ} Hz are refused (a damaged or wrong header?)"
-        )
+    if unusable := unusable_source_rate(audio.sample_rate_hz):  # (resampled up: 16,000 each)
+        raise AudioFileError(f"{args.path}: {unusable}")
     rate = rate_for_server(audio.sample_rate_hz)
     if rate != audio.sample_rate_hz:
         if not getattr(args, "quiet", False):

@@ -27,6 +27,17 @@ LOWEST_SOURCE_RATE_HZ = 4_000
 MAX_CHANNELS = 8
 
 
+def unusable_source_rate(rate_hz: int) -> str | None:
+    """Why audio said to be at ``rate_hz`` is refused (below LOWEST_SOURCE_RATE_HZ), or
+    None; the client's file command and the bridge's decoder say it alike."""
+    if rate_hz >= LOWEST_SOURCE_RATE_HZ:
+        return None
+    return (
+        f"its sample rate is {rate_hz} Hz; rates below {LOWEST_SOURCE_RATE_HZ} Hz are "
+        "refused (a damaged or wrong header?)"
+    )
+
+
 class AudioFormatError(ValueError):
     """The declared format is unsupported, or a message does not fit it."""
 
