@@ -14,6 +14,7 @@ stubs or py.typed marker")."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -58,9 +59,16 @@ def test_the_declared_grpcio_floor_runs_the_generated_stubs() -> None:
 
 @pytest.mark.timeout(120)
 def test_the_wheel_carries_the_type_markers_stubs_and_the_bridge_page(tmp_path: Path) -> None:
+    # built from a copy: setuptools writes its build/ folder beside the sources
+    source = tmp_path / "source"
+    skip = shutil.ignore_patterns("__pycache__")
+    for package in ("asr_server", "asr_client", "asr_api", "asr_bridge"):
+        shutil.copytree(ROOT / package, source / package, ignore=skip)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(tmp_path), str(ROOT)],
+         "-w", str(tmp_path), str(source)],
         check=True, capture_output=True, timeout=100,
     )  # fmt: skip
     (wheel,) = tmp_path.glob("*.whl")
