@@ -328,6 +328,9 @@ class ResumableStream:
         self._cut_to_move: RecognitionStream | None = None
         self._ended = False
         self._failed: StreamClosedError | None = None  # the error that ended the stream
+        # set by cancel(): a resume waiting out its backoff (up to max_backoff_s) stops
+        # at once, so closing a client mid-outage does not wait for the next attempt
+        self._cancelled = asyncio.Event()
         #: reading began and has stopped (its task cancelled, its loop left), and nobody
         #: reads now: a call that breaks then has nobody to resume it
         self._unread = False
@@ -401,6 +404,7 @@ class ResumableStream:
         to open a new call included) carries it on."""
         if self._failed is None:
             self._failed = StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED)
+        self._cancelled.set()
         self._carried.set()
         if self._replay_task is not None:
             self._replay_task.cancel()
@@ -729,7 +733,8 @@ class ResumableStream:
                     grpc.StatusCode.UNAVAILABLE if error is None else error.code,
                     f"could not resume the stream within {limit:g} s ({cause})",
                 )
-            await asyncio.sleep(random.uniform(0, self._backoff_s))  # full jitter
+            with contextlib.suppress(TimeoutError):  # full jitter; cancel() ends it
+                await asyncio.wait_for(self._cancelled.wait(), random.uniform(0, self._backoff_s))
             self._backoff_s = min(self.policy.max_backoff_s, self._backoff_s * 2)
         self._check_cancelled()
         self._call.cancel()

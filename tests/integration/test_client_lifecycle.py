@@ -15,6 +15,7 @@ from asr_api.v1 import asr_pb2
 from asr_client import (
     AsrClient,
     ConnectionOptions,
+    ResumePolicy,
     StreamClosedError,
     audio_config,
     stream_update,
@@ -269,3 +270,27 @@ async def test_audio_that_is_not_bytes_is_a_type_error_that_says_what_to_send(  
                 assert await asyncio.wait_for(reading, 10) == ["w0 w1 w2 w3"] * 2
     finally:
         await proxy.close()
+
+
+async def test_closing_the_client_mid_outage_does_not_wait_out_the_backoff(  # type: ignore[no-untyped-def]
+    make_server, monkeypatch
+) -> None:
+    """A resuming stream whose server is unreachable waits between attempts (full jitter
+    up to ``max_backoff_s``); closing the client then left its reader asleep until the
+    next attempt before it ended."""
+    monkeypatch.setattr("asr_client.resume.random.uniform", lambda low, high: high)
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(initial_backoff_s=30.0, max_backoff_s=30.0, give_up_after_s=120.0)
+    client = AsrClient(f"127.0.0.1:{proxy.port}")
+    stream = await client.stream(audio_config(), resume=policy).open()
+    reading = asyncio.create_task(read_all(stream))
+    await stream.send_audio(speech_pcm(0.5).tobytes())
+    await asyncio.sleep(0.3)
+    await proxy.close()  # the call breaks, and every new one is refused
+    await asyncio.sleep(2.0)  # the first attempt failed: the reader waits out its backoff
+    assert not reading.done()
+    await client.close()
+    with pytest.raises(StreamClosedError) as err:
+        await asyncio.wait_for(reading, 5)
+    assert err.value.code == grpc.StatusCode.CANCELLED
