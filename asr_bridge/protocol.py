@@ -238,6 +238,7 @@ class EventWriter(Protocol):
     def ready(self, session_id: str, sample_rate: int) -> list[Event]: ...
     def response(self, response: asr_pb2.StreamingRecognizeResponse) -> list[Event]: ...
     def error(self, code: str, message: str) -> list[Event]: ...
+    def reconnecting(self, cause: str) -> list[Event]: ...
     def resumed(self, info: ResumeInfo) -> list[Event]: ...
     def closed(self) -> list[Event]: ...
 
@@ -313,6 +314,11 @@ class StreamasrEvents:
     def error(self, code: str, message: str) -> list[Event]:
         return [{"type": "error", "code": code, "message": message}]
 
+    def reconnecting(self, cause: str) -> list[Event]:
+        """The bridge's gRPC call broke and the stream is resuming: results pause until
+        ``resumed`` (or an error, if no server takes it in time); the audio is kept."""
+        return [{"type": "reconnecting", "cause": cause}]
+
     def resumed(self, info: ResumeInfo) -> list[Event]:
         """The bridge continued the stream on a new gRPC call: no final is lost or repeated;
         the partials of an utterance that was cut start over under a new id."""
@@ -353,6 +359,9 @@ class OpenAIEvents:
     def error(self, code: str, message: str) -> list[Event]:
         kind = "invalid_request_error" if code in CLIENT_FAULTS else "server_error"
         return [self._events.error(message, kind=kind, code=code)]
+
+    def reconnecting(self, cause: str) -> list[Event]:
+        return []  # the Realtime protocol has no such event: its results just pause
 
     def resumed(self, info: ResumeInfo) -> list[Event]:
         # the Realtime protocol has no such event; the transcript simply goes on: what the

@@ -163,7 +163,8 @@ class BridgeSession:
     shape: EventShape | None = None  # from the query string; the start message may override
     start_timeout_s: float = 10.0
     _heard_from_server: bool = field(default=False, init=False)
-    _resumes: list[ResumeInfo] = field(default_factory=list, init=False)
+    # resumes, and the causes of breaks being resumed from, to tell the client in order
+    _resumes: list[ResumeInfo | str] = field(default_factory=list, init=False)
     _resume_noticed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def run(self) -> None:
@@ -190,7 +191,9 @@ class BridgeSession:
             start.sample_rate,
             type(events).__name__,
         )
-        stream = self.client.stream(streaming_config(start), on_resume=self._resumed)
+        stream = self.client.stream(
+            streaming_config(start), on_resume=self._resumed, on_outage=self._outage
+        )
 
         try:
             await self._relay(stream, events, start)
@@ -259,6 +262,14 @@ class BridgeSession:
             else:
                 raise ProtocolError("start was already sent")
 
+    def _outage(self, cause: str) -> None:
+        # the same way as a resume: the page says it is reconnecting while results pause
+        self._resumes.append(cause)
+        self._resume_noticed.set()
+        logger.info(
+            "session %s: connection to the server lost (%s); resuming", self.session_id, cause
+        )
+
     def _resumed(self, info: ResumeInfo) -> None:
         # called inside the stream's iteration, which the downstream awaits: woken, it
         # sends the notice before the next event (it is the one task that writes events)
@@ -300,7 +311,11 @@ class BridgeSession:
 
     async def _send_resumes(self, events: EventWriter) -> None:
         while self._resumes:
-            await self._send(events.resumed(self._resumes.pop(0)))
+            notice = self._resumes.pop(0)
+            if isinstance(notice, ResumeInfo):
+                await self._send(events.resumed(notice))
+            else:
+                await self._send(events.reconnecting(notice))
 
     async def _receive(self) -> Start | Audio | Finalize | Stop:
         message = await self.websocket.receive()

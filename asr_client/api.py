@@ -476,6 +476,7 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: None,
         on_resume: Callable[[ResumeInfo], None] | None = None,
+        on_outage: Callable[[str], None] | None = None,
     ) -> RecognitionStream: ...
 
     @overload
@@ -486,6 +487,7 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: ResumePolicy | Literal["default"] = "default",
         on_resume: Callable[[ResumeInfo], None] | None = None,
+        on_outage: Callable[[str], None] | None = None,
     ) -> AudioStream: ...
 
     def stream(
@@ -495,12 +497,16 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: ResumePolicy | None | Literal["default"] = "default",
         on_resume: Callable[[ResumeInfo], None] | None = None,
+        on_outage: Callable[[str], None] | None = None,
     ) -> AudioStream:
         """A new stream; use ``async with`` (or ``await stream.open()``) to send the config.
 
         The stream resumes on a new call when its connection breaks or its server goes
         away (``resume``: the client's policy by default, None = never; see resume.py);
-        ``on_resume`` is told each time. ``timeout_s`` bounds each call.
+        ``on_resume`` is told each time. ``on_outage`` is told the cause as soon as a call
+        breaks and the stream starts resuming (not for a planned move off a draining
+        server), once per outage, ``on_resume`` when it is over. ``timeout_s`` bounds
+        each call.
         """
         policy = self.resume if resume == "default" else resume
         stream: RecognitionStream | ResumableStream
@@ -510,7 +516,13 @@ class AsrClient:
             from asr_client.resume import ResumableStream
 
             stream = ResumableStream(
-                self, config, policy, timeout_s=timeout_s, on_resume=on_resume, retry=self.retry
+                self,
+                config,
+                policy,
+                timeout_s=timeout_s,
+                on_resume=on_resume,
+                on_outage=on_outage,
+                retry=self.retry,
             )
         self._streams.add(stream)
         return stream

@@ -52,7 +52,14 @@ from asr_client.render import (
     result_record,
     words_line,
 )
-from asr_client.resume import ResumeInfo, ResumePolicy, resume_notice, resume_record
+from asr_client.resume import (
+    ResumeInfo,
+    ResumePolicy,
+    outage_notice,
+    outage_record,
+    resume_notice,
+    resume_record,
+)
 from asr_client.signals import calling_on
 from asr_server.audio.decode import (
     MAX_CHANNELS,
@@ -343,13 +350,18 @@ async def stream_file(
     showing results; returns once the server has ended the stream after our half-close."""
     stats = StreamStats()
 
+    def outage(cause: str) -> None:
+        if json_out is not None:
+            json_out.write(outage_record(cause, recv_time=time.time()))
+        print(outage_notice(cause, client.resume or ResumePolicy()), file=sys.stderr)
+
     def resumed(info: ResumeInfo) -> None:
         stats.resumes = info.count
         if json_out is not None:
             json_out.write(resume_record(info, recv_time=time.time()))
         print(resume_notice(info), file=sys.stderr)
 
-    async with client.stream(config, on_resume=resumed) as stream:
+    async with client.stream(config, on_resume=resumed, on_outage=outage) as stream:
         t0 = time.monotonic()
         try:
             async with asyncio.TaskGroup() as tasks:

@@ -45,7 +45,14 @@ from asr_client.mic import (
     select_device,
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
-from asr_client.resume import ResumeInfo, resume_notice, resume_record
+from asr_client.resume import (
+    ResumeInfo,
+    ResumePolicy,
+    outage_notice,
+    outage_record,
+    resume_notice,
+    resume_record,
+)
 from asr_client.signals import calling_on
 
 
@@ -58,6 +65,7 @@ class MicStatus(Renderer):
         self.speaking: set[int] = set()
         self.dropped = 0
         self.stopping = False
+        self.reconnecting = False  # the stream's call broke and it is resuming
 
     def event(self, response: asr_pb2.StreamingRecognizeResponse) -> None:
         kind = event_type(response)
@@ -76,6 +84,8 @@ class MicStatus(Renderer):
         )
         if self.dropped:
             line.append(f"  {self.dropped} dropped", style="yellow")
+        if self.reconnecting:
+            line.append("  reconnecting", style="bold yellow")
         if self.stopping:
             line.append("  stopping", style="dim")
         return line
@@ -194,6 +204,8 @@ async def _record(
     stop = asyncio.Event()
     task = asyncio.current_task()
     aborted = False
+    policy = client.resume or ResumePolicy()
+    resume_window_s = policy.give_up_after_s
 
     def note(message: str) -> None:
         if live is not None:
@@ -214,7 +226,13 @@ async def _record(
         nonlocal aborted
         if not stop.is_set():
             status.stopping = True
-            note("stopping: finishing the last utterance (Ctrl-C again to quit now)")
+            if status.reconnecting:  # the last utterance waits for a server to take it
+                note(
+                    "stopping: the last utterance is finished once the stream resumes "
+                    f"(within {resume_window_s:g} s of the break; Ctrl-C again to quit now)"
+                )
+            else:
+                note("stopping: finishing the last utterance (Ctrl-C again to quit now)")
             stop.set()
         elif task is not None:
             aborted = True
@@ -225,15 +243,26 @@ async def _record(
     try:
         with on_interrupt(on_ctrl_c), renderer:
 
+            def outage(cause: str) -> None:
+                # said at once: the transcript stalls until the stream resumes
+                status.reconnecting = True
+                if json_out is not None:
+                    json_out.write(outage_record(cause, recv_time=time.time()))
+                note(outage_notice(cause, policy))
+
             def resumed(info: ResumeInfo) -> None:
                 # a dropped network resumes the stream: nothing is lost; say so on the
                 # screen and, as `asr-client file` does, in --json-out
+                status.reconnecting = False
                 stats.resumes = info.count
                 if json_out is not None:
                     json_out.write(resume_record(info, recv_time=time.time()))
                 note(resume_notice(info))
 
-            async with client.stream(config, on_resume=resumed) as stream, capture:
+            async with (
+                client.stream(config, on_resume=resumed, on_outage=outage) as stream,
+                capture,
+            ):
                 t0 = time.monotonic()
                 d = fmt.device
                 note(

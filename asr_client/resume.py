@@ -126,6 +126,19 @@ def resume_notice(info: ResumeInfo) -> str:
     )
 
 
+def outage_notice(cause: str, policy: ResumePolicy) -> str:
+    """One line for a person, as a resumable stream's call breaks (``on_outage``)."""
+    return (
+        f"connection lost ({cause}): resuming within {policy.give_up_after_s:g} s; "
+        "the audio is kept"
+    )
+
+
+def outage_record(cause: str, **extra: object) -> dict[str, object]:
+    """A JSON-lines record of a break that the stream is resuming from."""
+    return {"type": "outage", "cause": cause, **extra}
+
+
 def resume_record(info: ResumeInfo, **extra: object) -> dict[str, object]:
     """A JSON-lines record of a resume, next to the events of ``--json-out``."""
     return {
@@ -263,6 +276,7 @@ class ResumableStream:
         *,
         timeout_s: float | None = None,
         on_resume: Callable[[ResumeInfo], None] | None = None,
+        on_outage: Callable[[str], None] | None = None,
         retry: bool = True,
     ) -> None:
         self._client = client
@@ -273,6 +287,8 @@ class ResumableStream:
         self.policy = policy
         self._timeout_s = timeout_s
         self._on_resume = on_resume
+        self._on_outage = on_outage
+        self._outage_told = False  # on_outage was told of the outage now being overcome
         self.session_id = uuid.uuid4().hex[:16]
         fmt = config.format
         channels = fmt.channels or 1
@@ -717,6 +733,13 @@ class ResumableStream:
         now = time.monotonic()
         first = not self._admitted  # no server has taken the stream yet: not a resume
         cause = "going away" if error is None else f"{error.code.name}: {error.details}"
+        if not first and error is not None and not self._outage_told:
+            # told at once, not when the stream resumes: a person watching a live
+            # transcript stall learns why (a planned move off a draining server is not
+            # told: it takes no time a person would notice, and on_resume reports it)
+            self._outage_told = True
+            if self._on_outage is not None:
+                self._on_outage(cause)
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s
@@ -848,6 +871,7 @@ class ResumableStream:
         assert self._outage_since is not None
         outage_s = time.monotonic() - self._outage_since
         self._outage_since = None
+        self._outage_told = False
         self._carried.set()
         self._admitted = True
         if self._resuming is None:

@@ -120,6 +120,7 @@ async def stream_audio(
     payload: bytes | None = None,
     resume: ResumePolicy | None = None,
     on_resume: Callable[[ResumeInfo], None] | None = None,
+    on_outage: Callable[[str], None] | None = None,
     on_response: Callable[[asr_pb2.StreamingRecognizeResponse], None] | None = None,
 ) -> list[Received]:
     """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced) to a
@@ -135,7 +136,9 @@ async def stream_audio(
     received: list[Received] = []
     target = port if isinstance(port, ConnectionOptions) else f"127.0.0.1:{port}"
     async with AsrClient(target) as client:
-        async with client.stream(config, resume=resume, on_resume=on_resume) as stream:
+        async with client.stream(
+            config, resume=resume, on_resume=on_resume, on_outage=on_outage
+        ) as stream:
             t0 = time.monotonic()
 
             async def send() -> None:

@@ -191,6 +191,12 @@ function onEvent(s, ev) {
       showPartial("", ""); // a noise's partial: no final will replace it
       s.turnEnds.delete(ev.utterance_id);
       break;
+    case "reconnecting": // the bridge lost the server: results pause, the audio is kept
+      if (!s.stopping) setState("reconnecting", "reconnecting…");
+      break;
+    case "resumed": // on a new server: nothing was lost
+      if (!s.stopping && document.body.dataset.state === "reconnecting") setState("listening");
+      break;
     case "error":
       fail(s, `${ev.code}: ${ev.message}`);
       break;

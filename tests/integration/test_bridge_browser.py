@@ -546,3 +546,47 @@ async def test_stop_before_ready_stays_finishing(stack: Stack) -> None:
     assert await page.inner_text("#state") == "finished"
     await page.close()
     assert not errors, errors
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_page_says_it_is_reconnecting_while_the_bridge_resumes(stack: Stack) -> None:
+    """The server goes away mid-session: results stop, and the page went on saying
+    "listening" (or "speech") until the stream resumed or failed 30 s later."""
+    from asr_bridge.app import BridgeConfig, start_bridge
+    from asr_client import ConnectionOptions
+    from tests.faultproxy import FaultProxy
+    from tests.processes import free_port
+
+    proxy = await FaultProxy(stack.server.port).start()
+    bridge = await start_bridge(
+        BridgeConfig(server=ConnectionOptions(f"127.0.0.1:{proxy.port}")), port=0
+    )
+    try:
+        page, errors = await stack.page(bridge=bridge)
+        await page.click("#start")
+        await page.wait_for_function(
+            "() => ['listening', 'speech'].includes(document.body.dataset.state)",
+            timeout=SHORT_MS,
+        )
+        proxy.upstream_port = free_port()  # nothing there: every new call fails
+        proxy.cut()
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'reconnecting'", timeout=SHORT_MS
+        )
+        assert await page.inner_text("#state") == "reconnecting…"
+        proxy.upstream_port = stack.server.port  # the server is back
+        await page.wait_for_function(
+            "() => ['listening', 'speech'].includes(document.body.dataset.state)",
+            timeout=3 * SHORT_MS,
+        )
+        await page.click("#stop")
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'idle'", timeout=SHORT_MS
+        )
+        assert await page.inner_text("#state") == "finished"
+        assert not await page.is_visible("#error")
+        await page.close()
+        assert not errors, errors
+    finally:
+        await bridge.close()
+        await proxy.close()

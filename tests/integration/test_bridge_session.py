@@ -66,6 +66,8 @@ async def test_the_page_hears_of_a_resume_while_it_sends_nothing(  # type: ignor
             await ws.send(json.dumps({"type": "finalize"}))
             await next_event(ws, "finalized")
             proxy.cut()
+            reconnecting = await next_event(ws, "reconnecting")  # as the call broke
+            assert reconnecting["cause"].startswith("UNAVAILABLE"), reconnecting
             resumed = await next_event(ws, "resumed")
             assert resumed["count"] == 1
             await ws.send(json.dumps({"type": "stop"}))

@@ -66,6 +66,7 @@ async def run_stream(
     resume: ResumePolicy | None,
     channels: int = 1,
     on_resume=None,  # type: ignore[no-untyped-def]
+    on_outage=None,  # type: ignore[no-untyped-def]
     during=None,  # type: ignore[no-untyped-def]
 ) -> list[asr_pb2.StreamingRecognizeResponse]:
     """Stream ``pcm`` (interleaved int16) at ``speed``× real time, running ``during()``
@@ -80,6 +81,7 @@ async def run_stream(
             config=audio_config(channels=channels),
             resume=resume,
             on_resume=on_resume,
+            on_outage=on_outage,
         )
     finally:
         if side is not None:
@@ -270,6 +272,7 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     reference = await run_stream(second.port, pcm, speed=None, resume=None)
     proxy = await FaultProxy(first.port).start()
     infos: list[ResumeInfo] = []
+    outages: list[str] = []
 
     async def drain_first() -> None:
         while first.servicer.active == 0:  # noqa: ASYNC110 - wait for the stream to start
@@ -288,12 +291,14 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
             speed=4.0,
             resume=ResumePolicy(),
             on_resume=infos.append,
+            on_outage=outages.append,
             during=None,
         )
         await asyncio.wait_for(drained, 10)  # the drain ended early: its stream left
     finally:
         await proxy.close()
     assert [i.cause for i in infos] == ["going away"]
+    assert outages == []  # a planned move is no outage
     assert any(r.WhichOneof("event") == "going_away" for r in moved)
     assert finals(moved) == finals(reference)
     utterance_ids_never_repeat(moved)
@@ -452,6 +457,11 @@ async def test_a_resume_refused_by_a_full_replica_waits_for_a_seat(make_server) 
     proxy = await FaultProxy(first.port).start()
     holder, held = await hold_the_only_seat(full)
     infos: list[ResumeInfo] = []
+    told: list[str] = []  # on_outage's causes, then "resumed"
+
+    def resumed(info: ResumeInfo) -> None:
+        infos.append(info)
+        told.append("resumed")
 
     async def lose_the_replica() -> None:
         await eventually(lambda: first.servicer.active == 1)
@@ -468,12 +478,16 @@ async def test_a_resume_refused_by_a_full_replica_waits_for_a_seat(make_server) 
             pcm,
             speed=4.0,
             resume=ResumePolicy(),
-            on_resume=infos.append,
+            on_resume=resumed,
+            on_outage=told.append,
             during=lose_the_replica,
         )
     finally:
         await proxy.close()
         await holder.close()
+    # told once as the call broke, not at each refused try, and before the resume
+    assert len(told) == 2 and told[0].startswith("UNAVAILABLE"), told
+    assert told[1] == "resumed"
     assert finals(moved) == finals(reference)
     utterance_ids_never_repeat(moved)
     assert len(infos) == 1, infos  # the refused tries are one outage, one resume
@@ -865,7 +879,9 @@ async def test_the_bridge_keeps_the_browser_through_a_broken_grpc_stream(  # typ
     finally:
         await proxy.close()
     assert close_code == 1000
-    assert [e["type"] for e in events if e["type"] in ("resumed", "error")] == ["resumed"]
+    kinds = [e["type"] for e in events if e["type"] in ("reconnecting", "resumed", "error")]
+    assert kinds == ["reconnecting", "resumed"]
+    assert next(e for e in events if e["type"] == "reconnecting")["cause"].startswith("UNAVAIL")
     assert [e["text"] for e in events if e["type"] == "final"] == ["w0 w1 w2 w3"] * 4
 
 
@@ -901,6 +917,9 @@ async def test_the_file_command_resumes_and_says_so(make_server, tmp_path, capsy
     records = [json.loads(line) for line in events.read_text().splitlines()]
     assert [r["text"] for r in records if r["type"] == "final"] == ["w0 w1 w2 w3"] * 5
     assert [r["count"] for r in records if r["type"] == "resumed"] == [1, 2]
+    told = [r["type"] for r in records if r["type"] in ("outage", "resumed")]
+    assert told == ["outage", "resumed"] * 2  # as each break came, then as it was overcome
+    assert out.err.count("connection lost (") == 2
     assert out.err.count("stream resumed (") == 2
     assert "the stream resumed 2 time(s)" in out.err
 

@@ -469,6 +469,56 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     assert err.splitlines()[-1].endswith("; the stream resumed 1 time(s)"), err
 
 
+async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
+    make_server, tmp_path: Path, monkeypatch, capsys
+):
+    """The server goes away mid-session and no other takes the stream: the screen said
+    nothing until the stream resumed or gave up (30 s), and a Ctrl-C then said it was
+    finishing the last utterance, and waited for the outage's end without saying why."""
+    import json
+
+    import asr_client.mic_session as mic_session
+    from tests.faultproxy import FaultProxy
+    from tests.helpers import serve_fake
+
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    loop = asyncio.get_running_loop()
+    heard, lost = threading.Event(), threading.Event()
+    status_event, notice = mic_session.MicStatus.event, mic_session.outage_notice
+
+    def on_event(status: Any, response: Any) -> None:
+        heard.set()  # the server took the stream: a break now is an outage
+        status_event(status, response)
+
+    def noted(cause: str, policy: Any) -> str:
+        lost.set()
+        return notice(cause, policy)
+
+    def user() -> None:  # the server goes for good once the speech is captured
+        heard.wait(10)
+        asyncio.run_coroutine_threadsafe(proxy.close(), loop).result(10)
+        lost.wait(10)
+        signal.raise_signal(signal.SIGINT)  # stop: the last utterance waits for a server
+        time.sleep(0.5)
+        signal.raise_signal(signal.SIGINT)  # and quit
+
+    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
+    monkeypatch.setattr(mic_session, "outage_notice", noted)
+    sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    events = tmp_path / "events.jsonl"
+    argv = ["mic", "--server", f"127.0.0.1:{proxy.port}", "--json-out", str(events)]
+    assert await asyncio.wait_for(run(argv), 20) == 130
+    records = [json.loads(line) for line in events.read_text().splitlines()]
+    (outage,) = [r for r in records if r["type"] == "outage"]
+    assert outage["cause"].startswith("UNAVAILABLE"), outage
+    err = capsys.readouterr().err
+    assert "connection lost (UNAVAILABLE" in err and "resuming within 30 s" in err, err
+    assert "stopping: the last utterance is finished once the stream resumes" in err, err
+    assert err.splitlines()[-1] == "interrupted"
+
+
 def a_device_that_never_stops(monkeypatch) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """PortAudio's stop (and close, behind the same lock) never returning: what an ALSA
     source that stopped sending without an error does. Released when the test ends."""
