@@ -93,8 +93,10 @@ def summarize(outcomes: Sequence[StreamOutcome], wall_s: float) -> dict[str, Any
         "audio_sent_s": round(sum(o.audio_sent_s for o in outcomes if not o.rejected), 2),
         # per channel, like the server's Progress; a call's channels are processed together
         "audio_processed_s": round(sum(o.audio_processed_s for o in outcomes), 2),
+        # a failed stream's too: what it sent and lost (it read 0 when its server died)
         "audio_unprocessed_s": round(
-            sum(max(0.0, o.audio_sent_s - o.audio_processed_s) for o in completed), 2
+            sum(max(0.0, o.audio_sent_s - o.audio_processed_s) for o in outcomes if not o.rejected),
+            2,
         ),
         "speech_s": round(sum(o.call.speech_s for o in talking), 2),
         "finals": sum(len(o.finals) for o in outcomes),

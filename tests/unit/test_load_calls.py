@@ -117,6 +117,14 @@ def test_percentiles_and_summary() -> None:
     assert summary["final_latency_s"]["n"] == 2
     text = render_text(summary, [])
     assert f"(2 of {len(done.finals)} finals ended speech)" in text
+    # a stream that failed (its server gone for good) left what it sent and no server
+    # processed: it read 0.0 s left unprocessed, whatever it lost
+    failed = StreamOutcome(call, silent=False, status="UNAVAILABLE", audio_sent_s=4.0)
+    failed.audio_processed_s = 1.0
+    rejected.audio_sent_s = 0.2  # a chunk before the refusal reached it: not counted
+    summary = summarize([done, failed, rejected], wall_s=5.0)
+    assert summary["failed"] == 1
+    assert summary["audio_unprocessed_s"] == 3.0
 
 
 def test_finals_without_a_partial_are_counted_apart_from_first_partial_times() -> None:
