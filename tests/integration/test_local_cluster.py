@@ -92,3 +92,60 @@ async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
             script.kill()
             await script.wait()
         log.close()
+
+
+def listening_pid(port: int) -> int:
+    """The process listening on ``port``."""
+    out = subprocess.run(
+        ["ss", "-ltnpH", f"sport = :{port}"], capture_output=True, text=True, check=True
+    ).stdout
+    (pid,) = {int(p) for p in re.findall(r"pid=(\d+)", out)}
+    return pid
+
+
+async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path: Path) -> None:
+    """The docs' failover drill on the local cluster: killing a replica stopped the whole
+    cluster (its proxy too), and the stream it had could not resume anywhere."""
+    port = free_block()
+    log = (tmp_path / "cluster.log").open("w")
+    script = await asyncio.create_subprocess_exec(
+        "bash", str(ROOT / "deploy/local/cluster.sh"), "--replicas", "1", "--port", str(port),
+        "--proxy", "nginx", "--fake",
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    cluster_log = tmp_path / "cluster.log"
+    try:
+        await eventually(lambda: "Ctrl-C stops everything" in cluster_log.read_text(), 120)
+        (work,) = [Path(p) for p in re.findall(r"logs\s+(\S+)/", cluster_log.read_text())]
+        audio = (tone(1.0) * 32767).astype("<i2").tobytes()
+        async with AsrClient(f"127.0.0.1:{port}") as client:
+            stream = await client.stream(audio_config()).open()
+            responses: list[object] = []
+
+            async def read() -> None:  # (a resume is the reader's: it reads throughout)
+                async for response in stream:
+                    responses.append(response)
+
+            reader = asyncio.create_task(read())
+            await stream.send_audio(audio)
+            await eventually(lambda: bool(responses))  # open, through the proxy
+            os.kill(listening_pid(port + 1), signal.SIGKILL)
+            restarting = f"replica 1 (127.0.0.1:{port + 1}) exited with status 137"
+            await eventually(lambda: restarting in cluster_log.read_text(), 10)
+            replica_log = work / "replica-1.log"
+            await eventually(lambda: replica_log.read_text().count("gRPC on") == 2, 60)
+            assert script.returncode is None  # the cluster, its proxy included, runs on
+            await stream.send_audio(audio)
+            await stream.end()
+            await asyncio.wait_for(reader, 60)  # to the end: the stream resumed, no error
+            assert stream.resumes == 1  # type: ignore[attr-defined]
+        script.send_signal(signal.SIGINT)
+        async with asyncio.timeout(60):
+            assert await script.wait() == 130
+        held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
+        assert not held, f"still listening on {held}:\n{listeners()}"
+    finally:
+        if script.returncode is None:
+            script.kill()
+            await script.wait()
+        log.close()
