@@ -569,6 +569,12 @@ class AsrClient:
             stream.cancel()
         await self._channel.close()
 
+    def _has_a_connection(self) -> bool:
+        """Whether the channel is connected to something (a server, or a proxy in front
+        of servers): a call that failed then was answered, not lost on the way."""
+        state = self._channel.get_state(try_to_connect=False)
+        return bool(state == grpc.ChannelConnectivity.READY)
+
     def _check_open(self) -> None:
         if self._closed:  # (grpc's own word is a UsageError, "Channel is closed.")
             raise StreamClosedError(grpc.StatusCode.CANCELLED, "this AsrClient is closed")

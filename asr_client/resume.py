@@ -92,8 +92,9 @@ class ResumePolicy:
     #: the server admitted it) makes the call again, with backoff, for this long before
     #: failing with the refusal: through a proxy or client-side balancing the next try
     #: may land on a replica with room. 0 = fail at once. (The new calls of a resume, and
-    #: a first call a draining or loading replica refused with UNAVAILABLE, are tried for
-    #: give_up_after_s; with AsrClient(retry=False) a first call is made once.)
+    #: a first call a draining or loading replica, or a proxy with no replica up, refused
+    #: with UNAVAILABLE, are tried for give_up_after_s; with AsrClient(retry=False) a
+    #: first call is made once.)
     seat_wait_s: float = 1.0
     initial_backoff_s: float = 0.05
     #: the longest wait between two tries; an AsrClient's policy also caps its channel's
@@ -360,13 +361,17 @@ class ResumableStream:
     async def open(self) -> ResumableStream:
         try:
             await self._call.open()
-        except StreamClosedError:
+        except StreamClosedError as error:
             # A draining or loading replica refuses a call as it arrives: a client slower
             # than that sees this write fail rather than its first read. The receiver then
             # reads the refusal and tries again, as for a resumed call's first write
-            # (_resume). A call that reached no server (nothing listens, a wrong CA) has
-            # no refusal to read: that fails here, at once, as it always did.
-            if not await self._call.refused_with_pushback():
+            # (_resume). So does a proxy with no replica to send it to: its refusal often
+            # comes with a reset that hides it (nginx's: INTERNAL, no metadata). A call
+            # that reached no server at all (nothing listens, a wrong CA: the channel has
+            # no connection) has no refusal to read, and a server's answer about the
+            # stream itself (a bad token, a bad config) is final: those fail here, at once.
+            proxy_refusal = is_resumable(error) and self._client._has_a_connection()
+            if not (await self._call.refused_with_pushback() or proxy_refusal):
                 raise
         return self
 
@@ -752,9 +757,12 @@ class ResumableStream:
             if now - self._outage_since > limit:
                 if no_seat and error is not None:
                     raise StreamClosedError(error.code, error.details)
+                # (a stream no server ever took was not resumed: it never started, and
+                # whatever a proxy's last refusal said, the service is unavailable)
+                what = "start the stream (no server took it)" if first else "resume the stream"
                 raise ResumeError(
-                    grpc.StatusCode.UNAVAILABLE if error is None else error.code,
-                    f"could not resume the stream within {limit:g} s ({cause})",
+                    grpc.StatusCode.UNAVAILABLE if error is None or first else error.code,
+                    f"could not {what} within {limit:g} s ({cause})",
                 )
             with contextlib.suppress(TimeoutError):  # full jitter; cancel() ends it
                 await asyncio.wait_for(self._cancelled.wait(), random.uniform(0, self._backoff_s))
@@ -861,9 +869,10 @@ class ResumableStream:
             return bool(admitted)
         call.cancel()
         cause = self._resuming.cause if self._resuming is not None else "no answer"
+        what = "resume the stream" if self._admitted else "start the stream (no server took it)"
         raise ResumeError(
             grpc.StatusCode.UNAVAILABLE,
-            f"could not resume the stream within {limit:g} s ({cause}; the last try had no answer)",
+            f"could not {what} within {limit:g} s ({cause}; the last try had no answer)",
         )
 
     def _resumed(self) -> None:

@@ -209,3 +209,76 @@ def test_a_stream_survives_minutes_of_silence_through_both_proxies() -> None:
         # results before the silence and after it, and the normal end of the stream
         assert "final" in kinds[:after] and "final" in kinds[after:], (proxy, kinds)
         assert kinds[-1] == "end", (proxy, kinds)
+
+
+# -- (f) no replica at all ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("proxy", ["nginx", "envoy"])
+async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_proxies(
+    tmp_path, proxy: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Every replica down: nginx answered with its own 502 page, which gRPC reads as
+    INTERNAL "Stream removed", and the client retried it for 30 s, then said it "could
+    not resume" a stream no server had ever taken (or failed at once when the refusal
+    came on its first write); Envoy's health checks, at 60 s while no traffic had passed,
+    took up to a minute to see the first replica come back. Now a new stream is made
+    again through either until a replica comes back, starts there within seconds, and
+    says it could not start (UNAVAILABLE) if none does."""
+    if (why := proxies_missing()) is not None:
+        pytest.skip(why)
+    from types import SimpleNamespace
+
+    from asr_client import ResumeError, ResumePolicy
+    from tests.processes import (
+        NGINX,
+        connectable,
+        envoy_binary,
+        envoy_healthy_hosts,
+        free_port,
+        render,
+        spawn,
+        start_replica,
+        wait_started,
+    )
+
+    down = SimpleNamespace(port=free_port())  # where the one replica will listen
+    listen, admin = free_port(), free_port()
+    if proxy == "nginx":
+        (tmp_path / "nginx" / "tmp").mkdir(parents=True)
+        conf = render("nginx", listen, [down], tmp_path / "nginx" / "nginx.conf")  # type: ignore[list-item]
+        process = spawn([NGINX, "-p", str(tmp_path / "nginx"), "-e", "stderr", "-c", str(conf)])
+    else:
+        conf = render("envoy", listen, [down], tmp_path / "envoy.yaml", admin)  # type: ignore[list-item]
+        envoy = envoy_binary()
+        assert envoy is not None
+        process = spawn([envoy, "-c", str(conf), "--disable-hot-restart", "-l", "warn"])
+    replica = None
+    try:
+        wait_for(lambda: connectable(listen), 30, f"{proxy} listening")
+        async with AsrClient(f"127.0.0.1:{listen}") as client:
+            policy = ResumePolicy(give_up_after_s=1.5, max_backoff_s=0.2)
+            with pytest.raises(ResumeError) as gave_up:
+                async with client.stream(audio_config(), resume=policy) as stream:
+                    await stream.send_audio(SPEECH[:SR].tobytes())
+                    _ = [r async for r in stream]
+            assert gave_up.value.code.name == "UNAVAILABLE"
+            assert "could not start the stream (no server took it) within 1.5 s" in str(
+                gave_up.value
+            )
+
+            # a replica comes back while a new stream is being made again: it starts there
+            async with client.stream(audio_config(), resume=ResumePolicy()) as stream:
+                await stream.send_audio(SPEECH[: 2 * SR].tobytes())
+                replica = wait_started(start_replica(port=down.port), 60)
+                if proxy == "envoy":  # (its health checks must pass before it sends one)
+                    await asyncio.to_thread(
+                        wait_for, lambda: envoy_healthy_hosts(admin) == 1, 30, "health"
+                    )
+                await stream.end()
+                responses = [r async for r in stream]
+            assert any(r.result.is_final and r.result.text for r in responses)
+    finally:
+        if replica is not None:
+            replica.stop()
+        process.stop()

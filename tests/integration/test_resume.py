@@ -770,10 +770,12 @@ async def test_giving_up_is_a_clear_error(make_server) -> None:  # type: ignore[
             audio_config(), resume=ResumePolicy(give_up_after_s=0.5, max_backoff_s=0.1)
         )
         async with stream:
-            await stream.send_audio(bytes(3200))
+            await stream.send_audio((tone(1.0) * 32767).astype("<i2").tobytes())
+            events = stream.__aiter__()
+            await anext(events)  # a server took the stream (else it "could not start")
             await proxy.close()  # the only way there is gone for good
             with pytest.raises(ResumeError) as err:
-                async for _ in stream:
+                async for _ in events:
                     pass
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
     assert "could not resume the stream within 0.5 s" in err.value.details
