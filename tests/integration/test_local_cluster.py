@@ -39,6 +39,22 @@ def free_block() -> int:
     raise AssertionError("no free block of ports")
 
 
+async def stop_cluster(script: asyncio.subprocess.Process) -> None:
+    """After a failure: Ctrl-C twice, so its trap stops the replicas and the proxy (they
+    run in their own sessions: killing the script alone left them running), then kill."""
+    if script.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        script.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.5)
+        script.send_signal(signal.SIGINT)  # (hurry: no 30 s drains)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(script.wait(), 30)
+    if script.returncode is None:
+        script.kill()
+        await script.wait()
+
+
 @pytest.mark.parametrize("proxy", ["envoy", "nginx"])
 async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
     proxy: str, tmp_path: Path
@@ -88,9 +104,7 @@ async def test_a_second_ctrl_c_while_replicas_drain_still_stops_the_proxy(
         assert not held, f"still listening on {held}:\n{listeners()}"
         assert not work.exists()
     finally:
-        if script.returncode is None:
-            script.kill()
-            await script.wait()
+        await stop_cluster(script)
         log.close()
 
 
@@ -145,7 +159,5 @@ async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path
         held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
         assert not held, f"still listening on {held}:\n{listeners()}"
     finally:
-        if script.returncode is None:
-            script.kill()
-            await script.wait()
+        await stop_cluster(script)
         log.close()
