@@ -221,3 +221,22 @@ def test_the_alert_tests_feed_the_series_the_server_writes() -> None:
                 assert label["le"] in buckets[name], (test["name"], entry["series"])
             if name == "asr_stream_errors_total":
                 assert label["code"] in {s.value for s in Status}, (test["name"], entry["series"])
+
+
+def test_the_down_alert_watches_every_scrape_job_the_deploy_files_define() -> None:
+    """StreamasrDown named only the compose stack's job: on Kubernetes, scraped by
+    prometheus/kubernetes-pods-scrape.yml's job, a pod whose metrics stopped answering
+    never fired it."""
+    alerts = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text())
+    (down,) = [r for g in alerts["groups"] for r in g["rules"] if r.get("alert") == "StreamasrDown"]
+    compose = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+    pods = yaml.safe_load((DEPLOY / "prometheus/kubernetes-pods-scrape.yml").read_text())
+    jobs = {c["job_name"] for c in compose["scrape_configs"] if c["job_name"] != "prometheus"}
+    jobs |= {c["job_name"] for c in pods["scrape_configs"]}
+    for job in jobs:
+        assert f'job="{job}"' in down["expr"], job
+    # the pods job scrapes every annotated pod: the alert keeps to streamasr's, by the label
+    # the job's labelmap makes of the Deployment's app.kubernetes.io/name
+    pod_labels = yaml.safe_load((DEPLOY / "kubernetes/base/deployment.yaml").read_text())
+    name = pod_labels["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+    assert f'app_kubernetes_io_name="{name}"' in down["expr"]
