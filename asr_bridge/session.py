@@ -57,7 +57,7 @@ from asr_bridge.protocol import (
 )
 from asr_bridge.wire import ClientGone, PeerWatch, close_quietly, send_events
 from asr_client import AsrClient, AudioStream, StreamClosedError
-from asr_client.resume import ResumeInfo, resume_notice
+from asr_client.resume import OutageInfo, ResumeInfo, resume_notice
 
 logger = logging.getLogger(__name__)
 
@@ -262,8 +262,12 @@ class BridgeSession:
             else:
                 raise ProtocolError("start was already sent")
 
-    def _outage(self, cause: str) -> None:
+    def _outage(self, info: OutageInfo) -> None:
         # the same way as a resume: the page says it is reconnecting while results pause
+        # (a stream no server has taken yet is still "connecting" on the page: not told)
+        if not info.started:
+            return
+        cause = info.cause
         self._resumes.append(cause)
         self._resume_noticed.set()
         logger.info(

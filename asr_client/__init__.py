@@ -46,7 +46,7 @@ from asr_client.api import (
     stream_update,
 )
 from asr_client.connection import ConnectionConfigError, ConnectionOptions
-from asr_client.resume import ResumeError, ResumeInfo, ResumePolicy
+from asr_client.resume import OutageInfo, ResumeError, ResumeInfo, ResumePolicy
 from asr_client.retry import balancing_service_config
 from asr_client.turns import EagerTurn, Turn, TurnAssembler, TurnResumed
 
@@ -57,6 +57,7 @@ __all__ = [
     "ConnectionOptions",
     "EagerTurn",
     "FinalizeAck",
+    "OutageInfo",
     "RecognitionStream",
     "ResumeError",
     "ResumeInfo",

@@ -15,7 +15,7 @@ from asr_client.acks import FinalizeAck, PendingFinalizes
 from asr_client.connection import ConnectionOptions
 
 if TYPE_CHECKING:
-    from asr_client.resume import ResumableStream, ResumeInfo, ResumePolicy
+    from asr_client.resume import OutageInfo, ResumableStream, ResumeInfo, ResumePolicy
 from asr_client.retry import PUSHBACK, retry_delay
 
 Encoding = str  # "LINEAR16" | "FLOAT32" | "MULAW" | "ALAW"
@@ -476,7 +476,7 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: None,
         on_resume: Callable[[ResumeInfo], None] | None = None,
-        on_outage: Callable[[str], None] | None = None,
+        on_outage: Callable[[OutageInfo], None] | None = None,
     ) -> RecognitionStream: ...
 
     @overload
@@ -487,7 +487,7 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: ResumePolicy | Literal["default"] = "default",
         on_resume: Callable[[ResumeInfo], None] | None = None,
-        on_outage: Callable[[str], None] | None = None,
+        on_outage: Callable[[OutageInfo], None] | None = None,
     ) -> AudioStream: ...
 
     def stream(
@@ -497,15 +497,16 @@ class AsrClient:
         timeout_s: float | None = None,
         resume: ResumePolicy | None | Literal["default"] = "default",
         on_resume: Callable[[ResumeInfo], None] | None = None,
-        on_outage: Callable[[str], None] | None = None,
+        on_outage: Callable[[OutageInfo], None] | None = None,
     ) -> AudioStream:
         """A new stream; use ``async with`` (or ``await stream.open()``) to send the config.
 
         The stream resumes on a new call when its connection breaks or its server goes
         away (``resume``: the client's policy by default, None = never; see resume.py);
-        ``on_resume`` is told each time. ``on_outage`` is told the cause as soon as a call
-        breaks and the stream starts resuming (not for a planned move off a draining
-        server), once per outage, ``on_resume`` when it is over. ``timeout_s`` bounds
+        ``on_resume`` is told each time. ``on_outage`` is told as soon as a call breaks and
+        the stream starts resuming (not for a planned move off a draining server), or a
+        new stream's second try is refused too, once per outage; ``on_resume`` when it is
+        over. ``timeout_s`` bounds
         each call.
         """
         policy = self.resume if resume == "default" else resume

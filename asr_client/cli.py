@@ -53,6 +53,7 @@ from asr_client.render import (
     words_line,
 )
 from asr_client.resume import (
+    OutageInfo,
     ResumeInfo,
     ResumePolicy,
     outage_notice,
@@ -350,10 +351,10 @@ async def stream_file(
     showing results; returns once the server has ended the stream after our half-close."""
     stats = StreamStats()
 
-    def outage(cause: str) -> None:
+    def outage(info: OutageInfo) -> None:
         if json_out is not None:
-            json_out.write(outage_record(cause, recv_time=time.time()))
-        print(outage_notice(cause, client.resume or ResumePolicy()), file=sys.stderr)
+            json_out.write(outage_record(info, recv_time=time.time()))
+        print(outage_notice(info), file=sys.stderr)
 
     def resumed(info: ResumeInfo) -> None:
         stats.resumes = info.count

@@ -46,6 +46,7 @@ from asr_client.mic import (
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
 from asr_client.resume import (
+    OutageInfo,
     ResumeInfo,
     ResumePolicy,
     outage_notice,
@@ -243,12 +244,12 @@ async def _record(
     try:
         with on_interrupt(on_ctrl_c), renderer:
 
-            def outage(cause: str) -> None:
+            def outage(info: OutageInfo) -> None:
                 # said at once: the transcript stalls until the stream resumes
                 status.reconnecting = True
                 if json_out is not None:
-                    json_out.write(outage_record(cause, recv_time=time.time()))
-                note(outage_notice(cause, policy))
+                    json_out.write(outage_record(info, recv_time=time.time()))
+                note(outage_notice(info))
 
             def resumed(info: ResumeInfo) -> None:
                 # a dropped network resumes the stream: nothing is lost; say so on the

@@ -127,17 +127,33 @@ def resume_notice(info: ResumeInfo) -> str:
     )
 
 
-def outage_notice(cause: str, policy: ResumePolicy) -> str:
-    """One line for a person, as a resumable stream's call breaks (``on_outage``)."""
+@dataclass(frozen=True)
+class OutageInfo:
+    """What ``on_outage`` is told as a stream starts waiting for a server: its call broke
+    (``started``), or no server has taken the new stream yet and it keeps trying."""
+
+    cause: str  # "UNAVAILABLE: Socket closed", ...
+    started: bool  # a server had taken the stream: this is a break, and a resume follows
+    give_up_after_s: float  # how long it keeps trying
+
+
+def outage_notice(info: OutageInfo) -> str:
+    """One line for a person, as the wait begins (``on_outage``)."""
+    if info.started:
+        return (
+            f"connection lost ({info.cause}): resuming within {info.give_up_after_s:g} s; "
+            "the audio is kept"
+        )
     return (
-        f"connection lost ({cause}): resuming within {policy.give_up_after_s:g} s; "
-        "the audio is kept"
+        f"no server has taken the stream yet ({info.cause}): trying again for up to "
+        f"{info.give_up_after_s:g} s; the audio is kept"
     )
 
 
-def outage_record(cause: str, **extra: object) -> dict[str, object]:
-    """A JSON-lines record of a break that the stream is resuming from."""
-    return {"type": "outage", "cause": cause, **extra}
+def outage_record(info: OutageInfo, **extra: object) -> dict[str, object]:
+    """A JSON-lines record of the wait (a break the stream is resuming from, or a new
+    stream no server has taken yet)."""
+    return {"type": "outage", "cause": info.cause, "started": info.started, **extra}
 
 
 def resume_record(info: ResumeInfo, **extra: object) -> dict[str, object]:
@@ -277,7 +293,7 @@ class ResumableStream:
         *,
         timeout_s: float | None = None,
         on_resume: Callable[[ResumeInfo], None] | None = None,
-        on_outage: Callable[[str], None] | None = None,
+        on_outage: Callable[[OutageInfo], None] | None = None,
         retry: bool = True,
     ) -> None:
         self._client = client
@@ -289,7 +305,7 @@ class ResumableStream:
         self._timeout_s = timeout_s
         self._on_resume = on_resume
         self._on_outage = on_outage
-        self._outage_told = False  # on_outage was told of the outage now being overcome
+        self._outage_told = False  # on_outage was told of the wait now being overcome
         self.session_id = uuid.uuid4().hex[:16]
         fmt = config.format
         channels = fmt.channels or 1
@@ -738,13 +754,17 @@ class ResumableStream:
         now = time.monotonic()
         first = not self._admitted  # no server has taken the stream yet: not a resume
         cause = "going away" if error is None else f"{error.code.name}: {error.details}"
-        if not first and error is not None and not self._outage_told:
-            # told at once, not when the stream resumes: a person watching a live
-            # transcript stall learns why (a planned move off a draining server is not
-            # told: it takes no time a person would notice, and on_resume reports it)
+        # told at once, not when the stream resumes: a person watching a live transcript
+        # stall learns why (a planned move off a draining server is not told: it takes no
+        # time a person would notice, and on_resume reports it). A new stream is told once
+        # a second try is refused as well, unless it waits for a seat (seat_wait_s, short)
+        waits = error is not None and (
+            not first or (self._outage_since is not None and not self._no_seat(error))
+        )
+        if waits and not self._outage_told:
             self._outage_told = True
             if self._on_outage is not None:
-                self._on_outage(cause)
+                self._on_outage(OutageInfo(cause, not first, self.policy.give_up_after_s))
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s

@@ -19,7 +19,7 @@ import numpy as np
 
 from asr_api.v1 import asr_pb2
 from asr_client import AsrClient, ConnectionOptions, StreamClosedError, audio_config
-from asr_client.resume import ResumeInfo, ResumePolicy
+from asr_client.resume import OutageInfo, ResumeInfo, ResumePolicy
 from asr_server.app import RunningServer, start_server
 from asr_server.engine.base import Engine
 from asr_server.engine.fake import FakeEngine
@@ -120,7 +120,7 @@ async def stream_audio(
     payload: bytes | None = None,
     resume: ResumePolicy | None = None,
     on_resume: Callable[[ResumeInfo], None] | None = None,
-    on_outage: Callable[[str], None] | None = None,
+    on_outage: Callable[[OutageInfo], None] | None = None,
     on_response: Callable[[asr_pb2.StreamingRecognizeResponse], None] | None = None,
 ) -> list[Received]:
     """Stream ``pcm`` (frames × channels int16) at ``speed``× real time (None = unpaced) to a

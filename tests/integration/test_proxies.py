@@ -229,7 +229,8 @@ async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_pro
         pytest.skip(why)
     from types import SimpleNamespace
 
-    from asr_client import ResumeError, ResumePolicy
+    from asr_client import OutageInfo, ResumeError, ResumePolicy
+    from asr_client.resume import outage_notice
     from tests.processes import (
         NGINX,
         connectable,
@@ -258,14 +259,20 @@ async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_pro
         wait_for(lambda: connectable(listen), 30, f"{proxy} listening")
         async with AsrClient(f"127.0.0.1:{listen}") as client:
             policy = ResumePolicy(give_up_after_s=1.5, max_backoff_s=0.2)
+            told: list[OutageInfo] = []
             with pytest.raises(ResumeError) as gave_up:
-                async with client.stream(audio_config(), resume=policy) as stream:
+                async with client.stream(
+                    audio_config(), resume=policy, on_outage=told.append
+                ) as stream:
                     await stream.send_audio(SPEECH[:SR].tobytes())
                     _ = [r async for r in stream]
             assert gave_up.value.code.name == "UNAVAILABLE"
             assert "could not start the stream (no server took it) within 1.5 s" in str(
                 gave_up.value
             )
+            # and said so as it began to wait (a new stream: not a lost connection)
+            assert [(i.started, i.cause.split(":")[0]) for i in told] == [(False, "UNAVAILABLE")]
+            assert outage_notice(told[0]).startswith("no server has taken the stream yet (")
 
             # a replica comes back while a new stream is being made again: it starts there
             async with client.stream(audio_config(), resume=ResumePolicy()) as stream:

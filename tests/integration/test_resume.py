@@ -24,6 +24,7 @@ from asr_client.resume import (
     LISTEN_LEAD_S,
     FinalizeRequest,
     KeptAudio,
+    OutageInfo,
     ResumeError,
     ResumeInfo,
     ResumePolicy,
@@ -272,7 +273,7 @@ async def test_draining_server_moves_the_stream_at_an_utterance_boundary(make_se
     reference = await run_stream(second.port, pcm, speed=None, resume=None)
     proxy = await FaultProxy(first.port).start()
     infos: list[ResumeInfo] = []
-    outages: list[str] = []
+    outages: list[OutageInfo] = []
 
     async def drain_first() -> None:
         while first.servicer.active == 0:  # noqa: ASYNC110 - wait for the stream to start
@@ -459,6 +460,10 @@ async def test_a_resume_refused_by_a_full_replica_waits_for_a_seat(make_server) 
     infos: list[ResumeInfo] = []
     told: list[str] = []  # on_outage's causes, then "resumed"
 
+    def outage(info: OutageInfo) -> None:
+        assert info.started and info.give_up_after_s == 30.0
+        told.append(info.cause)
+
     def resumed(info: ResumeInfo) -> None:
         infos.append(info)
         told.append("resumed")
@@ -479,7 +484,7 @@ async def test_a_resume_refused_by_a_full_replica_waits_for_a_seat(make_server) 
             speed=4.0,
             resume=ResumePolicy(),
             on_resume=resumed,
-            on_outage=told.append,
+            on_outage=outage,
             during=lose_the_replica,
         )
     finally:

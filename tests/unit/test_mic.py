@@ -491,9 +491,9 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
         heard.set()  # the server took the stream: a break now is an outage
         status_event(status, response)
 
-    def noted(cause: str, policy: Any) -> str:
+    def noted(info: Any) -> str:
         lost.set()
-        return notice(cause, policy)
+        return notice(info)
 
     def user() -> None:  # the server goes for good once the speech is captured
         heard.wait(10)
@@ -512,7 +512,7 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
     assert await asyncio.wait_for(run(argv), 20) == 130
     records = [json.loads(line) for line in events.read_text().splitlines()]
     (outage,) = [r for r in records if r["type"] == "outage"]
-    assert outage["cause"].startswith("UNAVAILABLE"), outage
+    assert outage["cause"].startswith("UNAVAILABLE") and outage["started"], outage
     err = capsys.readouterr().err
     assert "connection lost (UNAVAILABLE" in err and "resuming within 30 s" in err, err
     assert "stopping: the last utterance is finished once the stream resumes" in err, err
