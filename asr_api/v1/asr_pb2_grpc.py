@@ -61,6 +61,11 @@ class RecognizerServicer:
 
     def Recognize(self, request, context):
         """Transcribe a whole recording in one call (same config, same result shape).
+        The request is one gRPC message: up to the server's max_message_bytes
+        (64 MiB by default, ASR_MAX_MESSAGE_BYTES; about 35 minutes of 16 kHz
+        LINEAR16 mono); a larger one is refused by gRPC itself with
+        RESOURCE_EXHAUSTED ("Received message larger than max"). Stream longer
+        recordings.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
