@@ -764,7 +764,8 @@ class ResumableStream:
         if waits and not self._outage_told:
             self._outage_told = True
             if self._on_outage is not None:
-                self._on_outage(OutageInfo(cause, not first, self.policy.give_up_after_s))
+                info = OutageInfo(cause, not first, self.policy.give_up_after_s)
+                self._tell("on_outage", self._on_outage, info)
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s
@@ -861,17 +862,23 @@ class ResumableStream:
         (``give_up_after_s`` since the break, plus one backoff, the bound the policy
         promises: a try answered at once still says how it ended), else (False, None),
         ``step`` cancelled. A StreamClosedError of it counts as finished: its call's
-        status says the rest."""
+        status says the rest. A cancel() meanwhile ends the wait at once, (False, None):
+        the caller finds the stream failed (a call to a host that never answers held it
+        for grpc's connect timeout, 20 s)."""
         assert self._outage_since is not None
         policy = self.policy
         left = self._outage_since + policy.give_up_after_s + policy.max_backoff_s - time.monotonic()
         task = asyncio.ensure_future(step)
+        cancelled = asyncio.ensure_future(self._cancelled.wait())
         try:
-            done, _ = await asyncio.wait({task}, timeout=max(0.0, left))
+            done, _ = await asyncio.wait(
+                {task, cancelled}, timeout=max(0.0, left), return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
-            if not task.done():  # out of time, or this task cancelled
+            cancelled.cancel()
+            if not task.done():  # out of time, cancel(), or this task cancelled
                 task.cancel()
-        if not done:
+        if task not in done:
             return False, None
         try:
             return True, task.result()
@@ -885,6 +892,9 @@ class ResumableStream:
         connect timeout (20 s) first, past a shorter give_up_after_s."""
         limit = self.policy.give_up_after_s
         answered, admitted = await self._within_outage(call.admitted())
+        if self._failed is not None:  # cancelled meanwhile
+            call.cancel()
+            raise self._failed
         if answered:
             return bool(admitted)
         call.cancel()
@@ -917,7 +927,15 @@ class ResumableStream:
             info.replayed_s,
         )
         if self._on_resume is not None:
-            self._on_resume(info)
+            self._tell("on_resume", self._on_resume, info)
+
+    def _tell(self, name: str, callback: Callable[[Any], None], info: object) -> None:
+        """Call the caller's notification: a bug in it is logged, and the stream goes on
+        (raised, it ended the stream in the middle of its resume)."""
+        try:
+            callback(info)
+        except Exception:
+            logger.exception("stream %s: its %s callback failed", self.session_id, name)
 
     def _withdrawn_utterances(self) -> list[asr_pb2.StreamingRecognizeResponse]:
         """SPEECH_RESUMED for each utterance the broken call left open past a promise:

@@ -55,6 +55,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/streamasr-cluster.XXXXXX")
 pids=()  # the replicas', then the proxy's (last)
+sleeper=  # the pause before a replica is started again
 hurried=
 hurry() {
   # once: a replica's second SIGTERM is all there is. (No `return` here: bash loses
@@ -72,6 +73,7 @@ stop() {
   # (a replica's second SIGTERM); it must not end this handler half-way, which left the
   # proxy running on the cluster's port and the work folder behind.
   trap hurry INT TERM
+  [[ -z $sleeper ]] || kill "$sleeper" 2>/dev/null || true
   echo "stopping (replicas drain open streams first; Ctrl-C again to hurry)..." >&2
   local n=${#pids[@]} proxy_pid=
   ((n > replicas)) && proxy_pid=${pids[n - 1]}
@@ -154,7 +156,12 @@ while true; do
     [[ ${pids[i - 1]} == "$exited" ]] || continue
     if ((SECONDS - started[i - 1] >= 30)); then backoff[i - 1]=1; fi
     echo "replica $i (127.0.0.1:$((port + i))) exited with status $code; starting it again in ${backoff[i - 1]} s" >&2
-    sleep "${backoff[i - 1]}"
+    # in the background: a signal to this script is handled at once (bash runs a trap
+    # only after a foreground command ends: a `kill` waited out the whole pause)
+    sleep "${backoff[i - 1]}" &
+    sleeper=$!
+    wait "$sleeper" || true
+    sleeper=
     start_replica "$i"
     backoff[i - 1]=$((backoff[i - 1] * 2 > 30 ? 30 : backoff[i - 1] * 2))
   done

@@ -294,3 +294,76 @@ async def test_closing_the_client_mid_outage_does_not_wait_out_the_backoff(  # t
     with pytest.raises(StreamClosedError) as err:
         await asyncio.wait_for(reading, 5)
     assert err.value.code == grpc.StatusCode.CANCELLED
+
+
+async def test_cancelling_while_a_new_call_waits_on_a_host_that_never_answers(  # type: ignore[no-untyped-def]
+    make_server,
+) -> None:
+    """A resume opening its new call through a balancer that takes the connection and never
+    answers: cancel() there left the reader waiting out grpc's connect timeout (18 s)."""
+    server = await serve_fake(make_server)
+    held: list[asyncio.StreamWriter] = []
+
+    async def never_answer(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    proxy = await FaultProxy(server.port).start()
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            policy = ResumePolicy(give_up_after_s=30.0, max_backoff_s=0.1)
+            stream = await client.stream(audio_config(), resume=policy).open()
+            got: list[Any] = []
+
+            async def read() -> None:
+                async for response in stream:
+                    got.append(response)
+
+            reading = asyncio.create_task(read())
+            await stream.send_audio(speech_pcm(1.0).tobytes())
+            while not got:  # noqa: ASYNC110 - the server took the stream
+                await asyncio.sleep(0.05)
+            proxy.upstream_port = silent.sockets[0].getsockname()[1]
+            proxy.cut()
+            await asyncio.sleep(2.0)  # the resume waits on its new call
+            assert not reading.done()
+            stream.cancel()
+            with pytest.raises(StreamClosedError) as err:
+                await asyncio.wait_for(reading, 5)
+            assert err.value.code == CANCELLED_CODE
+    finally:
+        silent.close()
+        for writer in held:
+            writer.close()
+        await proxy.close()
+
+
+async def test_a_failing_notification_callback_does_not_end_the_stream(  # type: ignore[no-untyped-def]
+    make_server, caplog
+) -> None:
+    """An exception from on_outage (or on_resume) ended the stream in the middle of its
+    resume: a bug in a notification lost the call."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+
+    def broken(_: object) -> None:
+        raise RuntimeError("a bug in the caller's callback")
+
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(), on_outage=broken, on_resume=broken)
+            async with stream:
+                reading = asyncio.create_task(read_all(stream))
+                await stream.send_audio(speech_pcm(0.5).tobytes())
+                await asyncio.sleep(0.5)
+                proxy.cut()
+                await stream.send_audio(speech_pcm(0.5).tobytes())
+                await stream.end()
+                assert await asyncio.wait_for(reading, 20) == ["w0 w1", "w0 w1"]
+    finally:
+        await proxy.close()
+    failed = [r.getMessage() for r in caplog.records if "callback failed" in r.getMessage()]
+    assert [m.split(": ")[1] for m in failed] == [
+        "its on_outage callback failed",
+        "its on_resume callback failed",
+    ]

@@ -161,3 +161,32 @@ async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path
     finally:
         await stop_cluster(script)
         log.close()
+
+
+async def test_a_signal_during_a_restart_pause_stops_the_cluster_at_once(tmp_path: Path) -> None:
+    """A replica that keeps exiting is started again after a pause that doubles; a SIGTERM
+    to the script during that pause (a supervisor's, `kill`) waited it out first."""
+    port = free_block()
+    log = (tmp_path / "cluster.log").open("w")
+    script = await asyncio.create_subprocess_exec(
+        "bash", str(ROOT / "deploy/local/cluster.sh"), "--replicas", "1", "--port", str(port),
+        "--proxy", "nginx", "--fake",
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    cluster_log = tmp_path / "cluster.log"
+    try:
+        await eventually(lambda: "Ctrl-C stops everything" in cluster_log.read_text(), 120)
+        (work,) = [Path(p) for p in re.findall(r"logs\s+(\S+)/", cluster_log.read_text())]
+        replica_log = work / "replica-1.log"
+        for starts, pause in ((1, 1), (2, 2), (3, 4)):  # it keeps dying: the pause doubles
+            await eventually(lambda: replica_log.read_text().count("gRPC on") == starts, 60)  # noqa: B023
+            os.kill(listening_pid(port + 1), signal.SIGKILL)
+            await eventually(lambda: f"again in {pause} s" in cluster_log.read_text(), 10)  # noqa: B023
+        script.send_signal(signal.SIGTERM)  # in the 4 s pause
+        async with asyncio.timeout(2):
+            assert await script.wait() == 130
+        held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
+        assert not held, f"still listening on {held}:\n{listeners()}"
+    finally:
+        await stop_cluster(script)
+        log.close()

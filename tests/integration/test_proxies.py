@@ -257,6 +257,8 @@ async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_pro
     replica = None
     try:
         wait_for(lambda: connectable(listen), 30, f"{proxy} listening")
+        if proxy == "nginx":  # a request that is not gRPC (a probe) still reads as an error
+            assert await asyncio.to_thread(http2_get_status, listen) == 502
         async with AsrClient(f"127.0.0.1:{listen}") as client:
             policy = ResumePolicy(give_up_after_s=1.5, max_backoff_s=0.2)
             told: list[OutageInfo] = []
@@ -289,3 +291,26 @@ async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_pro
         if replica is not None:
             replica.stop()
         process.stop()
+
+
+def http2_get_status(port: int) -> int:
+    """The :status of a plain HTTP/2 GET / (prior knowledge, as curl --http2-prior-knowledge)."""
+    import socket
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        headers = [(":method", "GET"), (":scheme", "http"), (":path", "/")]
+        conn.send_headers(1, [*headers, (":authority", f"127.0.0.1:{port}")], end_stream=True)
+        sock.sendall(conn.data_to_send())
+        while True:
+            data = sock.recv(65536)
+            assert data, "the connection closed before an answer"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    return int(dict(event.headers)[b":status"])
+            sock.sendall(conn.data_to_send())
