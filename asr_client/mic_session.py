@@ -245,8 +245,9 @@ async def _record(
         with on_interrupt(on_ctrl_c), renderer:
 
             def outage(info: OutageInfo) -> None:
-                # said at once: the transcript stalls until the stream resumes
-                status.reconnecting = True
+                # said at once: the transcript stalls until the stream resumes (a stream
+                # no server has taken yet is not reconnecting: no on_resume would clear it)
+                status.reconnecting = info.started
                 if json_out is not None:
                     json_out.write(outage_record(info, recv_time=time.time()))
                 note(outage_notice(info))

@@ -519,6 +519,41 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
     assert err.splitlines()[-1] == "interrupted"
 
 
+async def test_a_stream_no_server_took_at_first_is_not_shown_reconnecting(
+    make_server, tmp_path: Path, monkeypatch, capsys
+):
+    """A new stream refused twice (a server still loading or draining) is told as a
+    wait, but it was never connected: the status line said "reconnecting" from then on,
+    since only a resume cleared it."""
+    import asr_client.mic_session as mic_session
+    from tests.helpers import serve_fake
+
+    server = await serve_fake(make_server)
+    server.servicer.draining = True  # refuses every new call, with a pushback
+    told: list[Any] = []
+    seen: list[bool] = []  # the status line's flag at each server response
+    status_event, notice = mic_session.MicStatus.event, mic_session.outage_notice
+
+    def noted(info: Any) -> str:
+        told.append(info)
+        server.servicer.draining = False  # the next try is taken
+        return notice(info)
+
+    def on_event(status: Any, response: Any) -> None:
+        seen.append(status.reconnecting)
+        status_event(status, response)
+
+    monkeypatch.setattr(mic_session, "outage_notice", noted)
+    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
+    sd = FakeSoundDevice(DEVICES, script=speech_like(16_000))
+    sd.when_done = lambda: signal.raise_signal(signal.SIGINT)
+    monkeypatch.setitem(sys.modules, "sounddevice", sd)
+    assert await run(["mic", "--server", f"127.0.0.1:{server.port}"]) == 0
+    assert [i.started for i in told] == [False]
+    assert seen and not any(seen), seen
+    assert "no server has taken the stream yet (UNAVAILABLE" in capsys.readouterr().err
+
+
 def a_device_that_never_stops(monkeypatch) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """PortAudio's stop (and close, behind the same lock) never returning: what an ALSA
     source that stopped sending without an error does. Released when the test ends."""
