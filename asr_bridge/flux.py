@@ -309,7 +309,11 @@ class FluxTurns:
     _start: float | None = None
     _end: float = 0.0
     _confidence: float = 0.0  # the turn model's latest answer in this turn
-    _languages: list[str] = field(default_factory=list)
+    # the turn's finals' languages, each with its seconds of speech, and the current
+    # partial's: a partial's is its own guess from a second or two of audio (before a
+    # stream has settled on a language, "띠" read as Korean), which a final replaces
+    _languages: dict[str, float] = field(default_factory=dict)
+    _partial_language: str = ""
     _ending: _Ending | None = None
     _utterance: int = -1  # the latest utterance heard of
     _told: str = ""  # the transcript of this turn's latest message
@@ -412,7 +416,12 @@ class FluxTurns:
             self._start = r.start_s
         self._end = max(self._end, r.end_s)
         if r.language and self.options.multilingual:
-            self._languages.append(r.language)
+            if r.is_final:
+                seconds = max(r.end_s - r.start_s, 0.0)
+                self._languages[r.language] = self._languages.get(r.language, 0.0) + seconds
+                self._partial_language = ""
+            else:
+                self._partial_language = r.language
         if r.is_final:
             return out + self._final(r)
         self._partial = r.text.strip()
@@ -498,6 +507,7 @@ class FluxTurns:
         self._end = 0.0
         self._confidence = 0.0
         self._languages.clear()
+        self._partial_language = ""
         self._ending = None
         self._told = ""
         self._replaying = False
@@ -525,11 +535,10 @@ class FluxTurns:
         if trigger is not None:
             message["trigger"] = trigger
         self._told = message["transcript"]
-        if self.options.multilingual and self._languages:
-            counts: dict[str, int] = {}
-            for language in self._languages:
-                counts[language] = counts.get(language, 0) + 1
-            message["languages"] = sorted(counts, key=lambda k: -counts[k])
+        if self.options.multilingual and self._languages:  # most speech first
+            message["languages"] = sorted(self._languages, key=lambda k: -self._languages[k])
+        elif self.options.multilingual and self._partial_language:  # no final yet
+            message["languages"] = [self._partial_language]
         if self.options.language_hints:
             message["languages_hinted"] = list(self.options.language_hints)
         return message

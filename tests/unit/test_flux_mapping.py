@@ -480,6 +480,27 @@ def test_multilingual_turns_name_their_languages() -> None:
     assert start["languages"] == ["de"] and start["languages_hinted"] == ["de"]
 
 
+def test_a_turns_languages_are_its_finals_most_speech_first() -> None:
+    """Every partial's language was counted: a German turn whose first partials were
+    guessed from a second of audio ended with ['de', 'ko', 'sw'], and a Spanish turn
+    whose partials were decoded in the German the stream had kept listed German first."""
+    turns = FluxTurns(parse_flux_query([("model", "flux-general-multi"), *BASE[1:]]))
+
+    def said(text: str, language: str, utterance: int = 0, *, is_final: bool = False,
+             seconds: float = 1.0) -> Response:  # fmt: skip
+        r = final(text, utterance) if is_final else partial(text, utterance)
+        r.result.language, r.result.end_s = language, r.result.start_s + seconds
+        return r
+
+    out = feed(turns, said("띠", "ko"), said("today, diwere", "sw"))
+    assert [m["languages"] for m in out] == [["ko"], ["sw"]]  # the partial's own guess
+    out = feed(turns, said("Der hinter diesem Portal", "de", is_final=True, seconds=2.0))
+    out += feed(turns, said("las", "de", 1), said("las arenas", "de", 1))
+    out += feed(turns, said("las arenas son blancas", "es", 1, is_final=True, seconds=3.0))
+    assert all(m["languages"][0] == "de" for m in out[:-1]), out  # one final: German
+    assert out[-1]["languages"] == ["es", "de"]  # 3 s of Spanish, 2 s of German
+
+
 def test_configure_becomes_an_update_of_the_stream() -> None:
     turns = FluxTurns(query(("eager_eot_threshold", "0.4"), ("keyterm", "old")))
     update, success = turns.configure(
