@@ -22,6 +22,27 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: BCP-47 primary subtags Whisper spells otherwise (Google's Mandarin tag, Norwegian
+#: Bokmål, the legacy ISO 639 codes, Javanese, Filipino)
+WHISPER_SPELLING = {
+    "cmn": "zh",
+    "nb": "no",
+    "iw": "he",
+    "ji": "yi",
+    "in": "id",
+    "jv": "jw",
+    "fil": "tl",
+}
+
+
+def language_code(tag: str) -> str:
+    """A BCP-47 tag as the model's language code: its primary subtag, so ``en-US`` (what
+    clients of Google's, Riva's and Deepgram's APIs send) is ``en``, in Whisper's spelling
+    (``cmn-Hans-CN`` is ``zh``); Whisper's own codes (``en``, ``haw``, ``jw``) stay."""
+    primary = tag.strip().replace("_", "-").split("-")[0].lower()
+    return WHISPER_SPELLING.get(primary, primary)
+
+
 #: (language code, probability) pairs, most likely first, as the engine reports them
 Scores = Sequence[tuple[str, float]]
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from asr_api.v1 import asr_pb2
 from asr_server.audio.decode import AudioFormat, AudioFormatError, Encoding
 from asr_server.errors import AsrError
+from asr_server.session.language import language_code
 from asr_server.session.types import (
     EndOfTurn,
     Finalized,
@@ -267,27 +268,6 @@ def _warn_if_partly_read(prompt: str, where: str) -> None:
 
 #: more candidates than this is no longer a short list (Whisper knows about 100 languages)
 MAX_ALLOWED_LANGUAGES = 20
-
-
-#: BCP-47 primary subtags Whisper spells otherwise (Google's Mandarin tag, Norwegian
-#: Bokmål, the legacy ISO 639 codes, Javanese, Filipino)
-WHISPER_SPELLING = {
-    "cmn": "zh",
-    "nb": "no",
-    "iw": "he",
-    "ji": "yi",
-    "in": "id",
-    "jv": "jw",
-    "fil": "tl",
-}
-
-
-def language_code(tag: str) -> str:
-    """A BCP-47 tag as the model's language code: its primary subtag, so ``en-US`` (what
-    clients of Google's, Riva's and Deepgram's APIs send) is ``en``, in Whisper's spelling
-    (``cmn-Hans-CN`` is ``zh``); Whisper's own codes (``en``, ``haw``, ``jw``) stay."""
-    primary = tag.strip().replace("_", "-").split("-")[0].lower()
-    return WHISPER_SPELLING.get(primary, primary)
 
 
 def _known_languages(languages: frozenset[str], many: str) -> str:

@@ -7,6 +7,7 @@ import math
 from asr_api.v1 import asr_pb2
 from asr_server.audio.decode import SAMPLE_RATE, AudioFormat
 from asr_server.errors import AsrError
+from asr_server.session.language import language_code
 from asr_server.session.types import ChannelStart, ResumeState
 from asr_server.settings import Settings
 
@@ -74,7 +75,9 @@ def resume_from_proto(
             and bool(previous_text.strip())
             and prev_end - prev_start <= settings.streaming.carry_max_s
         )
-        language = c.language.strip().lower()
+        # as config.language is read: a BCP-47 tag ("pt-BR", which a hand-written client
+        # may send back as it configured it) is its language's code
+        language = language_code(c.language)
         if language and (
             len(language) > MAX_LANGUAGE_CHARS or not language.replace("-", "").isalnum()
         ):

@@ -53,6 +53,12 @@ def test_a_resumed_channels_language_must_be_one_the_model_knows() -> None:
         resuming(language="es"), Settings(), model_name="base", languages=known
     )
     assert config.resume is not None and config.resume.channels[0].language == "es"
+    # a BCP-47 tag, as config.language takes it (a client sending back what it configured)
+    for tag in ("es-ES", "ES_mx"):
+        config = stream_config_from_proto(
+            resuming(language=tag), Settings(), model_name="base", languages=known
+        )
+        assert config.resume is not None and config.resume.channels[0].language == "es"
     with pytest.raises(AsrError, match=r"language 'zz' is not one this server's model knows"):
         stream_config_from_proto(
             resuming(language="zz"), Settings(), model_name="base", languages=known
