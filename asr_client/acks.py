@@ -93,11 +93,14 @@ class PendingFinalizes:
         """The stream ended (``for_good``: whatever is sent after fails at once too; one
         sent after its end got a future that never resolved), or stopped being read for
         now: whatever waits fails, what a later loop will read is answered then."""
+        acks = [w.ack for queue in self._waiting for w in queue] + self._unanswerable
         if for_good:
             self._failed = self._failed or error
-        acks = [w.ack for queue in self._waiting for w in queue] + self._unanswerable
-        for queue in self._waiting:
-            queue.clear()
+            for queue in self._waiting:
+                queue.clear()
+        # else their FINALIZEDs are still to come, in order: each stays in its queue, its
+        # future failed, for its own FINALIZED to take it off (cleared, the next one's
+        # future took the older FINALIZED, before its own turn's final had been read)
         self._unanswerable.clear()
         for ack in acks:
             if not ack.done():
