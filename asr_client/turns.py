@@ -81,6 +81,9 @@ class _Channel:
     settled: int = -1  # the newest utterance whose final (or NO_WORDS) is in
     ending: asr_pb2.EndOfTurn | None = None
     eager: int | None = None  # the utterance of an EagerTurn not yet confirmed or withdrawn
+    #: the utterance of an EagerTurn whose final came (the eager text) while its turn has
+    #: not ended: a split at that pause, the caller may still go on in the next utterance
+    split_eager: int | None = None
     ended: int = -1  # the utterance that ended the last turn returned
 
 
@@ -105,11 +108,19 @@ class TurnAssembler:
             ch.settled = max(ch.settled, r.utterance_id)
             if ch.eager == r.utterance_id:
                 ch.eager = None  # confirmed: its final is the eager text
-            return self._complete(ch)
+                ch.split_eager = r.utterance_id  # and the turn's end, unless one follows
+            turn = self._complete(ch)
+            if turn is not None and ch.split_eager is not None:
+                if turn.end_of_turn.utterance_id >= ch.split_eager:
+                    ch.split_eager = None  # its turn ended there: the reply stands
+            if turn is None and self._went_on(ch, r.utterance_id):
+                return self._withdraw_split(ch, r.channel)
+            return turn
         if kind == "result" and response.result.eager:
             r = response.result
             ch = self._channels.setdefault(r.channel, _Channel())
             ch.eager = r.utterance_id
+            ch.split_eager = None  # (this EagerTurn, the turn so far, replaces that one)
             so_far = [f for f in ch.finals if f.utterance_id < r.utterance_id]
             return EagerTurn(
                 r.channel,
@@ -150,15 +161,41 @@ class TurnAssembler:
             )
         if kind == "end_of_turn":
             return self._turn_ended(response.end_of_turn)
+        if kind == "result":  # a partial
+            r = response.result
+            ch = self._channels.setdefault(r.channel, _Channel())
+            if self._went_on(ch, r.utterance_id):
+                return self._withdraw_split(ch, r.channel)
         return None
 
-    def _turn_ended(self, t: asr_pb2.EndOfTurn) -> Turn | None:
+    @staticmethod
+    def _went_on(ch: _Channel, utterance_id: int) -> bool:
+        """Whether the caller went on past an EagerTurn whose final a split made: a later
+        utterance of its turn has been heard (a split sends no SPEECH_RESUMED: the eager
+        text is that part's final, the proto says, but the turn is not over)."""
+        return ch.split_eager is not None and utterance_id > ch.split_eager
+
+    @staticmethod
+    def _withdraw_split(ch: _Channel, channel: int) -> TurnResumed:
+        assert ch.split_eager is not None
+        resumed = TurnResumed(channel, ch.split_eager)
+        ch.split_eager = None
+        return resumed
+
+    def _turn_ended(self, t: asr_pb2.EndOfTurn) -> Turn | TurnResumed | None:
         ch = self._channels.setdefault(t.channel, _Channel())
         if t.utterance_id <= ch.ended:
             # a turn already returned: a resumed stream sends the end of the turn it
             # was in again when the server had not seen it acknowledged
             return None
         ch.ending = t
+        if ch.split_eager is not None and t.utterance_id >= ch.split_eager:
+            went_on = t.utterance_id > ch.split_eager
+            turn = self._complete(ch)
+            if turn is None and went_on:  # (the later utterance's results were not seen)
+                return self._withdraw_split(ch, t.channel)
+            ch.split_eager = None  # the turn ended there: the reply started on it stands
+            return turn
         return self._complete(ch)
 
     @staticmethod

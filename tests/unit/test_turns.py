@@ -203,3 +203,50 @@ def test_speech_ended_is_no_turn_end_on_a_semantic_stream() -> None:
     assert turns.feed(speech_ended(0)) is None  # a mid-turn pause: the turn goes on
     turn = turns.feed(end_of_turn(0))
     assert turn is not None and turn.text == "I want to fly"
+
+
+@pytest.mark.parametrize("silence", [False, True])
+def test_an_eager_turn_a_split_made_final_is_withdrawn_when_the_caller_goes_on(
+    silence: bool,
+) -> None:
+    """At the length limit (or a long stream's split) the pause's eager text becomes its
+    part's final, with no SPEECH_RESUMED; the caller went on in the next part, and no
+    TurnResumed came, so an agent kept the reply it had started on half the turn."""
+    turns = TurnAssembler(silence_endpointing=silence)
+    early = turns.feed(eager(1, "He could wait no longer."))
+    assert isinstance(early, EagerTurn)
+    assert turns.feed(final(1, "He could wait no longer.")) is None  # the split's final
+    assert turns.feed(partial(2, "Stuff it")) == TurnResumed(0, 1)  # the caller went on
+    assert turns.feed(partial(2, "Stuff it into you")) is None  # said once
+    end = speech_ended(2) if silence else end_of_turn(2)
+    if silence:
+        assert turns.feed(final(2, "Stuff it into you.")) is None
+        turn = turns.feed(end)
+    else:
+        assert turns.feed(end) is None
+        turn = turns.feed(final(2, "Stuff it into you."))
+    assert isinstance(turn, Turn)
+    assert turn.text == "He could wait no longer. Stuff it into you."
+
+
+def test_an_eager_turn_whose_turn_ends_at_the_split_stands() -> None:
+    turns = TurnAssembler()
+    assert isinstance(turns.feed(eager(1, "Go on.")), EagerTurn)
+    assert turns.feed(final(1, "Go on.")) is None
+    turn = turns.feed(end_of_turn(1))
+    assert isinstance(turn, Turn) and turn.text == "Go on."
+    assert turns.feed(partial(2, "Next")) is None  # the next turn: nothing to withdraw
+
+
+def test_a_later_eager_turn_replaces_one_a_split_made_final() -> None:
+    """Without partials the next thing heard may be the next part's own eager result: the
+    EagerTurn with the whole turn so far, which replaces the first."""
+    turns = TurnAssembler()
+    turns.feed(eager(1, "He could wait no longer."))
+    turns.feed(final(1, "He could wait no longer."))
+    again = turns.feed(eager(2, "Stuff it into you."))
+    assert isinstance(again, EagerTurn)
+    assert again.text == "He could wait no longer. Stuff it into you."
+    assert turns.feed(final(2, "Stuff it into you.")) is None
+    turn = turns.feed(end_of_turn(2))
+    assert isinstance(turn, Turn)
