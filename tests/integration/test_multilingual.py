@@ -199,7 +199,7 @@ async def test_no_partial_shows_a_language_the_stream_is_not_in(base: RunningSer
             base.port,
             pcm16k(rid).reshape(-1, 1),
             16_000,
-            speed=4.0,
+            speed=2.0,
             config=audio_config(interim_results=True),
         )
         partials = [
