@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
 
-from asr_server.engine.base import DecodeKind, DecodeRequest, Hypothesis
+from asr_server.engine.base import DecodeKind, DecodeRequest
 from asr_server.engine.scheduler import EngineScheduler
 from asr_server.engine.text import closed_up
 from asr_server.metrics import Metrics
@@ -33,19 +33,6 @@ FIRST_PARTIAL_STEP_S = 0.05
 #: hypotheses of less audio than this are shown but never committed: Whisper guesses on
 #: a syllable or two (JFK's "ask not" after a pause came out as a committed "S")
 MIN_COMMIT_AUDIO_S = 1.5
-
-
-#: how sure detection must be of a partial's language while the stream has none yet.
-#: Whisper base on the shared corpus' nine languages, from each recording's speech onset:
-#: at 0.4-1.9 s it was wrong at up to 0.90 (German as English) and 0.87 (Spanish as
-#: Arabic), and never at 0.95 or above; right, it reached 0.95 at 0.9-1.9 s
-PARTIAL_DETECTION_BAR = 0.95
-
-
-def detected_surely(hyp: Hypothesis) -> bool:
-    """A decode that detected its language (the request set none) and was this sure of it;
-    one with no scores (an English-only model) counts as sure."""
-    return not hyp.language_scores or hyp.language_scores[0][1] >= PARTIAL_DETECTION_BAR
 
 
 class Partials:
@@ -94,7 +81,7 @@ class Partials:
             # the final is being decoded early in this pause: a partial now would be
             # thrown away unless speech resumed, and it would slow that decode down
             return False
-        if utt.partials_sent or utt.partials_withheld:
+        if utt.partials_sent:
             return utt.samples_since_partial >= self._interval
         return not utt.first_ask_in_flight and utt.samples_since_partial >= self._first_step
 
@@ -124,13 +111,6 @@ class Partials:
             return
         if self._finals.echoes_prompt(hyp.text, request.prefix):
             return  # the client's prompt read back over a sound without speech
-        if request.language is None and not detected_surely(hyp):
-            # no language yet (before the stream's first final): this partial's was
-            # guessed from its own second or two of audio, where Whisper is often sure
-            # and wrong (German heard as Korean, then Swahili, in those scripts); none
-            # is shown until detection is all but certain, or a final sets the language
-            utt.partials_withheld += 1
-            return
         if request.audio.size <= utt.partial_samples:
             return  # two workers ran this stream's partials and the newer one won
         utt.partial_samples = request.audio.size

@@ -48,9 +48,6 @@ class UtteranceState:
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     samples_since_partial: int = 0
     partials_sent: int = 0
-    #: partials decoded and not shown: their language was a guess (partials.py); the next
-    #: ask then waits the usual interval, not the first partial's short step
-    partials_withheld: int = 0
     first_ask_in_flight: bool = False  # until a partial is sent, one ask at a time
     last_partial_text: str = ""
     #: audio covered by the newest partial decoded; an older one finishing later is stale
