@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -117,9 +118,12 @@ def listening_pid(port: int) -> int:
     return pid
 
 
-async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path: Path) -> None:
-    """The docs' failover drill on the local cluster: killing a replica stopped the whole
-    cluster (its proxy too), and the stream it had could not resume anywhere."""
+@contextlib.asynccontextmanager
+async def nginx_cluster(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[int, asyncio.subprocess.Process, Path, Path]]:
+    """cluster.sh with one fake replica behind nginx, ready: its port, the script, its log
+    and its work folder; stopped (stop_cluster) on leaving."""
     port = free_block()
     log = (tmp_path / "cluster.log").open("w")
     script = await asyncio.create_subprocess_exec(
@@ -131,6 +135,16 @@ async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path
     try:
         await eventually(lambda: "Ctrl-C stops everything" in cluster_log.read_text(), 120)
         (work,) = [Path(p) for p in re.findall(r"logs\s+(\S+)/", cluster_log.read_text())]
+        yield port, script, cluster_log, work
+    finally:
+        await stop_cluster(script)
+        log.close()
+
+
+async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path: Path) -> None:
+    """The docs' failover drill on the local cluster: killing a replica stopped the whole
+    cluster (its proxy too), and the stream it had could not resume anywhere."""
+    async with nginx_cluster(tmp_path) as (port, script, cluster_log, work):
         audio = (tone(1.0) * 32767).astype("<i2").tobytes()
         async with AsrClient(f"127.0.0.1:{port}") as client:
             stream = await client.stream(audio_config()).open()
@@ -158,25 +172,12 @@ async def test_a_killed_replica_is_started_again_and_its_stream_resumes(tmp_path
             assert await script.wait() == 130
         held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
         assert not held, f"still listening on {held}:\n{listeners()}"
-    finally:
-        await stop_cluster(script)
-        log.close()
 
 
 async def test_a_signal_during_a_restart_pause_stops_the_cluster_at_once(tmp_path: Path) -> None:
     """A replica that keeps exiting is started again after a pause that doubles; a SIGTERM
     to the script during that pause (a supervisor's, `kill`) waited it out first."""
-    port = free_block()
-    log = (tmp_path / "cluster.log").open("w")
-    script = await asyncio.create_subprocess_exec(
-        "bash", str(ROOT / "deploy/local/cluster.sh"), "--replicas", "1", "--port", str(port),
-        "--proxy", "nginx", "--fake",
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "TMPDIR": str(tmp_path)},
-    )  # fmt: skip
-    cluster_log = tmp_path / "cluster.log"
-    try:
-        await eventually(lambda: "Ctrl-C stops everything" in cluster_log.read_text(), 120)
-        (work,) = [Path(p) for p in re.findall(r"logs\s+(\S+)/", cluster_log.read_text())]
+    async with nginx_cluster(tmp_path) as (port, script, cluster_log, work):
         replica_log = work / "replica-1.log"
         for starts, pause in ((1, 1), (2, 2), (3, 4)):  # it keeps dying: the pause doubles
             await eventually(lambda: replica_log.read_text().count("gRPC on") == starts, 60)  # noqa: B023
@@ -187,6 +188,3 @@ async def test_a_signal_during_a_restart_pause_stops_the_cluster_at_once(tmp_pat
             assert await script.wait() == 130
         held = [port + d for d in (0, 1, 100, 101) if connectable(port + d)]
         assert not held, f"still listening on {held}:\n{listeners()}"
-    finally:
-        await stop_cluster(script)
-        log.close()

@@ -26,7 +26,21 @@ from asr_client.api import RecognitionStream
 from asr_client.retry import balancing_service_config
 from tests import background
 from tests.helpers import ROOT, read_pcm16
-from tests.processes import Replica, proxied_replicas, proxies_missing, wait_for
+from tests.processes import (
+    NGINX,
+    Replica,
+    connectable,
+    envoy_binary,
+    envoy_healthy_hosts,
+    free_port,
+    proxied_replicas,
+    proxies_missing,
+    render,
+    spawn,
+    start_replica,
+    wait_for,
+    wait_started,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -231,17 +245,6 @@ async def test_with_no_replica_up_a_new_stream_is_refused_alike_through_both_pro
 
     from asr_client import OutageInfo, ResumeError, ResumePolicy
     from asr_client.resume import outage_notice
-    from tests.processes import (
-        NGINX,
-        connectable,
-        envoy_binary,
-        envoy_healthy_hosts,
-        free_port,
-        render,
-        spawn,
-        start_replica,
-        wait_started,
-    )
 
     down = SimpleNamespace(port=free_port())  # where the one replica will listen
     listen, admin = free_port(), free_port()
