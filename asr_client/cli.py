@@ -266,6 +266,34 @@ class StreamStats:
     resumes: int = 0
 
 
+@dataclass
+class StreamNotices:
+    """What the commands tell of a stream's outages and resumes (``on_outage`` and
+    ``on_resume``): a line for the person (``say``) and a record in --json-out, as each
+    comes; resumes are counted in ``stats``, and ``reconnecting`` is told whether the
+    stream is between a break and its resume (mic's status line)."""
+
+    say: Callable[[str], None]
+    json_out: JsonLines | None
+    stats: StreamStats
+    reconnecting: Callable[[bool], None] = lambda _: None
+
+    def outage(self, info: OutageInfo) -> None:
+        # told at once: the transcript stalls until the stream resumes (a stream no server
+        # has taken yet is not reconnecting: no resume will come to say it is back)
+        self.reconnecting(info.started)
+        if self.json_out is not None:
+            self.json_out.write(outage_record(info, recv_time=time.time()))
+        self.say(outage_notice(info))
+
+    def resumed(self, info: ResumeInfo) -> None:
+        self.reconnecting(False)
+        self.stats.resumes = info.count
+        if self.json_out is not None:
+            self.json_out.write(resume_record(info, recv_time=time.time()))
+        self.say(resume_notice(info))
+
+
 def open_client(args: argparse.Namespace) -> AsrClient:
     """A client for the connection options on the command line (``--server``, ``--tls``...)."""
     try:
@@ -350,19 +378,8 @@ async def stream_file(
     """Send from one task and receive in another, so backpressure on sending never delays
     showing results; returns once the server has ended the stream after our half-close."""
     stats = StreamStats()
-
-    def outage(info: OutageInfo) -> None:
-        if json_out is not None:
-            json_out.write(outage_record(info, recv_time=time.time()))
-        print(outage_notice(info), file=sys.stderr)
-
-    def resumed(info: ResumeInfo) -> None:
-        stats.resumes = info.count
-        if json_out is not None:
-            json_out.write(resume_record(info, recv_time=time.time()))
-        print(resume_notice(info), file=sys.stderr)
-
-    async with client.stream(config, on_resume=resumed, on_outage=outage) as stream:
+    notices = StreamNotices(lambda line: print(line, file=sys.stderr), json_out, stats)
+    async with client.stream(config, on_resume=notices.resumed, on_outage=notices.outage) as stream:
         t0 = time.monotonic()
         try:
             async with asyncio.TaskGroup() as tasks:

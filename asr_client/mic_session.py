@@ -25,6 +25,7 @@ from asr_api.v1 import asr_pb2
 from asr_client.api import AsrClient, AudioStream, StreamClosedError
 from asr_client.cli import (
     ClientError,
+    StreamNotices,
     StreamStats,
     connect,
     open_client,
@@ -45,15 +46,7 @@ from asr_client.mic import (
     select_device,
 )
 from asr_client.render import LiveRenderer, Renderer, Tee, event_type, final_line, make_renderer
-from asr_client.resume import (
-    OutageInfo,
-    ResumeInfo,
-    ResumePolicy,
-    outage_notice,
-    outage_record,
-    resume_notice,
-    resume_record,
-)
+from asr_client.resume import ResumePolicy
 from asr_client.signals import calling_on
 
 
@@ -243,26 +236,16 @@ async def _record(
     capture = MicCapture(sd, fmt, on_chunk=on_chunk)
     try:
         with on_interrupt(on_ctrl_c), renderer:
+            # a dropped network resumes the stream: nothing is lost; said on the screen
+            # and, as `asr-client file` does, in --json-out
+            def reconnecting(now: bool) -> None:
+                status.reconnecting = now
 
-            def outage(info: OutageInfo) -> None:
-                # said at once: the transcript stalls until the stream resumes (a stream
-                # no server has taken yet is not reconnecting: no on_resume would clear it)
-                status.reconnecting = info.started
-                if json_out is not None:
-                    json_out.write(outage_record(info, recv_time=time.time()))
-                note(outage_notice(info))
-
-            def resumed(info: ResumeInfo) -> None:
-                # a dropped network resumes the stream: nothing is lost; say so on the
-                # screen and, as `asr-client file` does, in --json-out
-                status.reconnecting = False
-                stats.resumes = info.count
-                if json_out is not None:
-                    json_out.write(resume_record(info, recv_time=time.time()))
-                note(resume_notice(info))
-
+            notices = StreamNotices(note, json_out, stats, reconnecting)
             async with (
-                client.stream(config, on_resume=resumed, on_outage=outage) as stream,
+                client.stream(
+                    config, on_resume=notices.resumed, on_outage=notices.outage
+                ) as stream,
                 capture,
             ):
                 t0 = time.monotonic()

@@ -427,6 +427,7 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     ``asr-client file`` writes; mic only said so on the screen."""
     import json
 
+    import asr_client.cli as cli
     import asr_client.mic_session as mic_session
     from tests.faultproxy import FaultProxy
     from tests.helpers import serve_fake
@@ -435,7 +436,7 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     proxy = await FaultProxy(server.port).start()
     loop = asyncio.get_running_loop()
     heard, resumed = threading.Event(), threading.Event()
-    status_event, notice = mic_session.MicStatus.event, mic_session.resume_notice
+    status_event, notice = mic_session.MicStatus.event, cli.resume_notice
 
     def on_event(status: Any, response: Any) -> None:
         heard.set()  # the server took the stream: a break now is a resume, not a refusal
@@ -452,7 +453,7 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
         signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
-    monkeypatch.setattr(mic_session, "resume_notice", noted)
+    monkeypatch.setattr(cli, "resume_notice", noted)  # (the notices come from there)
     sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
     monkeypatch.setitem(sys.modules, "sounddevice", sd)
     events = tmp_path / "events.jsonl"
@@ -477,6 +478,7 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
     finishing the last utterance, and waited for the outage's end without saying why."""
     import json
 
+    import asr_client.cli as cli
     import asr_client.mic_session as mic_session
     from tests.faultproxy import FaultProxy
     from tests.helpers import serve_fake
@@ -485,7 +487,7 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
     proxy = await FaultProxy(server.port).start()
     loop = asyncio.get_running_loop()
     heard, lost = threading.Event(), threading.Event()
-    status_event, notice = mic_session.MicStatus.event, mic_session.outage_notice
+    status_event, notice = mic_session.MicStatus.event, cli.outage_notice
 
     def on_event(status: Any, response: Any) -> None:
         heard.set()  # the server took the stream: a break now is an outage
@@ -504,7 +506,7 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
         signal.raise_signal(signal.SIGINT)  # and quit
 
     monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
-    monkeypatch.setattr(mic_session, "outage_notice", noted)
+    monkeypatch.setattr(cli, "outage_notice", noted)
     sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
     monkeypatch.setitem(sys.modules, "sounddevice", sd)
     events = tmp_path / "events.jsonl"
@@ -525,6 +527,7 @@ async def test_a_stream_no_server_took_at_first_is_not_shown_reconnecting(
     """A new stream refused twice (a server still loading or draining) is told as a
     wait, but it was never connected: the status line said "reconnecting" from then on,
     since only a resume cleared it."""
+    import asr_client.cli as cli
     import asr_client.mic_session as mic_session
     from tests.helpers import serve_fake
 
@@ -532,7 +535,7 @@ async def test_a_stream_no_server_took_at_first_is_not_shown_reconnecting(
     server.servicer.draining = True  # refuses every new call, with a pushback
     told: list[Any] = []
     seen: list[bool] = []  # the status line's flag at each server response
-    status_event, notice = mic_session.MicStatus.event, mic_session.outage_notice
+    status_event, notice = mic_session.MicStatus.event, cli.outage_notice
 
     def noted(info: Any) -> str:
         told.append(info)
@@ -543,7 +546,7 @@ async def test_a_stream_no_server_took_at_first_is_not_shown_reconnecting(
         seen.append(status.reconnecting)
         status_event(status, response)
 
-    monkeypatch.setattr(mic_session, "outage_notice", noted)
+    monkeypatch.setattr(cli, "outage_notice", noted)
     monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
     sd = FakeSoundDevice(DEVICES, script=speech_like(16_000))
     sd.when_done = lambda: signal.raise_signal(signal.SIGINT)
