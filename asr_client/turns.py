@@ -110,9 +110,6 @@ class TurnAssembler:
                 ch.eager = None  # confirmed: its final is the eager text
                 ch.split_eager = r.utterance_id  # and the turn's end, unless one follows
             turn = self._complete(ch)
-            if turn is not None and ch.split_eager is not None:
-                if turn.end_of_turn.utterance_id >= ch.split_eager:
-                    ch.split_eager = None  # its turn ended there: the reply stands
             if turn is None and self._went_on(ch, r.utterance_id):
                 return self._withdraw_split(ch, r.channel)
             return turn
@@ -182,20 +179,15 @@ class TurnAssembler:
         ch.split_eager = None
         return resumed
 
-    def _turn_ended(self, t: asr_pb2.EndOfTurn) -> Turn | TurnResumed | None:
+    def _turn_ended(self, t: asr_pb2.EndOfTurn) -> Turn | None:
         ch = self._channels.setdefault(t.channel, _Channel())
         if t.utterance_id <= ch.ended:
             # a turn already returned: a resumed stream sends the end of the turn it
             # was in again when the server had not seen it acknowledged
             return None
         ch.ending = t
-        if ch.split_eager is not None and t.utterance_id >= ch.split_eager:
-            went_on = t.utterance_id > ch.split_eager
-            turn = self._complete(ch)
-            if turn is None and went_on:  # (the later utterance's results were not seen)
-                return self._withdraw_split(ch, t.channel)
-            ch.split_eager = None  # the turn ended there: the reply started on it stands
-            return turn
+        # (an end of a later utterance is no sign the caller went on: the rest of the
+        # split's pause is an utterance of its own, which ends in NO_WORDS; words are)
         return self._complete(ch)
 
     @staticmethod
@@ -209,4 +201,6 @@ class TurnAssembler:
         ch.finals = [r for r in ch.finals if r.utterance_id > ended]
         ch.ending = None
         ch.ended = ended
+        if ch.split_eager is not None and ch.split_eager <= ended:
+            ch.split_eager = None  # its turn is over: the reply started on it stands
         return turn

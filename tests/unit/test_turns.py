@@ -250,3 +250,17 @@ def test_a_later_eager_turn_replaces_one_a_split_made_final() -> None:
     assert turns.feed(final(2, "Stuff it into you.")) is None
     turn = turns.feed(end_of_turn(2))
     assert isinstance(turn, Turn)
+
+
+@pytest.mark.parametrize("silence", [False, True])
+def test_the_rest_of_a_splits_pause_without_words_withdraws_nothing(silence: bool) -> None:
+    """The split's pause goes on as an utterance of its own, which holds no words: its end
+    and NO_WORDS came, and the first version of the withdrawal above took that end for the
+    caller going on (a TurnResumed, then the Turn with the eager text itself)."""
+    turns = TurnAssembler(silence_endpointing=silence)
+    assert isinstance(turns.feed(eager(2, "Stuff it into you.")), EagerTurn)
+    assert turns.feed(final(2, "Stuff it into you.")) is None
+    assert turns.feed(speech_ended(3) if silence else end_of_turn(3)) is None
+    turn = turns.feed(no_words(3))
+    assert isinstance(turn, Turn) and turn.text == "Stuff it into you."
+    assert turns.feed(partial(4, "Next")) is None  # a new turn: nothing left to withdraw
