@@ -420,6 +420,29 @@ async def test_a_second_ctrl_c_quits_without_waiting(tmp_path: Path, monkeypatch
     assert err.splitlines()[-1] == "interrupted"
 
 
+def heard_and_told(monkeypatch, notice: str) -> tuple[threading.Event, threading.Event]:  # type: ignore[no-untyped-def]
+    """Two events the mic command sets: ``heard`` at the server's first response (it took
+    the stream: a break now is a resume, not a refusal), ``told`` once the ``notice``
+    (asr_client.cli's, where the commands' notices come from) is written."""
+    import asr_client.cli as cli
+    import asr_client.mic_session as mic_session
+
+    heard, told = threading.Event(), threading.Event()
+    status_event, write_notice = mic_session.MicStatus.event, getattr(cli, notice)
+
+    def on_event(status: Any, response: Any) -> None:
+        heard.set()
+        status_event(status, response)
+
+    def noted(info: Any) -> str:
+        told.set()
+        return write_notice(info)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
+    monkeypatch.setattr(cli, notice, noted)
+    return heard, told
+
+
 async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     make_server, tmp_path: Path, monkeypatch, capsys
 ):
@@ -427,24 +450,13 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
     ``asr-client file`` writes; mic only said so on the screen."""
     import json
 
-    import asr_client.cli as cli
-    import asr_client.mic_session as mic_session
     from tests.faultproxy import FaultProxy
     from tests.helpers import serve_fake
 
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
     loop = asyncio.get_running_loop()
-    heard, resumed = threading.Event(), threading.Event()
-    status_event, notice = mic_session.MicStatus.event, cli.resume_notice
-
-    def on_event(status: Any, response: Any) -> None:
-        heard.set()  # the server took the stream: a break now is a resume, not a refusal
-        status_event(status, response)
-
-    def noted(info: Any) -> str:
-        resumed.set()
-        return notice(info)
+    heard, resumed = heard_and_told(monkeypatch, "resume_notice")
 
     def user() -> None:  # the network drops once the speech is captured; then Ctrl-C
         heard.wait(10)
@@ -452,8 +464,6 @@ async def test_a_resumed_stream_is_recorded_in_json_out_and_counted(
         resumed.wait(10)
         signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
-    monkeypatch.setattr(cli, "resume_notice", noted)  # (the notices come from there)
     sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
     monkeypatch.setitem(sys.modules, "sounddevice", sd)
     events = tmp_path / "events.jsonl"
@@ -478,24 +488,13 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
     finishing the last utterance, and waited for the outage's end without saying why."""
     import json
 
-    import asr_client.cli as cli
-    import asr_client.mic_session as mic_session
     from tests.faultproxy import FaultProxy
     from tests.helpers import serve_fake
 
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
     loop = asyncio.get_running_loop()
-    heard, lost = threading.Event(), threading.Event()
-    status_event, notice = mic_session.MicStatus.event, cli.outage_notice
-
-    def on_event(status: Any, response: Any) -> None:
-        heard.set()  # the server took the stream: a break now is an outage
-        status_event(status, response)
-
-    def noted(info: Any) -> str:
-        lost.set()
-        return notice(info)
+    heard, lost = heard_and_told(monkeypatch, "outage_notice")
 
     def user() -> None:  # the server goes for good once the speech is captured
         heard.wait(10)
@@ -505,8 +504,6 @@ async def test_an_outage_is_told_as_it_begins_and_ctrl_c_says_what_it_waits_for(
         time.sleep(0.5)
         signal.raise_signal(signal.SIGINT)  # and quit
 
-    monkeypatch.setattr(mic_session.MicStatus, "event", on_event)
-    monkeypatch.setattr(cli, "outage_notice", noted)
     sd = FakeSoundDevice(DEVICES, script=speech_like(16_000), when_done=user)
     monkeypatch.setitem(sys.modules, "sounddevice", sd)
     events = tmp_path / "events.jsonl"
