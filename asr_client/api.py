@@ -506,8 +506,7 @@ class AsrClient:
         ``on_resume`` is told each time. ``on_outage`` is told as soon as a call breaks and
         the stream starts resuming (not for a planned move off a draining server), or a
         new stream's second try is refused too, once per outage; ``on_resume`` when it is
-        over. ``timeout_s`` bounds
-        each call.
+        over. ``timeout_s`` bounds each call.
         """
         policy = self.resume if resume == "default" else resume
         stream: RecognitionStream | ResumableStream

@@ -198,8 +198,7 @@ async def _record(
     stop = asyncio.Event()
     task = asyncio.current_task()
     aborted = False
-    policy = client.resume or ResumePolicy()
-    resume_window_s = policy.give_up_after_s
+    resume_window_s = (client.resume or ResumePolicy()).give_up_after_s
 
     def note(message: str) -> None:
         if live is not None:

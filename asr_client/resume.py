@@ -763,9 +763,8 @@ class ResumableStream:
         )
         if waits and not self._outage_told:
             self._outage_told = True
-            if self._on_outage is not None:
-                info = OutageInfo(cause, not first, self.policy.give_up_after_s)
-                self._tell("on_outage", self._on_outage, info)
+            info = OutageInfo(cause, not first, self.policy.give_up_after_s)
+            self._tell("on_outage", self._on_outage, info)
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s
@@ -778,12 +777,11 @@ class ResumableStream:
             if now - self._outage_since > limit:
                 if no_seat and error is not None:
                     raise StreamClosedError(error.code, error.details)
-                # (a stream no server ever took was not resumed: it never started, and
-                # whatever a proxy's last refusal said, the service is unavailable)
-                what = "start the stream (no server took it)" if first else "resume the stream"
+                # (whatever a proxy's last refusal said, a stream no server ever took
+                # found the service unavailable)
                 raise ResumeError(
                     grpc.StatusCode.UNAVAILABLE if error is None or first else error.code,
-                    f"could not {what} within {limit:g} s ({cause})",
+                    f"could not {self._what_failed()} within {limit:g} s ({cause})",
                 )
             with contextlib.suppress(TimeoutError):  # full jitter; cancel() ends it
                 await asyncio.wait_for(self._cancelled.wait(), random.uniform(0, self._backoff_s))
@@ -899,11 +897,16 @@ class ResumableStream:
             return bool(admitted)
         call.cancel()
         cause = self._resuming.cause if self._resuming is not None else "no answer"
-        what = "resume the stream" if self._admitted else "start the stream (no server took it)"
         raise ResumeError(
             grpc.StatusCode.UNAVAILABLE,
-            f"could not {what} within {limit:g} s ({cause}; the last try had no answer)",
+            f"could not {self._what_failed()} within {limit:g} s ({cause}; the last try had "
+            "no answer)",
         )
+
+    def _what_failed(self) -> str:
+        """What giving up failed to do: a stream no server ever took was not resumed, it
+        never started."""
+        return "resume the stream" if self._admitted else "start the stream (no server took it)"
 
     def _resumed(self) -> None:
         """A new call was admitted: the outage is over; a resume is counted and told."""
@@ -926,12 +929,13 @@ class ResumableStream:
             info.stream_offset_s,
             info.replayed_s,
         )
-        if self._on_resume is not None:
-            self._tell("on_resume", self._on_resume, info)
+        self._tell("on_resume", self._on_resume, info)
 
-    def _tell(self, name: str, callback: Callable[[Any], None], info: object) -> None:
-        """Call the caller's notification: a bug in it is logged, and the stream goes on
-        (raised, it ended the stream in the middle of its resume)."""
+    def _tell(self, name: str, callback: Callable[[Any], None] | None, info: object) -> None:
+        """Call the caller's notification, if any: a bug in it is logged, and the stream
+        goes on (raised, it ended the stream in the middle of its resume)."""
+        if callback is None:
+            return
         try:
             callback(info)
         except Exception:
