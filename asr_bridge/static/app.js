@@ -253,6 +253,20 @@ function addFinal(ev, turnEnd) {
   return p;
 }
 
+// A session that ends on an error or a close leaves its last partial without the final
+// that would have replaced it: kept with the finals (those words were heard), marked as
+// never made final, instead of staying on screen as if still being heard.
+function keepUnfinishedPartial() {
+  const text = $("partial").innerText.trim();
+  showPartial("", "");
+  if (!text) return;
+  const p = document.createElement("p");
+  p.className = "final unfinished";
+  p.append(text);
+  addBadge(p, "not final: the session ended");
+  $("finals").append(p);
+}
+
 function addBadge(paragraph, text) {
   const badge = document.createElement("span");
   badge.className = "turn";
@@ -303,6 +317,7 @@ function onClose(s, e) {
 }
 
 function teardown(s) {
+  keepUnfinishedPartial();
   closeAudio(s.audio);
   s.audio = null;
   if (s.ws && s.ws.readyState <= WebSocket.OPEN) s.ws.close();

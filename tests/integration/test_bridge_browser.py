@@ -590,3 +590,53 @@ async def test_the_page_says_it_is_reconnecting_while_the_bridge_resumes(stack: 
     finally:
         await bridge.close()
         await proxy.close()
+
+
+#: the finals never reach the page, so whatever partial it shows is still there at the break
+NO_FINALS = """
+  const WithFinals = window.WebSocket;
+  window.WebSocket = class extends WithFinals {
+    set onmessage(handler) {
+      super.onmessage = (e) => {
+        if (!['final', 'no_words'].includes(JSON.parse(e.data).type)) handler(e);
+      };
+    }
+    get onmessage() { return super.onmessage; }
+  };
+"""
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_partial_cut_off_by_an_error_is_kept_as_not_final(stack: Stack) -> None:
+    """A session that ended on an error left its last partial on screen, shown as if the
+    words were still being heard; it goes with the finals now, marked as never final."""
+    from asr_bridge.app import BridgeConfig, start_bridge
+    from asr_client import ConnectionOptions
+    from tests.faultproxy import FaultProxy
+
+    proxy = await FaultProxy(stack.server.port).start()
+    bridge = await start_bridge(  # without resume the break is the session's end
+        BridgeConfig(server=ConnectionOptions(f"127.0.0.1:{proxy.port}"), resume=False), port=0
+    )
+    try:
+        page, errors = await stack.page(NO_FINALS, bridge=bridge)
+        await page.click("#start")
+        await page.wait_for_function(
+            "() => document.querySelector('#partial').innerText.trim()", timeout=SHORT_MS
+        )
+        proxy.cut()
+        await page.wait_for_function(
+            "() => document.body.dataset.state === 'error'", timeout=SHORT_MS
+        )
+        assert not (await page.inner_text("#partial")).strip()
+        kept = await page.eval_on_selector_all(
+            ".final", "ps => ps.map(p => [p.className, p.innerText])"
+        )
+        assert len(kept) == 1 and kept[0][0] == "final unfinished", kept
+        # the fake engine's words are w0, w1, …; the badge follows them
+        assert kept[0][1].startswith("w0") and kept[0][1].endswith("not final: the session ended")
+        await page.close()
+        assert not errors, errors
+    finally:
+        await bridge.close()
+        await proxy.close()
