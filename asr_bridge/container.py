@@ -261,6 +261,9 @@ class ContainerDecoder:
                     "formatprobesize": str(PROBE_BYTES),
                     "probesize": str(PROBE_BYTES),
                     "analyzeduration": str(ANALYZE_MICROSECONDS),
+                    # a live stream's WAV header cannot know the stream's length (writers
+                    # put 0, the first piece's or any): read on to the end, not to its word
+                    "ignore_length": "1",
                 },
             )
         except av.FFmpegError as exc:

@@ -155,6 +155,16 @@ def wav_saying(rate: int, pcm: np.ndarray) -> bytes:
     return out.getvalue()
 
 
+async def test_a_live_wav_is_decoded_past_the_length_its_header_gives() -> None:
+    """A live stream's WAV header cannot know how long the stream will be: one written
+    with the first second's length (or any length) had everything after it dropped."""
+    pcm, rate = speech()
+    data = wav_saying(rate, pcm[:rate])  # the header says 1 s …
+    _, decoded, _ = await decode(data + pcm[rate:].astype("<i2").tobytes())  # … 10.4 s follow
+    assert len(decoded) == len(pcm)
+    assert np.array_equal(decoded[:, 0], pcm[:, 0])
+
+
 @pytest.mark.parametrize("rate", [1, 100, 3_999])
 async def test_a_header_saying_a_rate_no_recording_has_is_refused(rate: int) -> None:
     """A WAV header saying 1 Hz was taken at its word and resampled up to 8 kHz: 32 KB
