@@ -162,6 +162,8 @@ class Credentials:
 
 
 def _counter(metrics: Metrics, file: str) -> Callable[[bool], None]:
+    metrics.watch_reloads(file)
+
     def count(ok: bool) -> None:
         metrics.credential_reloads.labels(file, "ok" if ok else "failed").inc()
 

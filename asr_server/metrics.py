@@ -15,7 +15,28 @@ from prometheus_client import (
     Histogram,
 )
 
+from asr_server.errors import Status
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+
+# The label values the counters below can take, each series made at 0 when the server
+# starts: one that first appears at 1 hides that increment from rate() and increase(),
+# and an alert or a dashboard panel over it shows "no data" on a healthy replica.
+ERROR_CODES = tuple(status.value for status in Status) + ("CANCELLED",)
+STREAM_OUTCOMES = ("OK", *ERROR_CODES)
+REFUSAL_REASONS = (
+    "draining",
+    "loading",
+    "capacity",
+    "client_limit",
+    "client_pending_limit",
+    "pending_limit",
+    "client_unanswered_limit",
+    "open_call_limit",
+    "lasting_call_limit",
+)
+TIMEOUT_KINDS = ("config", "idle", "request")
+AUTH_FAILURE_REASONS = ("missing_token", "wrong_token", "permission")
 
 
 class Metrics:
@@ -250,6 +271,21 @@ class Metrics:
             ["file", "outcome"],
             registry=r,
         )
+
+        for labels, values in (
+            (self.streams, STREAM_OUTCOMES),
+            (self.stream_errors, ERROR_CODES),
+            (self.refused_streams, REFUSAL_REASONS),
+            (self.stream_timeouts, TIMEOUT_KINDS),
+            (self.auth_failures, AUTH_FAILURE_REASONS),
+        ):
+            for value in values:
+                labels.labels(value)
+
+    def watch_reloads(self, file: str) -> None:
+        """``file`` (tls, tokens) is reloaded on change: its outcomes counted from 0."""
+        for outcome in ("ok", "failed"):
+            self.credential_reloads.labels(file, outcome)
 
     def add_buffered_samples(self, count: int, sample_rate: int) -> None:
         """``count`` samples (at ``sample_rate``) more, or fewer, wait to be processed. The

@@ -87,6 +87,15 @@ async def test_server_process_serves_reports_and_drains() -> None:
             "process_resident_memory_bytes",
         ):
             assert name in metrics, name
+        # the error and refusal series are there at 0 before their first event (rate()
+        # would miss that increment, and the error alert's panel said "no data")
+        for series in (
+            'asr_stream_errors_total{code="INTERNAL"} 0.0',
+            'asr_refused_streams_total{reason="capacity"} 0.0',
+            'asr_stream_timeouts_total{kind="idle"} 0.0',
+            'asr_auth_failures_total{reason="wrong_token"} 0.0',
+        ):
+            assert series in metrics, series
         received_s = re.search(r"^asr_audio_received_seconds_total (\S+)$", metrics, re.M)
         assert received_s and float(received_s.group(1)) == pytest.approx(rec.duration_s, 0.01)
         proc.send_signal(signal.SIGTERM)
