@@ -212,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fast",
         action="store_true",
         help="send as fast as the server's backpressure allows (with --endpointing semantic "
-        "the turn model's answers come after the audio has moved past the pause, so turns "
-        "end only at the longest pause: pace it with --speed to see live turns)",
+        "turns still end where they would live: audio sent ahead of a pause's turn-model "
+        "answer is heard no sooner than it would have come)",
     )
     r = sub.add_parser(
         "recognize", parents=[path, common, files], help="transcribe a whole file in one call"
