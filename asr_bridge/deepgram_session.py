@@ -54,6 +54,7 @@ from asr_bridge.deepgram import (
 )
 from asr_bridge.metrics import BridgeMetrics
 from asr_bridge.protocol import CLOSE_TRY_AGAIN_LATER, close_reason
+from asr_bridge.public_errors import for_browser
 from asr_bridge.session import ClientWrites, ServerFellBehind, UpstreamPace
 from asr_bridge.wire import ClientGone, close_quietly, send_events
 from asr_client import AsrClient, AudioStream, StreamClosedError
@@ -283,7 +284,8 @@ class DeepgramRelay:
             level = logging.WARNING if error.code == grpc.StatusCode.UNAVAILABLE else logging.INFO
             logger.log(level, "session %s: server error %s", self.session_id, error)
             close = CLOSE_POLICY if error.code in _CLIENT_FAULTS else CLOSE_SERVER_ERROR
-            await self._fail(f"{error.code.name}: {error.details}", close)
+            details = for_browser(error.details, self.client.connection)
+            await self._fail(f"{error.code.name}: {details}", close)
         except* NoAudio as group:
             self.metrics.session_errors.labels("DEADLINE_EXCEEDED").inc()
             no_audio = group.exceptions[0]

@@ -33,6 +33,7 @@ from asr_bridge.protocol import (
     close_code_for,
     close_reason,
 )
+from asr_bridge.public_errors import for_browser
 from asr_bridge.realtime import (
     ClientEvent,
     Event,
@@ -283,7 +284,8 @@ class RealtimeSession:
         logger.info("session %s: stream failed: %s", self.session_id, exc)
         self.metrics.session_errors.labels(exc.code.name).inc()
         self.metrics.stream_failed(exc.code, answered=self._heard_from_server)
-        details, close_code = exc.details, close_code_for(exc.code.name)
+        details = for_browser(exc.details, self.client.connection)
+        close_code = close_code_for(exc.code.name)
         if exc.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             # the server refused the bridge's own credentials, not the client's key: 1011,
             # as on /ws (not 4401), so that nobody is asked for a key they got right

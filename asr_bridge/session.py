@@ -55,6 +55,7 @@ from asr_bridge.protocol import (
     parse_text,
     streaming_config,
 )
+from asr_bridge.public_errors import for_browser
 from asr_bridge.wire import ClientGone, PeerWatch, close_quietly, send_events
 from asr_client import AsrClient, AudioStream, StreamClosedError
 from asr_client.resume import OutageInfo, ResumeInfo, resume_notice
@@ -267,12 +268,11 @@ class BridgeSession:
         # (a stream no server has taken yet is still "connecting" on the page: not told)
         if not info.started:
             return
-        cause = info.cause
-        self._resumes.append(cause)
-        self._resume_noticed.set()
         logger.info(
-            "session %s: connection to the server lost (%s); resuming", self.session_id, cause
+            "session %s: connection to the server lost (%s); resuming", self.session_id, info.cause
         )
+        self._resumes.append(for_browser(info.cause, self.client.connection))
+        self._resume_noticed.set()
 
     def _resumed(self, info: ResumeInfo) -> None:
         # called inside the stream's iteration, which the downstream awaits: woken, it
@@ -335,20 +335,22 @@ class BridgeSession:
     async def _server_failed(self, events: EventWriter, error: StreamClosedError) -> None:
         code = error.code
         self.metrics.stream_failed(code, answered=self._heard_from_server)
+        logger.info("session %s: stream failed: %s", self.session_id, error)
+        details = for_browser(error.details, self.client.connection)
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             # The bridge's own credentials were refused, not the browser's token: 1011, not
             # 4401, so that a page does not ask its user for a token they got right.
             await self._fail(
                 events,
                 code.name,
-                f"the recognition server refused the bridge's credentials: {error.details}",
+                f"the recognition server refused the bridge's credentials: {details}",
                 close_code=CLOSE_SERVER_ERROR,
                 level=logging.WARNING,
             )
             return
         # UNAVAILABLE is the server down or unreachable, or TLS to it failing: the operator's
         level = logging.WARNING if code == grpc.StatusCode.UNAVAILABLE else logging.INFO
-        await self._fail(events, code.name, error.details, level=level)
+        await self._fail(events, code.name, details, level=level)
 
     async def _fail(
         self,

@@ -5,11 +5,13 @@ for every route.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosedError
 
 from tests.faultproxy import FaultProxy
 from tests.helpers import serve_fake, speech_pcm
@@ -82,3 +84,26 @@ async def next_event(ws: ClientConnection, kind: str, timeout_s: float = 5.0) ->
         while (event := json.loads(await ws.recv()))["type"] != kind:
             pass
     return event  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("route", ["/ws", "/v1/listen?encoding=linear16&sample_rate=16000"])
+async def test_a_browser_is_not_told_the_servers_address(make_bridge, route: str) -> None:  # type: ignore[no-untyped-def]
+    """With the server down, gRPC's message names the address it could not connect to
+    (a replica's internal address and port, in a deployment): the browser got it in the
+    error event and the close reason. The bridge's log keeps it."""
+    from tests.processes import free_port
+
+    port = free_port()  # nothing listens there
+    bridge = await make_bridge(port, resume=False)
+    async with connect(f"ws://127.0.0.1:{bridge.port}{route}") as ws:
+        if route == "/ws":
+            await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
+        else:
+            await ws.send(speech_pcm(0.2).tobytes())
+        told = []
+        with contextlib.suppress(ConnectionClosedError):  # (not a normal close: 1013, 1011)
+            async with asyncio.timeout(10):
+                told += [message async for message in ws]
+    told.append(ws.close_reason)
+    assert any("UNAVAILABLE" in str(m) and "the server" in str(m) for m in told), told
+    assert not any("127.0.0.1" in str(m) or str(port) in str(m) for m in told), told

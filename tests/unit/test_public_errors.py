@@ -1,0 +1,51 @@
+"""asr_bridge.public_errors: gRPC's messages about a connection, as a browser gets them."""
+
+from __future__ import annotations
+
+import pytest
+
+from asr_bridge.public_errors import for_browser
+from asr_client import ConnectionOptions
+
+INTERNAL = ConnectionOptions("asr-internal.svc.cluster.local:50051")
+
+
+@pytest.mark.parametrize(
+    ("details", "told"),
+    [
+        (  # grpc-core's, for a replica that is down (the security reviewer's)
+            "could not resume the stream within 30 s (UNAVAILABLE: failed to connect to all "
+            "addresses; last error: UNKNOWN: ipv4:10.0.3.7:50051: Connection refused)",
+            "could not resume the stream within 30 s (UNAVAILABLE: failed to connect to all "
+            "addresses; last error: UNKNOWN: the server: Connection refused)",
+        ),
+        (
+            "last error: UNKNOWN: ipv6:%5B::1%5D:50051: Failed to connect",
+            "last error: UNKNOWN: the server: Failed to connect",
+        ),
+        ("connect to [2001:db8::7]:443 failed", "connect to the server failed"),
+        (
+            "DNS resolution failed for asr-internal.svc.cluster.local:50051: C-ares status is "
+            "not ARES_SUCCESS qtype=A name=asr-internal.svc.cluster.local is_balancer=0",
+            "DNS resolution failed for the server: C-ares status is not ARES_SUCCESS qtype=A "
+            "name=the server is_balancer=0",
+        ),
+        # the server's own words are the client's to read, unchanged
+        (
+            "config.endpointing.silence_ms 50 is out of range 100-10000",
+            "config.endpointing.silence_ms 50 is out of range 100-10000",
+        ),
+        ("Socket closed", "Socket closed"),
+    ],
+)
+def test_addresses_and_the_servers_name_are_not_told(details: str, told: str) -> None:
+    assert for_browser(details, INTERNAL) == told
+
+
+def test_a_short_host_name_is_replaced_as_a_name_only() -> None:
+    """A host called "asr" is replaced where it is the host, not inside other words."""
+    told = for_browser(
+        "dns:///asr:50051 refused; DNS resolution failed for asr:50051; asr.v1.Recognizer",
+        ConnectionOptions("dns:///asr:50051"),
+    )
+    assert told == "the server refused; DNS resolution failed for the server; asr.v1.Recognizer"
