@@ -8,6 +8,7 @@ Origin (refused on the handshake), the browser's token, and the session limit.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import secrets
@@ -68,6 +69,13 @@ class BridgeConfig:
     allowed_origins: tuple[str, ...] = ()
     #: sessions open at once; past it a WebSocket gets RESOURCE_EXHAUSTED and close 1013
     max_sessions: int = DEFAULT_MAX_SESSIONS
+    #: sessions open at once from one client address (behind a proxy, the address its
+    #: X-Forwarded-For gives when the proxy is one of ``forwarded_allow_ips``); 0: no limit
+    max_sessions_per_client: int = 0
+    #: the proxies whose X-Forwarded-For is taken as the client's address (uvicorn's
+    #: setting: comma-separated addresses or networks, "*" for any); None: 127.0.0.1, or
+    #: $FORWARDED_ALLOW_IPS
+    forwarded_allow_ips: str | None = None
     #: continue a session's gRPC stream on a new call when it breaks (the browser keeps
     #: its WebSocket); False: the session ends with the error
     resume: bool = True
@@ -75,6 +83,11 @@ class BridgeConfig:
     def __post_init__(self) -> None:
         if self.max_sessions < 1:
             raise ValueError(f"max_sessions must be at least 1, got {self.max_sessions}")
+        if self.max_sessions_per_client < 0:
+            raise ValueError(
+                f"max_sessions_per_client must be 0 (no limit) or more, got "
+                f"{self.max_sessions_per_client}"
+            )
 
 
 #: serves one admitted session of a protocol: (socket, client, session id, metrics, config)
@@ -88,7 +101,9 @@ HandshakeDenial = Callable[[str, str], Response]
 class _State:
     config: BridgeConfig
     client: AsrClient | None = None
-    sessions: set[str] = field(default_factory=set)
+    #: the open sessions, each with its client's address
+    sessions: dict[str, str] = field(default_factory=dict)
+    per_client: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Starlette:
@@ -162,15 +177,32 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
                 f"the bridge is at its limit of {config.max_sessions} sessions; try again later",
             )
             return None
+        # one browser (or one script with the shared token) cannot take every session
+        address = ws.client.host if ws.client else "?"
+        per_client = config.max_sessions_per_client
+        if per_client and state.per_client[address] >= per_client:
+            metrics.refused("client_limit")
+            await refuse(
+                "RESOURCE_EXHAUSTED",
+                f"{address} has {per_client} session{'s' if per_client > 1 else ''} open, "
+                "the bridge's limit per client; "
+                "close one or try again later",
+            )
+            return None
         session_id = secrets.token_hex(6)
-        state.sessions.add(session_id)
+        state.sessions[session_id] = address
+        state.per_client[address] += 1
         metrics.sessions.inc()
         metrics.active_sessions.inc()
         logger.info("session %s: opened from %s", session_id, _peer(ws))
         return session_id
 
     def release(session_id: str) -> None:
-        state.sessions.discard(session_id)
+        address = state.sessions.pop(session_id, None)
+        if address is not None:
+            state.per_client[address] -= 1
+            if not state.per_client[address]:
+                del state.per_client[address]
         metrics.active_sessions.dec()
 
     async def websocket(ws: WebSocket) -> None:
@@ -334,6 +366,7 @@ async def start_bridge(
         ws_per_message_deflate=False,
         ws_ping_interval=WS_PING_INTERVAL_S,
         ws_ping_timeout=WS_PING_TIMEOUT_S,
+        forwarded_allow_ips=config.forwarded_allow_ips,
         log_config=None,  # the command configures logging; tests keep pytest's
         access_log=False,  # query strings may carry the token
         ssl_certfile=ssl_certfile,

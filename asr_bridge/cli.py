@@ -37,13 +37,25 @@ def _env_flag(name: str) -> bool:
 
 
 def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
+
+
+def _limit(text: str) -> int:
+    """A limit where 0 means none."""
+    value = _whole_number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {text}")
+    return value
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,6 +114,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="N",
         help="browser sessions at once; more are refused with RESOURCE_EXHAUSTED "
         "($ASR_BRIDGE_MAX_SESSIONS, default 100)",
+    )
+    b.add_argument(
+        "--max-sessions-per-client",
+        type=_limit,
+        default=_env("MAX_SESSIONS_PER_CLIENT") or "0",
+        metavar="N",
+        help="sessions at once from one client address, so that one browser or script "
+        "cannot take them all; more are refused with RESOURCE_EXHAUSTED "
+        "($ASR_BRIDGE_MAX_SESSIONS_PER_CLIENT, default 0 = no limit)",
+    )
+    b.add_argument(
+        "--forwarded-allow-ips",
+        default=_env("FORWARDED_ALLOW_IPS"),
+        metavar="IPS",
+        help="proxies whose X-Forwarded-For gives the client's address, comma-separated "
+        "addresses or networks ($ASR_BRIDGE_FORWARDED_ALLOW_IPS, default 127.0.0.1: "
+        "behind a proxy elsewhere every browser has the proxy's address)",
     )
 
     g = p.add_argument_group("bridge → gRPC server")
@@ -202,6 +231,8 @@ def bridge_config(a: argparse.Namespace) -> BridgeConfig:
         token=a.token,
         allowed_origins=tuple(a.allowed_origin),
         max_sessions=a.max_sessions,
+        max_sessions_per_client=a.max_sessions_per_client,
+        forwarded_allow_ips=a.forwarded_allow_ips,
         resume=a.resume,
     )
 

@@ -23,6 +23,7 @@ RefusalReason = Literal[
     "origin",  # the page's Origin is not allowed (HTTP 403 on the handshake)
     "token",  # the browser's token is missing or wrong
     "capacity",  # the bridge is at --max-sessions
+    "client_limit",  # the browser's address is at --max-sessions-per-client
     "server_unavailable",  # the gRPC server cannot be reached (down, TLS handshake failed)
     "server_auth",  # the gRPC server refused the bridge's own credentials
     "server_capacity",  # the gRPC server is at its stream limit
@@ -31,6 +32,7 @@ REFUSAL_REASONS: tuple[RefusalReason, ...] = (
     "origin",
     "token",
     "capacity",
+    "client_limit",
     "server_unavailable",
     "server_auth",
     "server_capacity",

@@ -145,6 +145,39 @@ async def test_sessions_past_the_limit_are_refused_until_one_ends(
     await eventually(lambda: server.servicer.active == 0)
 
 
+async def test_one_client_address_cannot_take_every_session(
+    make_server,  # type: ignore[no-untyped-def]
+    make_bridge,
+) -> None:
+    """Everyone with the bridge's token (or anyone, without one) could open every session
+    and hold it without audio (the bridge keeps its streams alive), refusing all others:
+    a limit per client address now, behind a trusted proxy the address it forwards."""
+    server = await serve_fake(make_server)
+    bridge = await make_bridge(server.port, max_sessions=5, max_sessions_per_client=2)
+    held = [await open_session(bridge) for _ in range(2)]
+    async with connect(ws_url(bridge)) as third:
+        events = await events_until_close(third)
+    assert [(e["code"], e["message"]) for e in events] == [
+        (
+            "RESOURCE_EXHAUSTED",
+            "127.0.0.1 has 2 sessions open, the bridge's limit per client; "
+            "close one or try again later",
+        )
+    ]
+    assert third.close_code == 1013
+    # another browser, behind a proxy on this host (trusted by default): its own limit
+    other = await open_session(bridge, additional_headers={"X-Forwarded-For": "203.0.113.9"})
+    await finish(held.pop())
+    await eventually(lambda: active(bridge) == 2)
+    again = await open_session(bridge)  # the address's freed session is usable again
+    for ws in (*held, other, again):
+        await finish(ws)
+        assert ws.close_code == 1000
+    metrics = await asyncio.to_thread(scrape, bridge)
+    assert metrics["asr_bridge_refusals_total{reason=client_limit}"] == 1
+    assert metrics["asr_bridge_refusals_total{reason=capacity}"] == 0
+
+
 # -- metrics ------------------------------------------------------------------------------
 
 
@@ -176,6 +209,7 @@ async def test_metrics_count_sessions_refusals_audio_and_lag(make_server, make_b
         "asr_bridge_refusals_total{reason=origin}": 1,
         "asr_bridge_refusals_total{reason=token}": 1,
         "asr_bridge_refusals_total{reason=capacity}": 1,
+        "asr_bridge_refusals_total{reason=client_limit}": 0,
         "asr_bridge_refusals_total{reason=server_unavailable}": 0,
         "asr_bridge_refusals_total{reason=server_auth}": 0,
         "asr_bridge_refusals_total{reason=server_capacity}": 0,

@@ -14,10 +14,13 @@ def test_defaults_are_plaintext_same_origin_and_100_sessions(
 ) -> None:
     for name in ("TOKEN", "SERVER_TOKEN", "ALLOWED_ORIGINS", "MAX_SESSIONS", "SERVER_TLS"):
         monkeypatch.delenv(f"ASR_BRIDGE_{name}", raising=False)
+    for name in ("MAX_SESSIONS_PER_CLIENT", "FORWARDED_ALLOW_IPS"):
+        monkeypatch.delenv(f"ASR_BRIDGE_{name}", raising=False)
     config = bridge_config(parse_args([]))
     assert config.server.target == "localhost:50051"
     assert not config.server.uses_tls and config.server.token is None
     assert config.token is None and config.allowed_origins == () and config.max_sessions == 100
+    assert config.max_sessions_per_client == 0 and config.forwarded_allow_ips is None
 
 
 def test_flags_reach_the_server_options_and_browser_settings(
@@ -37,6 +40,8 @@ def test_flags_reach_the_server_options_and_browser_settings(
                 "--allowed-origin=https://a.example",
                 "--allowed-origin=https://b.example",
                 "--max-sessions=7",
+                "--max-sessions-per-client=2",
+                "--forwarded-allow-ips=10.0.0.0/8",
             ]
         )
     )
@@ -51,6 +56,7 @@ def test_flags_reach_the_server_options_and_browser_settings(
     assert config.token == "for-browsers"  # the two tokens never mix
     assert config.allowed_origins == ("https://a.example", "https://b.example")
     assert config.max_sessions == 7
+    assert config.max_sessions_per_client == 2 and config.forwarded_allow_ips == "10.0.0.0/8"
 
 
 def test_a_tls_name_alone_means_tls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +79,10 @@ def test_environment_variables_and_flags_winning_over_them(
     monkeypatch.setenv("ASR_BRIDGE_TOKEN", "browsers")
     monkeypatch.setenv("ASR_BRIDGE_ALLOWED_ORIGINS", "https://a.example, https://b.example")
     monkeypatch.setenv("ASR_BRIDGE_MAX_SESSIONS", "3")
+    monkeypatch.setenv("ASR_BRIDGE_MAX_SESSIONS_PER_CLIENT", "1")
+    monkeypatch.setenv("ASR_BRIDGE_FORWARDED_ALLOW_IPS", "192.0.2.1")
     config = bridge_config(parse_args([]))
+    assert config.max_sessions_per_client == 1 and config.forwarded_allow_ips == "192.0.2.1"
     assert config.server.target == "asr:50051" and config.server.tls
     assert config.server.token == "from-a-secret-file"
     assert config.token == "browsers"
@@ -89,6 +98,8 @@ def test_environment_variables_and_flags_winning_over_them(
         ["--server-cert=c.pem"],
         ["--server-key=k.pem"],
         ["--max-sessions=0"],
+        ["--max-sessions-per-client=-1"],
+        ["--max-sessions-per-client=two"],
         ["--log-level=FOO"],
         ["--port=70000"],
         ["--port=-1"],
