@@ -742,9 +742,11 @@ class ResumableStream:
         except StreamClosedError as error:
             if self._failed is not None:
                 raise self._failed from None
-            if self._unread:  # nobody reads, so nobody resumes: the stream ends here (a
-                # reading task cancelled, which cancels its call: audio was kept and
-                # dropped without a word)
+            # Nobody reads now. A break the next reading can resume (a push-to-talk agent
+            # sends its next turn before it reads again) waits for it, with this write
+            # kept. Anything else ends the stream here: a reading task cancelled cancels
+            # its call (CANCELLED), and its audio was kept and dropped without a word.
+            if self._unread and not is_resumable(error):
                 self._failed = error
                 raise
 

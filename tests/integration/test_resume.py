@@ -1470,3 +1470,41 @@ async def test_a_new_server_knows_the_client_finalizes_though_its_replay_holds_n
     assert ends == [round(r.end_s, 2) for r in uncut]
     # the second turn's final was decoded early in its pause, as the first FINALIZE asked
     assert ends[1] == pytest.approx(1.8 + 12.0 + 1.0 + 0.06, abs=0.035)
+
+
+async def test_a_break_while_nobody_reads_is_resumed_by_the_next_reading(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A push-to-talk agent reads each turn to its final and leaves the loop, then sends
+    the next turn before it reads again: a break in between ended the stream at that send
+    (UNAVAILABLE), though nothing was lost. The writes are kept, and the next loop
+    resumes the stream and reads the turn's final."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+
+    async def the_turns_final(stream) -> str:  # type: ignore[no-untyped-def]
+        async for response in stream:
+            if response.result.is_final:
+                return response.result.text  # type: ignore[no-any-return]
+        raise AssertionError("the stream ended without a final")
+
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                await stream.send_audio(speech)
+                await stream.finalize()
+                assert await asyncio.wait_for(the_turns_final(stream), 10) == "w0 w1 w2 w3"
+                proxy.cut()  # nobody reads now
+                await asyncio.sleep(0.2)
+                await stream.send_audio(speech)  # raised UNAVAILABLE
+                second = await stream.finalize()
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                reading = asyncio.create_task(_collect(stream, received))
+                (event,) = await asyncio.wait_for(second, 20)
+                assert event.type == asr_pb2.SpeechEvent.FINALIZED
+                await stream.end()
+                await asyncio.wait_for(reading, 10)
+    finally:
+        await proxy.close()
+    assert stream.resumes == 1  # type: ignore[attr-defined]
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
