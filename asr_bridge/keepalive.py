@@ -5,7 +5,9 @@ cannot tell a client that has gone from one that pauses. A bridge session can: t
 socket's pings (uvicorn's, every 20 s) end the session of a client that has gone, so a
 pause in the audio of a client still there (push-to-talk between presses, a muted
 microphone) is just a pause, and the stream gets a KEEPALIVE after ``KEEPALIVE_AFTER_S``
-without a write. Writes go through ``write``: one at a time on the stream.
+without a write, or after a third of the server's idle timeout where the server says it
+is shorter (its admission headers; one set to 10 s ended such sessions between presses).
+Writes go through ``write``: one at a time on the stream.
 """
 
 from __future__ import annotations
@@ -46,8 +48,11 @@ class StreamKeeper:
     async def run(self) -> None:
         with contextlib.suppress(StreamClosedError):  # the stream's end is the session's
             while not self._ended:
-                await asyncio.sleep(self._last_write + self.after_s - time.monotonic())
+                # (each time: a resumed stream may be on a server with another timeout)
+                idle_s = await self.stream.idle_timeout_s()
+                after_s = self.after_s if idle_s is None else min(self.after_s, idle_s / 3)
+                await asyncio.sleep(self._last_write + after_s - time.monotonic())
                 async with self._lock:
-                    if not self._ended and time.monotonic() - self._last_write >= self.after_s:
+                    if not self._ended and time.monotonic() - self._last_write >= after_s:
                         await self.stream.keep_alive()
                         self._last_write = time.monotonic()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
@@ -27,6 +28,8 @@ NOT_READ = "the stream's events are no longer read"
 
 #: the header a server sends when it admits a stream (asr_server.transport.servicer)
 ADMITTED_HEADER = "asr-stream-id"
+#: the server's idle timeout for the stream, sent with the admission header
+IDLE_TIMEOUT_HEADER = "asr-idle-timeout-s"
 #: HTTP/2 pings on a connection with calls open, and how long one may go unanswered
 KEEPALIVE_TIME_MS = 30_000
 KEEPALIVE_TIMEOUT_MS = 10_000
@@ -286,6 +289,21 @@ class RecognitionStream:
             return False
         return any(key == ADMITTED_HEADER for key, _ in metadata or ())
 
+    async def idle_timeout_s(self) -> float | None:
+        """How long the server lets this stream go without a message before it ends it
+        (its idle timeout), once the server has admitted it; None if it did not say (a
+        server that predates the header, a call that was refused or failed)."""
+        try:
+            metadata = await self._call.initial_metadata()
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            return None
+        for key, value in metadata or ():
+            if key == IDLE_TIMEOUT_HEADER:
+                with contextlib.suppress(ValueError):
+                    seconds = float(value)
+                    return seconds if seconds > 0 else None
+        return None
+
     async def refused_with_pushback(self) -> bool:
         """Did a server end this call with a retry pushback (an admission refusal: a full,
         draining or loading replica), as opposed to a failure on the way to one?"""
@@ -376,6 +394,7 @@ class AudioStream(Protocol):
     async def finalize(self, channel: int | None = None) -> FinalizeAck: ...
     async def update(self, update: asr_pb2.StreamingUpdate) -> None: ...
     async def keep_alive(self) -> None: ...
+    async def idle_timeout_s(self) -> float | None: ...
     async def end(self) -> None: ...
     def cancel(self) -> None: ...
     def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]: ...

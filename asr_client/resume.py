@@ -429,6 +429,10 @@ class ResumableStream:
             self._check_writable()
             await self._write(lambda call: call.keep_alive())
 
+    async def idle_timeout_s(self) -> float | None:
+        """As ``RecognitionStream.idle_timeout_s``, of the server the stream is on now."""
+        return await self._call.idle_timeout_s()
+
     async def end(self) -> None:
         async with self._write_lock:
             if self._ended:  # (a second end(), as in a cleanup path: nothing to do, as on

@@ -57,6 +57,10 @@ RECOGNIZE_CHUNK_S = 1.0
 #: as in its logs). A stream ended without it was refused and can be made again as it was;
 #: it also commits the call: no retry (grpc's, or a proxy's) ever replays an admitted stream.
 ADMITTED_HEADER = "asr-stream-id"
+#: sent with it: the seconds without a message after which the server ends the stream
+#: (idle_timeout_s), so that a client keeping a quiet stream open (the bridge, between a
+#: push-to-talk page's presses) sends its KEEPALIVEs often enough for this server
+IDLE_TIMEOUT_HEADER = "asr-idle-timeout-s"
 #: how long before a drain's deadline the calls still open are ended with a status, so that
 #: it is sent before gRPC's own stop cancels them (half the drain, for one under a second)
 DRAIN_CUT_LEAD_S = 0.5
@@ -186,7 +190,12 @@ class RecognizerServicer(asr_pb2_grpc.RecognizerServicer):
             config = self._config_of(first, services)
             ticket.seat()
             admitted_at = asyncio.get_running_loop().time()
-            await context.send_initial_metadata(((ADMITTED_HEADER, stream_id),))
+            await context.send_initial_metadata(
+                (
+                    (ADMITTED_HEADER, stream_id),
+                    (IDLE_TIMEOUT_HEADER, f"{services.settings.idle_timeout_s:g}"),
+                )
+            )
             session = StreamSession(config, services, stream_id)
             if config.resume is None:
                 logger.info("stream %s opened: %s", stream_id, config.format)

@@ -15,8 +15,9 @@ from asr_client.retry import balancing_service_config, retry_delay
 from asr_server.transport import servicer
 
 
-def test_client_and_server_name_the_admission_header_alike() -> None:
+def test_client_and_server_name_the_admission_headers_alike() -> None:
     assert api.ADMITTED_HEADER == servicer.ADMITTED_HEADER
+    assert api.IDLE_TIMEOUT_HEADER == servicer.IDLE_TIMEOUT_HEADER
 
 
 def test_grpc_retries_nothing_itself() -> None:
