@@ -182,11 +182,13 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
         per_client = config.max_sessions_per_client
         if per_client and state.per_client[address] >= per_client:
             metrics.refused("client_limit")
+            logger.info("%s is at its limit of %d sessions", address, per_client)
+            # (the address stays in the log: behind a proxy not listed in
+            # forwarded_allow_ips it is the proxy's internal one)
             await refuse(
                 "RESOURCE_EXHAUSTED",
-                f"{address} has {per_client} session{'s' if per_client > 1 else ''} open, "
-                "the bridge's limit per client; "
-                "close one or try again later",
+                f"this address has {per_client} session{'s' if per_client > 1 else ''} "
+                "open, the bridge's limit per client; close one or try again later",
             )
             return None
         session_id = secrets.token_hex(6)

@@ -5,31 +5,37 @@ gRPC's own messages about a connection name what it tried ("failed to connect to
 addresses; last error: UNKNOWN: ipv4:10.0.3.7:50051: Connection refused", "DNS
 resolution failed for asr-internal:50051"): a replica's address and port, or an internal
 host name, which a page on the internet has no business learning. The bridge logs them
-whole; the browser gets them with each address replaced by "the server".
+whole; the browser gets them with gRPC's addresses and the server's name replaced by "the
+server", and any other network address (the bridge's own, as the server names a client:
+"client ip:10.0.0.4 is at its limit…") by "(an address)".
 """
 
 from __future__ import annotations
 
 import re
 
-from asr_client.connection import ConnectionOptions
+from asr_client.connection import ConnectionOptions, address_in
 
-#: gRPC's address URIs, [IPv6]:port, and IPv4 with or without a port
-_ADDRESS = re.compile(
-    r"""\b(?:ipv4|ipv6|unix|unix-abstract|vsock|dns):(?://[^/\s]*/)?[^\s,;()]*[^\s,;():]
-      | \[[0-9A-Fa-f:.%]+\](?::\d+)?
+SERVER = "the server"
+ADDRESS = "(an address)"
+#: gRPC's address URIs: what it tried to connect to
+_GRPC_ADDRESS = re.compile(
+    r"\b(?:ipv4|ipv6|unix|unix-abstract|vsock|dns):(?://[^/\s]*/)?[^\s,;()]*[^\s,;():]"
+)
+#: [IPv6] (at least two colons inside: not "hotwords[1]") and IPv4, with or without a port
+_OTHER_ADDRESS = re.compile(
+    r"""\[(?=[^\]]*:[^\]]*:)[0-9A-Fa-f:.%]+\](?::\d+)?
       | \b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b""",
     re.X,
 )
-SERVER = "the server"
 
 
 def for_browser(text: str, server: ConnectionOptions) -> str:
-    """``text`` (a status's details, an outage's cause) with the server's target, its host
-    and every network address in it replaced."""
-    target = server.target.split("///", 1)[-1]  # (dns:///host:port)
+    """``text`` (a status's details, an outage's cause) with the addresses in it replaced."""
+    text = _GRPC_ADDRESS.sub(SERVER, text)
+    target = address_in(server.target)  # host:port, past a scheme and a DNS authority
     host = target.rsplit(":", 1)[0] if target.count(":") == 1 else target
-    text = _ADDRESS.sub(SERVER, text)
-    for name in sorted({target, host} - {""}, key=len, reverse=True):
+    names = {server.target, target, host, server.server_name or ""} - {""}
+    for name in sorted(names, key=len, reverse=True):
         text = re.sub(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", SERVER, text)
-    return text
+    return _OTHER_ADDRESS.sub(ADDRESS, text)

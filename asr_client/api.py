@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload
 
 import grpc
 
@@ -283,21 +283,14 @@ class RecognitionStream:
     async def admitted(self) -> bool:
         """Did the server admit this call (send its admission header)? False for a call it
         refused, or one that failed before reaching it: those can be made again as they were."""
-        try:
-            metadata = await self._call.initial_metadata()
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            return False
-        return any(key == ADMITTED_HEADER for key, _ in metadata or ())
+        metadata = await _metadata_of(self._call.initial_metadata())
+        return any(key == ADMITTED_HEADER for key, _ in metadata)
 
     async def idle_timeout_s(self) -> float | None:
         """How long the server lets this stream go without a message before it ends it
         (its idle timeout), once the server has admitted it; None if it did not say (a
         server that predates the header, a call that was refused or failed)."""
-        try:
-            metadata = await self._call.initial_metadata()
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            return None
-        for key, value in metadata or ():
+        for key, value in await _metadata_of(self._call.initial_metadata()):
             if key == IDLE_TIMEOUT_HEADER:
                 with contextlib.suppress(ValueError):
                     seconds = float(value)
@@ -307,11 +300,8 @@ class RecognitionStream:
     async def refused_with_pushback(self) -> bool:
         """Did a server end this call with a retry pushback (an admission refusal: a full,
         draining or loading replica), as opposed to a failure on the way to one?"""
-        try:
-            trailing = await self._call.trailing_metadata()
-        except (grpc.aio.AioRpcError, asyncio.CancelledError):
-            return False
-        return any(key == PUSHBACK for key, _ in trailing or ())
+        trailing = await _metadata_of(self._call.trailing_metadata())
+        return any(key == PUSHBACK for key, _ in trailing)
 
     async def _write(self, request: asr_pb2.StreamingRecognizeRequest) -> None:
         if self._ended:
@@ -405,6 +395,21 @@ class AudioStream(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+
+async def _metadata_of(read: Awaitable[Any]) -> Sequence[tuple[str, str | bytes]]:
+    """A call's initial or trailing metadata; none for a call that failed or was cancelled
+    before it came. A cancellation of the caller's own task goes on: swallowed, a bridge
+    session's keepalive task read "no idle timeout" and slept on for 20 s at its end."""
+    try:
+        return tuple(await read or ())
+    except grpc.aio.AioRpcError:
+        return ()
+    except asyncio.CancelledError:  # the call's (cancelled before that metadata) …
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # … or the caller's own
+        return ()
 
 
 def _is_finalized(response: object) -> bool:

@@ -112,7 +112,7 @@ class ConnectionOptions:
 
     def channel(self, options: list[tuple[str, object]]) -> grpc.aio.Channel:
         """A new channel to ``target`` with these channel arguments."""
-        if not _address_in(self.target).strip():
+        if not address_in(self.target).strip():
             # grpc takes it, never connects, and its channel's shutdown then hangs
             raise ConnectionConfigError(
                 f"no server address in {self.target!r}: give HOST:PORT (--server)"
@@ -134,7 +134,7 @@ class ConnectionOptions:
 _SCHEMES = ("dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock")
 
 
-def _address_in(target: str) -> str:
+def address_in(target: str) -> str:
     """What ``target`` names past its scheme and authority (``dns://8.8.8.8/host:1``)."""
     scheme, colon, rest = target.partition(":")
     if not colon or scheme not in _SCHEMES:

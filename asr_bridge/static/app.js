@@ -258,8 +258,8 @@ function addFinal(ev, turnEnd) {
 // never made final, instead of staying on screen as if still being heard.
 function keepUnfinishedPartial() {
   const text = $("partial").innerText.trim();
+  if (!text) return; // (and the hint stays, on a page that has shown nothing yet)
   showPartial("", "");
-  if (!text) return;
   const p = document.createElement("p");
   p.className = "final unfinished";
   p.append(text);

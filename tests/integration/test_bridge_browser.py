@@ -544,6 +544,8 @@ async def test_stop_before_ready_stays_finishing(stack: Stack) -> None:
     states = await page.evaluate("window.__states")
     assert "listening" not in states and "speech" not in states, states
     assert await page.inner_text("#state") == "finished"
+    # nothing was shown: the hint stays (the session's end hid it, partial or not)
+    assert await page.is_visible("#placeholder")
     await page.close()
     assert not errors, errors
 

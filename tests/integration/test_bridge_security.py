@@ -160,7 +160,7 @@ async def test_one_client_address_cannot_take_every_session(
     assert [(e["code"], e["message"]) for e in events] == [
         (
             "RESOURCE_EXHAUSTED",
-            "127.0.0.1 has 2 sessions open, the bridge's limit per client; "
+            "this address has 2 sessions open, the bridge's limit per client; "
             "close one or try again later",
         )
     ]

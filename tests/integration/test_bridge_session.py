@@ -33,7 +33,10 @@ async def test_deeply_nested_json_is_a_bad_message(  # type: ignore[no-untyped-d
             await ws.send(json.dumps({"type": "start", "sample_rate": 16_000}))
             assert json.loads(await ws.recv())["type"] == "ready"
         await ws.send(DEEP_JSON)
-        events = await events_until_close(ws)
+        # at once: a keepalive task that swallowed its cancellation while it read the
+        # server's idle timeout slept on for 20 s, and the socket closed after it
+        async with asyncio.timeout(5):
+            events = await events_until_close(ws)
     assert [e["code"] for e in events if e["type"] == "error"] == ["INVALID_ARGUMENT"]
     assert "not JSON" in events[-1]["message"]
     assert ws.close_code == 4400

@@ -23,14 +23,25 @@ INTERNAL = ConnectionOptions("asr-internal.svc.cluster.local:50051")
             "last error: UNKNOWN: ipv6:%5B::1%5D:50051: Failed to connect",
             "last error: UNKNOWN: the server: Failed to connect",
         ),
-        ("connect to [2001:db8::7]:443 failed", "connect to the server failed"),
+        ("connect to [2001:db8::7]:443 failed", "connect to (an address) failed"),
         (
             "DNS resolution failed for asr-internal.svc.cluster.local:50051: C-ares status is "
             "not ARES_SUCCESS qtype=A name=asr-internal.svc.cluster.local is_balancer=0",
             "DNS resolution failed for the server: C-ares status is not ARES_SUCCESS qtype=A "
             "name=the server is_balancer=0",
         ),
-        # the server's own words are the client's to read, unchanged
+        # other addresses (the bridge's, as the server names a client) are not told either
+        (
+            "client ip:10.0.0.4 is at its limit of 1 concurrent streams; close one",
+            "client ip:(an address) is at its limit of 1 concurrent streams; close one",
+        ),
+        # the server's own words are the client's to read, unchanged (the second
+        # reviewer of this: "hotwords[1]" was taken for an IPv6 address)
+        (
+            "config.hotwords[1] has 150 characters; the limit is 100",
+            "config.hotwords[1] has 150 characters; the limit is 100",
+        ),
+        ("config.resume.channels[0a].x", "config.resume.channels[0a].x"),
         (
             "config.endpointing.silence_ms 50 is out of range 100-10000",
             "config.endpointing.silence_ms 50 is out of range 100-10000",
@@ -49,3 +60,21 @@ def test_a_short_host_name_is_replaced_as_a_name_only() -> None:
         ConnectionOptions("dns:///asr:50051"),
     )
     assert told == "the server refused; DNS resolution failed for the server; asr.v1.Recognizer"
+
+
+def test_a_target_with_a_dns_authority_or_a_tls_name_is_not_told() -> None:
+    """The host past a DNS resolver's address stayed in the message, as did the name
+    checked in the server's certificate."""
+    server = ConnectionOptions("dns://10.0.0.2:53/asr-internal.invalid:50051")
+    told = for_browser(
+        "errors resolving asr-internal.invalid:50051: [address lookup failed for "
+        "asr-internal.invalid:50051: Could not contact DNS servers]",
+        server,
+    )
+    assert told == (
+        "errors resolving the server: [address lookup failed for the server: Could not "
+        "contact DNS servers]"
+    )
+    server = ConnectionOptions("10.0.0.9:443", server_name="asr.internal.example")
+    told = for_browser("peer name asr.internal.example is not in peer certificate", server)
+    assert told == "peer name the server is not in peer certificate"
