@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +42,16 @@ CORRELATION_WINDOW_S = 2.0
 MAX_CORRELATION_WINDOWS = 60
 #: the most frames one window holds (memory: about 5 float64 copies of one channel's)
 CORRELATION_BLOCK_FRAMES = 1 << 20
+
+
+#: a recording whose loudest 30 ms frame is quieter than this is quiet for the server's
+#: voice detector, which raises such a channel only gradually and by at most 10 dB
+#: (asr_server/vad/level.py: TARGET_PEAK_DB): its first words, or all of it, may be missed
+QUIET_LEVEL_DB = -28.0
+#: where ``--normalize`` brings a channel's loudest frame: a recording made at a good level
+NORMAL_LEVEL_DB = -12.0
+#: and the highest sample it lets that make (-1 dBFS)
+MAX_SAMPLE_AFTER_RAISE = 29_204
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,33 @@ class PcmAudio:
             return self
         frames = soxr.resample(np.ascontiguousarray(self.frames), self.sample_rate_hz, rate_hz)
         return PcmAudio(np.asarray(frames, np.int16).reshape(-1, self.channels), rate_hz)
+
+    def loudest_frame_db(self) -> list[float]:
+        """Per channel, the RMS of its loudest 30 ms frame, in dB relative to full scale
+        (the level the server's voice detector judges a channel by; -inf: all zeros)."""
+        frame = max(1, self.sample_rate_hz * 30 // 1000)
+        whole = len(self.frames) // frame * frame or len(self.frames)
+        levels = []
+        for channel in self.frames[:whole].T:
+            blocks = channel.astype(np.float64).reshape(-1, min(frame, len(channel)) or 1)
+            rms = float(np.sqrt((blocks**2).mean(axis=1)).max(initial=0.0)) / 32768
+            levels.append(20 * math.log10(rms) if rms > 0 else -math.inf)
+        return levels
+
+    def raised(self) -> tuple[PcmAudio, list[float]]:
+        """Each channel raised so that its loudest 30 ms frame is at ``NORMAL_LEVEL_DB``,
+        never so far that a sample clips, and never lowered; with the gain of each (dB)."""
+        gains = []
+        peaks = np.abs(self.frames.astype(np.int32)).max(axis=0, initial=0)
+        for level, peak in zip(self.loudest_frame_db(), peaks, strict=True):
+            if not math.isfinite(level) or peak == 0:
+                gains.append(0.0)
+                continue
+            headroom = 20 * math.log10(MAX_SAMPLE_AFTER_RAISE / int(peak))
+            gains.append(max(0.0, min(NORMAL_LEVEL_DB - level, headroom)))
+        scale = np.array([10 ** (g / 20) for g in gains])
+        frames = np.clip(np.round(self.frames * scale), -32768, 32767).astype(np.int16)
+        return PcmAudio(frames, self.sample_rate_hz), gains
 
     def to_bytes(self) -> bytes:
         """LINEAR16 little-endian, interleaved: the wire format of a ``LINEAR16`` stream."""

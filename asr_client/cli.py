@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -30,7 +31,13 @@ from asr_client.api import (
     audio_config,
     recognize_request_size,
 )
-from asr_client.audio_files import AudioFileError, PcmAudio, load_audio, rate_for_server
+from asr_client.audio_files import (
+    QUIET_LEVEL_DB,
+    AudioFileError,
+    PcmAudio,
+    load_audio,
+    rate_for_server,
+)
 from asr_client.connection import (
     ConnectionConfigError,
     add_connection_arguments,
@@ -133,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a file with several channels: auto (default) mixes them when they carry the "
         "same signal, as a plain stereo recording does, and keeps them apart otherwise, as "
         "a call recorded agent/customer; mix or separate decide it",
+    )
+    files.add_argument(
+        "--normalize",
+        action="store_true",
+        help="raise each channel so its loudest moment is at a normal recording level "
+        "(never clipping) before sending: for a quiet recording, whose speech the server's "
+        "voice detector may otherwise not hear",
     )
 
     streaming = argparse.ArgumentParser(add_help=False)
@@ -456,10 +470,31 @@ def _channels_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str
     return audio
 
 
+def _level_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
+    """The file raised to a normal level with ``--normalize``; without it, a recording too
+    quiet for the server's voice detector is sent as it is, and the user told so (its
+    speech, or its first words, may come back as nothing)."""
+    told = not getattr(args, "quiet", False)
+    if args.normalize:
+        audio, gains = audio.raised()
+        if told and any(gains):
+            raised = ", ".join(f"{g:.0f} dB" for g in gains)
+            print(f"--normalize: raised by {raised}", file=stderr)
+        return audio
+    loudest = max(audio.loudest_frame_db(), default=-math.inf)
+    if told and -math.inf < loudest < QUIET_LEVEL_DB:
+        print(
+            f"the recording is quiet (its loudest moment at {loudest:.0f} dBFS): the server "
+            "may not hear some or all of its speech; --normalize raises it first",
+            file=stderr,
+        )
+    return audio
+
+
 def _audio_for_the_server(args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
     """The file's audio as the server can take it, found out before connecting: its
     channels as ``--channels`` says, at most MAX_CHANNELS, at a rate it takes."""
-    audio = _channels_as_asked(load_audio(args.path), args, stderr)
+    audio = _level_as_asked(_channels_as_asked(load_audio(args.path), args, stderr), args, stderr)
     if audio.channels > MAX_CHANNELS:
         raise UsageError(
             f"{args.path} has {audio.channels} channels, more than the server takes "
