@@ -21,6 +21,8 @@ from asr_client import AudioStream, StreamClosedError
 
 #: a third of the server's default idle timeout, which leaves room for a slow write
 KEEPALIVE_AFTER_S = 20.0
+#: how often the keeper looks at the server's idle timeout again while it waits
+LOOK_AGAIN_S = 1.0
 
 
 class StreamKeeper:
@@ -51,7 +53,12 @@ class StreamKeeper:
                 # (each time: a resumed stream may be on a server with another timeout)
                 idle_s = await self.stream.idle_timeout_s()
                 after_s = self.after_s if idle_s is None else min(self.after_s, idle_s / 3)
-                await asyncio.sleep(self._last_write + after_s - time.monotonic())
+                due_in = self._last_write + after_s - time.monotonic()
+                if due_in > 0:
+                    # not longer than LOOK_AGAIN_S: a resume onto a server with a shorter
+                    # timeout is seen in time (one slept on for the last server's 20 s)
+                    await asyncio.sleep(min(due_in, LOOK_AGAIN_S))
+                    continue
                 async with self._lock:
                     if not self._ended and time.monotonic() - self._last_write >= after_s:
                         await self.stream.keep_alive()

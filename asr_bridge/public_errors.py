@@ -22,10 +22,16 @@ ADDRESS = "(an address)"
 _GRPC_ADDRESS = re.compile(
     r"\b(?:ipv4|ipv6|unix|unix-abstract|vsock|dns):(?://[^/\s]*/)?[^\s,;()]*[^\s,;():]"
 )
-#: [IPv6] (at least two colons inside: not "hotwords[1]") and IPv4, with or without a port
+#: [IPv6] (at least two colons inside: not "hotwords[1]"), IPv6 as the server writes a
+#: client's ("ip:fd00:10::4": a "::", or eight groups; not a time, "12:30:45"), and IPv4,
+#: with or without a port
+_HEX = "[0-9A-Fa-f]{1,4}"
 _OTHER_ADDRESS = re.compile(
-    r"""\[(?=[^\]]*:[^\]]*:)[0-9A-Fa-f:.%]+\](?::\d+)?
-      | \b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b""",
+    rf"""\[(?=[^\]]*:[^\]]*:)[0-9A-Fa-f:.%]+\](?::\d+)?
+      | (?<![\w.])(?:{_HEX}(?::{_HEX}){{7}}
+                  | (?=[0-9A-Fa-f:]*[0-9A-Fa-f])(?:{_HEX}(?::{_HEX})*)?::(?:{_HEX}(?::{_HEX})*)?
+                  )(?![\w:])
+      | \b\d{{1,3}}(?:\.\d{{1,3}}){{3}}(?::\d+)?\b""",
     re.X,
 )
 

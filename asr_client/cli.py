@@ -481,11 +481,20 @@ def _level_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str]) 
             raised = ", ".join(f"{g:.0f} dB" for g in gains)
             print(f"--normalize: raised by {raised}", file=stderr)
         return audio
-    loudest = max(audio.loudest_frame_db(), default=-math.inf)
-    if told and -math.inf < loudest < QUIET_LEVEL_DB:
+    # each channel on its own, as the server hears them (a call's quiet customer beside
+    # a loud agent); a silent one (all zeros) is not quiet speech
+    levels = audio.loudest_frame_db()
+    quiet = [(ch, db) for ch, db in enumerate(levels) if -math.inf < db < QUIET_LEVEL_DB]
+    if told and quiet:
+        what = (
+            "the recording is quiet"
+            if len(levels) == 1
+            else ", ".join(f"channel {ch} is quiet" for ch, _ in quiet)
+        )
+        at = ", ".join(f"{db:.0f}" for _, db in quiet)
         print(
-            f"the recording is quiet (its loudest moment at {loudest:.0f} dBFS): the server "
-            "may not hear some or all of its speech; --normalize raises it first",
+            f"{what} (its loudest moment at {at} dBFS): the server may not hear some or all "
+            "of its speech; --normalize raises it first",
             file=stderr,
         )
     return audio

@@ -460,7 +460,13 @@ class ResumableStream:
         kept audio filled at that source's speed and the stream failed at its bound
         however short the outage."""
         allowed = int(self.policy.give_up_after_s * self._rate)
-        while not self._carried.is_set() and self._kept.end - self._outage_from_frame >= allowed:
+        # (not while nobody reads: only a reader resumes, and sets it; a writer waiting for
+        # it then, its reading task cancelled in the middle of a resume, waited for good)
+        while (
+            not self._carried.is_set()
+            and not self._unread
+            and self._kept.end - self._outage_from_frame >= allowed
+        ):
             await self._carried.wait()
 
     def _check_cancelled(self) -> None:
@@ -753,6 +759,16 @@ class ResumableStream:
             if self._unread and not is_resumable(error):
                 self._failed = error
                 raise
+            if self._unread and self._kept.lost_until > self._replay_frame():
+                # kept while nobody read, past what a resume can replay: say so now, not
+                # minutes of writes later at the next reading loop
+                self._failed = ResumeError(
+                    error.code,
+                    f"cannot resume the stream ({error.code.name}: {error.details}): more "
+                    f"than {self.policy.max_kept_s:g} s of audio was sent while its events "
+                    "were not read, and the oldest of it is gone",
+                )
+                raise self._failed from None
 
     async def _resume(self, error: StreamClosedError | None) -> None:
         """Carry the stream on a new call: after ``error`` broke or refused the current one,

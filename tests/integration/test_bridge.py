@@ -468,3 +468,49 @@ def test_the_keepalive_waits_longer_than_a_write() -> None:
     from asr_bridge.session import UPSTREAM_WRITE_DEADLINE_S
 
     assert WS_PING_TIMEOUT_S >= UPSTREAM_WRITE_DEADLINE_S + 10
+
+
+async def test_a_quiet_stream_resumed_on_a_server_with_a_shorter_idle_timeout_is_kept(  # type: ignore[no-untyped-def]
+    make_server,
+) -> None:
+    """The keeper slept out the first server's 20 s before it read the new server's idle
+    timeout: a stream resumed onto a server ending idle streams after 1.5 s was ended
+    there (DEADLINE_EXCEEDED) between a push-to-talk page's presses."""
+    from asr_bridge.keepalive import StreamKeeper
+    from asr_client import AsrClient, audio_config
+    from asr_client.resume import ResumePolicy
+    from tests.faultproxy import FaultProxy
+
+    first = await serve_fake(make_server)  # idle timeout 60 s: a keepalive every 20 s
+    proxy = await FaultProxy(first.port).start()
+    second = await serve_fake(make_server, idle_timeout_s=1.5)
+    press = (tone(1.0) * 32767).astype("<i2").tobytes()
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            await stream.open()
+            keeper = StreamKeeper(stream)
+            finals: list[str] = []
+
+            async def read() -> None:
+                async for response in stream:
+                    if response.result.is_final:
+                        finals.append(response.result.text)
+
+            reading = asyncio.create_task(read())
+            keeping = asyncio.create_task(keeper.run())
+            await keeper.write(stream.send_audio(press))
+            await keeper.write(stream.finalize())
+            await eventually(lambda: len(finals) == 1)
+            proxy.upstream_port = second.port
+            proxy.cut()
+            await eventually(lambda: second.servicer.active == 1)
+            await asyncio.sleep(5.0)  # three of its idle timeouts, nothing sent
+            assert not reading.done() and second.servicer.active == 1
+            await keeper.write(stream.send_audio(press))
+            await keeper.end()
+            await asyncio.wait_for(reading, 10)
+            keeping.cancel()
+        assert finals == ["w0 w1 w2 w3"] * 2 and stream.resumes == 1  # type: ignore[attr-defined]
+    finally:
+        await proxy.close()

@@ -1508,3 +1508,69 @@ async def test_a_break_while_nobody_reads_is_resumed_by_the_next_reading(make_se
         await proxy.close()
     assert stream.resumes == 1  # type: ignore[attr-defined]
     assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+
+
+async def test_a_writer_whose_reader_was_cancelled_in_a_resume_does_not_wait_for_good(  # type: ignore[no-untyped-def]
+    make_server,
+) -> None:
+    """A reading task cancelled in the middle of a resume (a wait_for around a turn's
+    reading) left the outage open: a writer that had sent give_up_after_s of audio since
+    the break then waited for a resume that only a reader makes. Its writes are kept for
+    the next reading loop, which resumes the stream."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    second = bytes(32_000)  # 1 s of silence
+    policy = ResumePolicy(give_up_after_s=3, initial_backoff_s=2, max_backoff_s=2)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                reading = asyncio.create_task(_collect(stream, []))
+                proxy.upstream_port = free_port()  # nothing there: the resume backs off
+                proxy.cut()
+                await asyncio.sleep(0.5)
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+                proxy.upstream_port = server.port
+                for _ in range(5):  # more than give_up_after_s
+                    await asyncio.wait_for(stream.send_audio(second), 5)
+                await stream.send_audio(speech)
+                await stream.end()
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                await asyncio.wait_for(_collect(stream, received), 20)
+    finally:
+        await proxy.close()
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+
+
+async def test_writes_past_the_kept_audio_while_nobody_reads_fail_at_once(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A break while no loop reads keeps the writes for the next reading loop, up to
+    max_kept_s: past it they were taken without a word (300 s of them, in a reviewer's
+    run), and the stream failed only when a loop read again."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    second = bytes(32_000)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(
+                audio_config(interim_results=False), resume=ResumePolicy(max_kept_s=5)
+            )
+            async with stream:
+                await stream.send_audio(speech)
+                await stream.finalize()
+                async for response in stream:  # read to the turn's final, and leave
+                    if response.result.is_final:
+                        break
+                proxy.cut()
+                await asyncio.sleep(0.2)
+                with pytest.raises(ResumeError, match="more than 5 s of audio was sent") as err:
+                    for _ in range(10):
+                        await stream.send_audio(second)
+                assert stream._kept.end - stream._kept.lost_until <= 5 * 16_000  # type: ignore[attr-defined]
+                with pytest.raises(ResumeError):  # and it stays ended
+                    await stream.send_audio(second)
+    finally:
+        await proxy.close()
+    assert err.value.code == grpc.StatusCode.UNAVAILABLE

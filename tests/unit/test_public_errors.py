@@ -35,6 +35,11 @@ INTERNAL = ConnectionOptions("asr-internal.svc.cluster.local:50051")
             "client ip:10.0.0.4 is at its limit of 1 concurrent streams; close one",
             "client ip:(an address) is at its limit of 1 concurrent streams; close one",
         ),
+        (  # IPv6 as the server writes a client's, without brackets (third reviewer)
+            "client ip:fd00:10::4 is at its limit; client ip:::1; ip:2001:0db8:0:0:0:ff00:42:8329",
+            "client ip:(an address) is at its limit; client ip:(an address); ip:(an address)",
+        ),
+        ("at 12:30:45, x :: y", "at 12:30:45, x :: y"),
         # the server's own words are the client's to read, unchanged (the second
         # reviewer of this: "hotwords[1]" was taken for an IPv6 address)
         (
