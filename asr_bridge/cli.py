@@ -37,25 +37,13 @@ def _env_flag(name: str) -> bool:
 
 
 def _positive_int(text: str) -> int:
-    value = _whole_number(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
     return value
-
-
-def _limit(text: str) -> int:
-    """A limit where 0 means none."""
-    value = _whole_number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 (no limit) or more, got {text}")
-    return value
-
-
-def _whole_number(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"want a whole number, got {text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -117,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     b.add_argument(
         "--max-sessions-per-client",
-        type=_limit,
+        type=int_between(0, 1_000_000),
         default=_env("MAX_SESSIONS_PER_CLIENT") or "0",
         metavar="N",
         help="sessions at once from one client address, so that one browser or script "
