@@ -22,16 +22,15 @@ ADDRESS = "(an address)"
 _GRPC_ADDRESS = re.compile(
     r"\b(?:ipv4|ipv6|unix|unix-abstract|vsock|dns):(?://[^/\s]*/)?[^\s,;()]*[^\s,;():]"
 )
-#: [IPv6] (at least two colons inside: not "hotwords[1]"), IPv6 as the server writes a
-#: client's ("ip:fd00:10::4": a "::", or eight groups; not a time, "12:30:45"), and IPv4,
-#: with or without a port
-_HEX = "[0-9A-Fa-f]{1,4}"
+#: [IPv6] (at least two colons inside: not "hotwords[1]"), a zone id included; the address
+#: the server names a client by ("ip:fd00:10::4", "ip:::ffff:10.0.0.1", "ip:fe80::1%eth0":
+#: an IPv6 one is matched only there, as "a::b" or "12:30:45" elsewhere need not be one);
+#: and IPv4, with or without a port
+_V4 = r"\d{1,3}(?:\.\d{1,3}){3}"
 _OTHER_ADDRESS = re.compile(
-    rf"""\[(?=[^\]]*:[^\]]*:)[0-9A-Fa-f:.%]+\](?::\d+)?
-      | (?<![\w.])(?:{_HEX}(?::{_HEX}){{7}}
-                  | (?=[0-9A-Fa-f:]*[0-9A-Fa-f])(?:{_HEX}(?::{_HEX})*)?::(?:{_HEX}(?::{_HEX})*)?
-                  )(?![\w:])
-      | \b\d{{1,3}}(?:\.\d{{1,3}}){{3}}(?::\d+)?\b""",
+    rf"""\[(?=[^\]]*:[^\]]*:)[0-9A-Fa-f:.]+(?:%[\w.-]+)?\](?::\d+)?
+      | (?<=\bip:)(?:{_V4}|[0-9A-Fa-f:]*:{_V4}|[0-9A-Fa-f:]*:[0-9A-Fa-f:]*)(?:%[\w.-]+)?
+      | \b{_V4}(?::\d+)?\b""",
     re.X,
 )
 

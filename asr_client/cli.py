@@ -486,29 +486,36 @@ def _level_as_asked(audio: PcmAudio, args: argparse.Namespace, stderr: IO[str]) 
     levels = audio.loudest_frame_db()
     quiet = [(ch, db) for ch, db in enumerate(levels) if -math.inf < db < QUIET_LEVEL_DB]
     if told and quiet:
-        what = (
-            "the recording is quiet"
-            if len(levels) == 1
-            else ", ".join(f"channel {ch} is quiet" for ch, _ in quiet)
-        )
-        at = ", ".join(f"{db:.0f}" for _, db in quiet)
-        print(
-            f"{what} (its loudest moment at {at} dBFS): the server may not hear some or all "
-            "of its speech; --normalize raises it first",
-            file=stderr,
-        )
+        dbfs = _and([f"{db:.0f}" for _, db in quiet]) + " dBFS"
+        if len(levels) == 1:
+            what = f"the recording is quiet (its loudest moment at {dbfs}): the server may "
+            what += "not hear some or all of its speech; --normalize raises it first"
+        elif len(quiet) == 1:
+            what = f"channel {quiet[0][0]} is quiet (its loudest moment at {dbfs}): the "
+            what += "server may not hear some or all of its speech; --normalize raises it first"
+        else:
+            what = f"channels {_and([str(ch) for ch, _ in quiet])} are quiet (their loudest "
+            what += f"moments at {dbfs}): the server may not hear some or all of their "
+            what += "speech; --normalize raises them first"
+        print(what, file=stderr)
     return audio
+
+
+def _and(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 def _audio_for_the_server(args: argparse.Namespace, stderr: IO[str]) -> PcmAudio:
     """The file's audio as the server can take it, found out before connecting: its
     channels as ``--channels`` says, at most MAX_CHANNELS, at a rate it takes."""
-    audio = _level_as_asked(_channels_as_asked(load_audio(args.path), args, stderr), args, stderr)
+    audio = _channels_as_asked(load_audio(args.path), args, stderr)
     if audio.channels > MAX_CHANNELS:
         raise UsageError(
             f"{args.path} has {audio.channels} channels, more than the server takes "
             f"({MAX_CHANNELS}): --channels mix sends them mixed to one"
         )
+    audio = _level_as_asked(audio, args, stderr)  # (no level advice for a file refused)
     if unusable := unusable_source_rate(audio.sample_rate_hz):  # (resampled up: 16,000 each)
         raise AudioFileError(f"{args.path}: {unusable}")
     rate = rate_for_server(audio.sample_rate_hz)

@@ -353,6 +353,9 @@ class ResumableStream:
         self._carried = asyncio.Event()
         self._carried.set()
         self._outage_from_frame = 0  # the audio sent when the outage began
+        #: set while no loop reads (after one was left): a writer held back wakes to see
+        #: that nobody will resume the stream (only a reader does)
+        self._reading_stopped = asyncio.Event()
         self._resuming: ResumeInfo | None = None  # the resume whose new call is not yet admitted
         self._backoff_s = policy.initial_backoff_s
         self._going_away_at: float | None = None
@@ -461,13 +464,19 @@ class ResumableStream:
         however short the outage."""
         allowed = int(self.policy.give_up_after_s * self._rate)
         # (not while nobody reads: only a reader resumes, and sets it; a writer waiting for
-        # it then, its reading task cancelled in the middle of a resume, waited for good)
+        # it when its reading task was cancelled in the middle of a resume waited for good)
         while (
             not self._carried.is_set()
             and not self._unread
             and self._kept.end - self._outage_from_frame >= allowed
         ):
-            await self._carried.wait()
+            events = (self._carried, self._reading_stopped)
+            waits = [asyncio.ensure_future(event.wait()) for event in events]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
 
     def _check_cancelled(self) -> None:
         """In a resume, after each wait: a stream cancelled meanwhile stays cancelled."""
@@ -485,6 +494,7 @@ class ResumableStream:
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
         self._unread = False  # (a later loop reads on where the last one stopped)
+        self._reading_stopped.clear()
         try:
             async with contextlib.aclosing(self._responses()) as responses:
                 async for response in responses:
@@ -496,6 +506,7 @@ class ResumableStream:
         finally:
             if self._failed is None:  # reading stopped (for now), the stream goes on
                 self._unread = True
+                self._reading_stopped.set()
                 self._finalizes.fail(ended, for_good=False)
             else:  # nothing more will be acknowledged, and no resume comes
                 self._finalizes.fail(self._failed)
@@ -752,6 +763,12 @@ class ResumableStream:
         except StreamClosedError as error:
             if self._failed is not None:
                 raise self._failed from None
+            # The break, as a writer meets it: a fast writer is held back from here on (a
+            # reader that had not run yet started the outage only after a writer that does
+            # not wait had sent everything: 130 s in no time, and the stream failed).
+            if self._carried.is_set():
+                self._carried.clear()
+                self._outage_from_frame = self._kept.end
             # Nobody reads now. A break the next reading can resume (a push-to-talk agent
             # sends its next turn before it reads again) waits for it, with this write
             # kept. Anything else ends the stream here: a reading task cancelled cancels
@@ -790,8 +807,9 @@ class ResumableStream:
         if self._outage_since is None:
             self._outage_since = now
             self._backoff_s = self.policy.initial_backoff_s
-            self._carried.clear()
-            self._outage_from_frame = self._kept.end
+            if self._carried.is_set():  # (unless a writer met the break first)
+                self._carried.clear()
+                self._outage_from_frame = self._kept.end
         else:
             # the last new call broke or was refused before it carried anything
             no_seat = error is not None and self._no_seat(error)

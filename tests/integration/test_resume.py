@@ -1574,3 +1574,69 @@ async def test_writes_past_the_kept_audio_while_nobody_reads_fail_at_once(make_s
     finally:
         await proxy.close()
     assert err.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_a_writer_held_back_when_its_reader_is_cancelled_goes_on(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A fast writer held back in an outage (it had sent give_up_after_s since the break)
+    waited for good when the reading task was cancelled: only a reader resumes. It goes
+    on now, its writes kept for the next reading loop."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    second = bytes(32_000)
+    policy = ResumePolicy(give_up_after_s=3, initial_backoff_s=2, max_backoff_s=2)
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                reading = asyncio.create_task(_collect(stream, []))
+                await asyncio.sleep(0.2)
+                proxy.upstream_port = free_port()  # nothing there: the resume backs off
+                proxy.cut()
+                await asyncio.sleep(0.3)
+
+                async def write() -> None:
+                    for _ in range(6):
+                        await stream.send_audio(second)
+
+                writing = asyncio.create_task(write())
+                await asyncio.sleep(1.0)
+                assert not writing.done()  # held back at 3 s
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+                await asyncio.wait_for(writing, 5)
+                proxy.upstream_port = server.port
+                await stream.send_audio((tone(1.0) * 32767).astype("<i2").tobytes())
+                await stream.end()
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                await asyncio.wait_for(_collect(stream, received), 20)
+    finally:
+        await proxy.close()
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+
+
+async def test_a_writer_faster_than_the_reader_is_held_back_from_the_break(make_server) -> None:  # type: ignore[no-untyped-def]
+    """The outage (and holding a fast writer back) began when the reader saw the break:
+    a writer that never waits sent 130 s before the reader ran, and the stream failed
+    ("more than 120 s of audio had no final") though the server was back at once."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                reading = asyncio.create_task(_collect(stream, received))
+                await stream.send_audio(speech)
+                await stream.finalize()
+                await asyncio.sleep(0.5)
+                proxy.cut()
+                for _ in range(130):  # (no wait_for: its task would let the reader run)
+                    await stream.send_audio(bytes(32_000))
+                await stream.send_audio(speech)
+                await stream.end()
+                await asyncio.wait_for(reading, 30)
+    finally:
+        await proxy.close()
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"] * 2
+    assert stream.resumes == 1  # type: ignore[attr-defined]

@@ -58,3 +58,26 @@ def test_a_quiet_channel_is_named_and_normal_read_speech_is_not_quiet() -> None:
     assert notice_for(np.stack([at(-29)], axis=1)) == ""
     assert notice_for(np.stack([at(-40)], axis=1)).startswith("the recording is quiet (its")
     assert notice_for(np.stack([at(-6), np.zeros(16_000)], axis=1)) == ""  # a silent channel
+    told = notice_for(np.stack([at(-40), at(-6), at(-50)], axis=1))
+    assert told.startswith(
+        "channels 0 and 2 are quiet (their loudest moments at -40 and -50 dBFS): the server "
+        "may not hear some or all of their speech; --normalize raises them first"
+    ), told
+
+
+def test_a_file_refused_for_its_channels_gets_no_level_advice(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import argparse
+    import io
+
+    import soundfile as sf
+
+    from asr_client.cli import UsageError, _audio_for_the_server
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "ten.wav"
+    sf.write(str(path), rng.normal(0, 0.001, (16_000, 10)), 16_000, subtype="PCM_16")
+    stderr = io.StringIO()
+    args = argparse.Namespace(path=str(path), channels="auto", normalize=False, quiet=False)
+    with pytest.raises(UsageError, match="10 channels, more than the server takes"):
+        _audio_for_the_server(args, stderr)
+    assert stderr.getvalue() == ""

@@ -39,7 +39,15 @@ INTERNAL = ConnectionOptions("asr-internal.svc.cluster.local:50051")
             "client ip:fd00:10::4 is at its limit; client ip:::1; ip:2001:0db8:0:0:0:ff00:42:8329",
             "client ip:(an address) is at its limit; client ip:(an address); ip:(an address)",
         ),
-        ("at 12:30:45, x :: y", "at 12:30:45, x :: y"),
+        (  # IPv4-mapped and NAT64, a zone id (fourth reviewer)
+            "ip:::ffff:192.168.7.23; ip:64:ff9b::10.0.0.1; ip:fe80::1%eth0; [fe80::1%eth0]:5000",
+            "ip:(an address); ip:(an address); ip:(an address); (an address)",
+        ),
+        # an IPv6 address unbracketed only where the server names a client: not these
+        (
+            "at 12:30:45, x :: y, config a::b, id deadbeef:cafe::1, std::vector",
+            "at 12:30:45, x :: y, config a::b, id deadbeef:cafe::1, std::vector",
+        ),
         # the server's own words are the client's to read, unchanged (the second
         # reviewer of this: "hotwords[1]" was taken for an IPv6 address)
         (
