@@ -356,6 +356,10 @@ class ResumableStream:
         #: set while no loop reads (after one was left): a writer held back wakes to see
         #: that nobody will resume the stream (only a reader does)
         self._reading_stopped = asyncio.Event()
+        #: a reading loop waits on the server now (not when it has been handed a response
+        #: and its body runs, which may be the task that writes): only then can a writer
+        #: wait for it to resume the stream
+        self._reader_waiting = False
         self._resuming: ResumeInfo | None = None  # the resume whose new call is not yet admitted
         self._backoff_s = policy.initial_backoff_s
         self._going_away_at: float | None = None
@@ -463,11 +467,12 @@ class ResumableStream:
         kept audio filled at that source's speed and the stream failed at its bound
         however short the outage."""
         allowed = int(self.policy.give_up_after_s * self._rate)
-        # (not while nobody reads: only a reader resumes, and sets it; a writer waiting for
-        # it when its reading task was cancelled in the middle of a resume waited for good)
+        # (only while a reading loop waits on the server: only a reader resumes, and sets
+        # it; a writer waiting for it when its reading task was cancelled in the middle of a
+        # resume, or before any loop read, or in a loop's own body, waited for good)
         while (
             not self._carried.is_set()
-            and not self._unread
+            and self._reader_waiting
             and self._kept.end - self._outage_from_frame >= allowed
         ):
             events = (self._carried, self._reading_stopped)
@@ -497,13 +502,17 @@ class ResumableStream:
         self._reading_stopped.clear()
         try:
             async with contextlib.aclosing(self._responses()) as responses:
+                self._reader_waiting = True
                 async for response in responses:
+                    self._reader_waiting = False
                     yield response
+                    self._reader_waiting = True
             ended = StreamClosedError(grpc.StatusCode.OK, "the server closed the stream")
             # writes after it raise it, as on a stream without resume (they were dropped,
             # and a finalize's acknowledgement never came)
             self._failed = self._failed or ended
         finally:
+            self._reader_waiting = False
             if self._failed is None:  # reading stopped (for now), the stream goes on
                 self._unread = True
                 self._reading_stopped.set()
@@ -766,14 +775,16 @@ class ResumableStream:
             # The break, as a writer meets it: a fast writer is held back from here on (a
             # reader that had not run yet started the outage only after a writer that does
             # not wait had sent everything: 130 s in no time, and the stream failed).
-            if self._carried.is_set():
+            if self._carried.is_set() and self._reader_waiting:
                 self._carried.clear()
                 self._outage_from_frame = self._kept.end
             # Nobody reads now. A break the next reading can resume (a push-to-talk agent
             # sends its next turn before it reads again) waits for it, with this write
             # kept. Anything else ends the stream here: a reading task cancelled cancels
             # its call (CANCELLED), and its audio was kept and dropped without a word.
-            if self._unread and not is_resumable(error):
+            # (the stream's own cut to move before a drain's deadline is a break to resume)
+            moving = self._cut_to_move is self._call
+            if self._unread and not (is_resumable(error) or moving):
                 self._failed = error
                 raise
             if self._unread and self._kept.lost_until > self._replay_frame():

@@ -1640,3 +1640,68 @@ async def test_a_writer_faster_than_the_reader_is_held_back_from_the_break(make_
         await proxy.close()
     assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"] * 2
     assert stream.resumes == 1  # type: ignore[attr-defined]
+
+
+async def test_a_break_before_any_loop_reads_holds_no_writer_back(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A writer meeting a break before the stream's first reading loop (a file sent whole,
+    then read) was held back after give_up_after_s of audio, waiting for a reader that
+    only its own task would start: it waited for good. Its writes are kept, and the
+    reading loop resumes."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                await stream.send_audio(speech)
+                await asyncio.sleep(0.3)
+                proxy.cut()
+                await asyncio.sleep(0.2)
+                for _ in range(40):  # past give_up_after_s (30 s)
+                    await asyncio.wait_for(stream.send_audio(bytes(32_000)), 5)
+                await stream.send_audio(speech)
+                await stream.end()
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                await asyncio.wait_for(_collect(stream, received), 20)
+    finally:
+        await proxy.close()
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"] * 2
+    assert stream.resumes == 1  # type: ignore[attr-defined]
+
+
+async def test_a_push_to_talk_turn_sent_after_the_streams_own_move_is_kept(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A draining server: the stream cuts its call itself a second before the deadline to
+    move (no boundary came to move at while nobody read). A push-to-talk agent's next turn,
+    sent before it read again, met that cut (CANCELLED) and ended the stream as if its
+    reading task had been cancelled. The turn is kept and the next loop moves the stream."""
+    first = await serve_fake(make_server)
+    second = await serve_fake(make_server)
+    proxy = await FaultProxy(first.port).start()
+    speech = (tone(1.0) * 32767).astype("<i2").tobytes()
+    draining: asyncio.Task[None] | None = None
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=ResumePolicy())
+            async with stream:
+                await stream.send_audio(speech)
+                async for response in stream:
+                    if response.speech_event.type == asr_pb2.SpeechEvent.SPEECH_STARTED:
+                        proxy.upstream_port = second.port
+                        draining = asyncio.create_task(first.drain_and_stop(4.0))
+                    if response.HasField("going_away"):
+                        await stream.finalize()
+                    if response.result.is_final:
+                        break
+                await asyncio.sleep(3.5)  # past the stream's own cut, nobody reading
+                await stream.send_audio(speech)  # raised CANCELLED
+                await stream.finalize()
+                await stream.end()
+                received: list[asr_pb2.StreamingRecognizeResponse] = []
+                await asyncio.wait_for(_collect(stream, received), 20)
+    finally:
+        await proxy.close()
+        if draining is not None:
+            await asyncio.gather(draining, return_exceptions=True)
+    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+    assert stream.resumes == 1  # type: ignore[attr-defined]
