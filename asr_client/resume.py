@@ -348,6 +348,13 @@ class ResumableStream:
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
         self._outage_since: float | None = None  # the first break not yet overcome
+        #: since when new calls have been tried for it: the break, or the start of a reading
+        #: loop after one was left in the outage (the time nobody read does not count
+        #: against give_up_after_s: the next loop failed at once, without a try)
+        self._trying_since: float | None = None
+        #: the reading loops begun: a loop left early is closed later, by asyncio, and
+        #: its cleanup must not undo the state of a loop begun meanwhile
+        self._loops = 0
         # set while a call carries the stream (or it has ended): senders ahead of the
         # audio a real-time source makes during an outage wait on it (_hold_back)
         self._carried = asyncio.Event()
@@ -475,7 +482,9 @@ class ResumableStream:
             and self._reader_waiting
             and self._kept.end - self._outage_from_frame >= allowed
         ):
-            events = (self._carried, self._reading_stopped)
+            # (the loop's end only while it is to come: a stale one would spin this)
+            stopped = [] if self._reading_stopped.is_set() else [self._reading_stopped]
+            events = [self._carried, *stopped]
             waits = [asyncio.ensure_future(event.wait()) for event in events]
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -500,6 +509,11 @@ class ResumableStream:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
         self._unread = False  # (a later loop reads on where the last one stopped)
         self._reading_stopped.clear()
+        self._loops += 1
+        loop = self._loops
+        if self._outage_since is not None and loop > 1:  # a loop left in the outage
+            self._trying_since = time.monotonic()
+            self._backoff_s = self.policy.initial_backoff_s
         try:
             async with contextlib.aclosing(self._responses()) as responses:
                 self._reader_waiting = True
@@ -512,12 +526,15 @@ class ResumableStream:
             # and a finalize's acknowledgement never came)
             self._failed = self._failed or ended
         finally:
-            self._reader_waiting = False
-            if self._failed is None:  # reading stopped (for now), the stream goes on
+            if self._failed is None and loop != self._loops:
+                pass  # a later loop reads now (this one, left early, is closed only now)
+            elif self._failed is None:  # reading stopped (for now), the stream goes on
+                self._reader_waiting = False
                 self._unread = True
                 self._reading_stopped.set()
                 self._finalizes.fail(ended, for_good=False)
             else:  # nothing more will be acknowledged, and no resume comes
+                self._reader_waiting = False
                 self._finalizes.fail(self._failed)
                 self._carried.set()
 
@@ -816,7 +833,7 @@ class ResumableStream:
             info = OutageInfo(cause, not first, self.policy.give_up_after_s)
             self._tell("on_outage", self._on_outage, info)
         if self._outage_since is None:
-            self._outage_since = now
+            self._outage_since = self._trying_since = now
             self._backoff_s = self.policy.initial_backoff_s
             if self._carried.is_set():  # (unless a writer met the break first)
                 self._carried.clear()
@@ -825,7 +842,8 @@ class ResumableStream:
             # the last new call broke or was refused before it carried anything
             no_seat = error is not None and self._no_seat(error)
             limit = self.policy.seat_wait_s if no_seat else self.policy.give_up_after_s
-            if now - self._outage_since > limit:
+            assert self._trying_since is not None
+            if now - self._trying_since > limit:
                 if no_seat and error is not None:
                     raise StreamClosedError(error.code, error.details)
                 # (whatever a proxy's last refusal said, a stream no server ever took
@@ -914,9 +932,9 @@ class ResumableStream:
         status says the rest. A cancel() meanwhile ends the wait at once, (False, None):
         the caller finds the stream failed (a call to a host that never answers held it
         for grpc's connect timeout, 20 s)."""
-        assert self._outage_since is not None
+        assert self._trying_since is not None
         policy = self.policy
-        left = self._outage_since + policy.give_up_after_s + policy.max_backoff_s - time.monotonic()
+        left = self._trying_since + policy.give_up_after_s + policy.max_backoff_s - time.monotonic()
         task = asyncio.ensure_future(step)
         cancelled = asyncio.ensure_future(self._cancelled.wait())
         try:
@@ -963,7 +981,7 @@ class ResumableStream:
         """A new call was admitted: the outage is over; a resume is counted and told."""
         assert self._outage_since is not None
         outage_s = time.monotonic() - self._outage_since
-        self._outage_since = None
+        self._outage_since = self._trying_since = None
         self._outage_told = False
         self._carried.set()
         self._admitted = True

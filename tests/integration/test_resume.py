@@ -1705,3 +1705,96 @@ async def test_a_push_to_talk_turn_sent_after_the_streams_own_move_is_kept(make_
             await asyncio.gather(draining, return_exceptions=True)
     assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
     assert stream.resumes == 1  # type: ignore[attr-defined]
+
+
+async def test_a_loop_begun_as_the_last_one_is_left_keeps_its_writer_held_back(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A reader that returns from its loop at each turn's final and loops again at once:
+    asyncio closed the left loop a moment later, and its cleanup said nobody read while
+    the new loop did. A fast writer in an outage was then never held back, and failed the
+    stream (ResumeError, "more than 15 s … sent while its events were not read")."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(give_up_after_s=3, max_kept_s=15, max_backoff_s=0.2)
+    turn = (np.concatenate([tone(1.0), silence(1.5)]) * 32767).astype("<i2").tobytes()
+    finals: list[str] = []
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                second_loop = asyncio.Event()
+
+                async def until_final() -> None:
+                    async for response in stream:
+                        if response.result.is_final:
+                            finals.append(response.result.text)
+                            return
+
+                async def read() -> None:
+                    await until_final()
+                    second_loop.set()
+                    await until_final()
+
+                reading = asyncio.create_task(read())
+                await stream.send_audio(turn)
+                await asyncio.wait_for(second_loop.wait(), 10)
+                await asyncio.sleep(0.3)
+                proxy.upstream_port = free_port()
+                proxy.cut()
+                await asyncio.sleep(0.3)
+                sent = 0
+
+                async def write() -> None:
+                    nonlocal sent
+                    for _ in range(30):
+                        await stream.send_audio(bytes(32_000))
+                        sent += 1
+
+                writing = asyncio.create_task(write())
+                await asyncio.sleep(2.0)
+                assert not writing.done() and sent <= 4, sent  # held back at 3 s
+                proxy.upstream_port = server.port
+                await asyncio.wait_for(writing, 15)
+                await stream.send_audio(turn)
+                await asyncio.wait_for(reading, 20)
+    finally:
+        await proxy.close()
+    assert finals == ["w0 w1 w2 w3"] * 2 and stream.resumes == 1  # type: ignore[attr-defined]
+
+
+async def test_a_loop_after_one_left_in_an_outage_tries_before_it_gives_up(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A push-to-talk agent reads each turn under a timeout: a turn's read timed out inside
+    a resume (the server was down), and the next loop, begun after give_up_after_s with
+    the server back, failed at once ("could not resume the stream within 3 s") without
+    trying. The time nobody read does not count: it resumes."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(give_up_after_s=3, max_backoff_s=0.2)
+    turn = (np.concatenate([tone(1.0), silence(1.5)]) * 32767).astype("<i2").tobytes()
+    finals: list[str] = []
+
+    async def read_a_turn() -> None:
+        async for response in stream:
+            if response.result.is_final:
+                finals.append(response.result.text)
+                return
+
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                await stream.send_audio(turn)
+                await asyncio.wait_for(read_a_turn(), 5)
+                proxy.upstream_port = free_port()
+                proxy.cut()
+                await asyncio.sleep(0.3)
+                await stream.send_audio(turn)
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(read_a_turn(), 1.5)
+                proxy.upstream_port = server.port
+                await asyncio.sleep(4.0)  # past give_up_after_s, nobody reading
+                await stream.send_audio(turn)
+                await asyncio.wait_for(read_a_turn(), 10)
+                await asyncio.wait_for(read_a_turn(), 10)
+    finally:
+        await proxy.close()
+    assert finals == ["w0 w1 w2 w3"] * 3 and stream.resumes == 1  # type: ignore[attr-defined]
