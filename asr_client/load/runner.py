@@ -4,7 +4,9 @@ Each call is one StreamingRecognize stream: a sender paces the audio on an absol
 schedule (chunk i goes out once the last sample it holds would exist in a live call) and a
 receiver records results as they come. Latencies are measured from that schedule, not
 from when a write finished, so time lost to the server's backpressure counts against it,
-as a caller would feel it:
+as a caller would feel it; and from when the *chunk* holding the moment was whole, so the
+client's own chunking (half a chunk on average) is left out (bench/streaming_bench.py
+times from the sample itself):
 
 * time to first partial: from when the audio where the server heard speech start existed
   (its SPEECH_STARTED offset) to the first partial of that utterance;
