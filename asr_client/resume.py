@@ -348,10 +348,12 @@ class ResumableStream:
         self._server_settled_s: float | None = None  # Progress.settled_s, servers that send it
         self._admitted = False  # some call of this stream was admitted by a server
         self._outage_since: float | None = None  # the first break not yet overcome
-        #: since when new calls have been tried for it: the break, or the start of a reading
-        #: loop after one was left in the outage (the time nobody read does not count
-        #: against give_up_after_s: the next loop failed at once, without a try)
+        #: since when new calls have been tried for it: the break, moved on by the time no
+        #: loop read in the outage (that time does not count against give_up_after_s: the
+        #: next loop failed at once, without a try), but not by a loop's restart itself (a
+        #: caller reading in slices would have kept the stream trying for good)
         self._trying_since: float | None = None
+        self._reading_stopped_at: float | None = None  # when the last loop was left
         #: the reading loops begun: a loop left early is closed later, by asyncio, and
         #: its cleanup must not undo the state of a loop begun meanwhile
         self._loops = 0
@@ -511,9 +513,9 @@ class ResumableStream:
         self._reading_stopped.clear()
         self._loops += 1
         loop = self._loops
-        if self._outage_since is not None and loop > 1:  # a loop left in the outage
-            self._trying_since = time.monotonic()
-            self._backoff_s = self.policy.initial_backoff_s
+        stopped_at, self._reading_stopped_at = self._reading_stopped_at, None
+        if self._trying_since is not None and stopped_at is not None:
+            self._trying_since += time.monotonic() - stopped_at  # (nobody read meanwhile)
         try:
             async with contextlib.aclosing(self._responses()) as responses:
                 self._reader_waiting = True
@@ -532,6 +534,7 @@ class ResumableStream:
                 self._reader_waiting = False
                 self._unread = True
                 self._reading_stopped.set()
+                self._reading_stopped_at = time.monotonic()
                 self._finalizes.fail(ended, for_good=False)
             else:  # nothing more will be acknowledged, and no resume comes
                 self._reader_waiting = False

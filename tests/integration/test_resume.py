@@ -8,6 +8,7 @@ same with real speech and tiny.en, and tests/integration/test_proxies.py through
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import socket
 import threading
@@ -1798,3 +1799,36 @@ async def test_a_loop_after_one_left_in_an_outage_tries_before_it_gives_up(make_
     finally:
         await proxy.close()
     assert finals == ["w0 w1 w2 w3"] * 3 and stream.resumes == 1  # type: ignore[attr-defined]
+
+
+async def test_an_outage_read_in_slices_still_gives_up(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A caller reading under a timeout, loop after loop (a UI polling, an agent reading a
+    turn at a time): the give-up clock started again with each loop, and a stream whose
+    server never came back tried for good. The time between loops is all that is not
+    counted: it gives up after give_up_after_s of tries."""
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(give_up_after_s=2, max_backoff_s=0.2)
+    loops = 0
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                await stream.send_audio(bytes(32_000))
+                proxy.upstream_port = free_port()  # for good
+                proxy.cut()
+
+                async def read_in_slices() -> None:
+                    nonlocal loops
+                    while True:
+                        loops += 1
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.5):
+                                async for _ in stream:
+                                    pass
+
+                with pytest.raises(ResumeError, match=r"within 2 s \(UNAVAILABLE"):
+                    await asyncio.wait_for(read_in_slices(), 15)
+    finally:
+        await proxy.close()
+    assert loops >= 3  # (the loops were many; the clock was not theirs)
