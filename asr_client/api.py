@@ -24,6 +24,10 @@ CANCELLED = "the stream was cancelled"
 #: a write after the caller's own end(): refused at once, with or without resume
 ENDED = "the stream was ended (end()): nothing can be sent after it"
 NOT_READ = "the stream's events are no longer read"
+READ_CANCELLED = (
+    "the stream's call was cancelled with a task reading it (grpc cancels a call whose read "
+    "is cancelled; leave a loop with break or return to read on later)"
+)
 
 
 #: the header a server sends when it admits a stream (asr_server.transport.servicer)
@@ -340,11 +344,15 @@ class RecognitionStream:
                     ended = await self._closed_error()
                     raise ended from None
                 except asyncio.CancelledError:
-                    if not self._cancelled_by_us():
-                        raise
-                    # cancel() from another task ends the stream for its reader too: as
-                    # the stream's end (its status), not as this task's cancellation
-                    ended = StreamClosedError(grpc.StatusCode.CANCELLED, CANCELLED)
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():
+                        raise  # this task's own cancellation
+                    # the call's end, as the stream's (its status), not as this task's
+                    # cancellation: cancel() from another task, or grpc's cancel of the call
+                    # when a task reading it was cancelled (a bare CancelledError, in a task
+                    # nobody cancelled, ended asyncio.run as if interrupted)
+                    why = CANCELLED if self._cancelled else READ_CANCELLED
+                    ended = StreamClosedError(grpc.StatusCode.CANCELLED, why)
                     raise ended from None
                 if response is grpc.aio.EOF:
                     ended = await self._closed_error()

@@ -178,6 +178,26 @@ async def test_a_stream_whose_reading_task_was_cancelled_says_so_to_its_writers(
 
 
 @pytest.mark.parametrize("resume", RESUMES)
+async def test_a_loop_after_a_reading_timeout_says_the_stream_ended(
+    make_server, resume: Any
+) -> None:  # type: ignore[no-untyped-def]
+    """A read under a timeout that runs out cancels the stream's call (grpc's doing): the
+    next loop got a bare CancelledError, in a task nobody had cancelled, on both kinds.
+    It gets the stream's end, readably."""
+    server = await serve_fake(make_server)
+    async with AsrClient(f"127.0.0.1:{server.port}") as client:
+        async with client.stream(audio_config(), resume=resume) as stream:
+            await stream.send_audio(bytes(3200))
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):
+                    await read_all(stream)
+            with pytest.raises(StreamClosedError) as err:
+                await asyncio.wait_for(read_all(stream), 5)
+    assert err.value.code == CANCELLED_CODE
+    assert "cancelled with a task reading it" in err.value.details
+
+
+@pytest.mark.parametrize("resume", RESUMES)
 async def test_a_loop_left_and_a_later_one_read_on(make_server, resume: Any) -> None:  # type: ignore[no-untyped-def]
     """A helper that reads a stream up to its first final and returns, a reader task that
     reads on: leaving the first loop must not end the stream (a version of the fix above
