@@ -357,6 +357,8 @@ class ResumableStream:
         #: the reading loops begun: a loop left early is closed later, by asyncio, and
         #: its cleanup must not undo the state of a loop begun meanwhile
         self._loops = 0
+        #: the call whose break began the outage: no sign that a server took the stream
+        self._broken: RecognitionStream | None = None
         # set while a call carries the stream (or it has ended): senders ahead of the
         # audio a real-time source makes during an outage wait on it (_hold_back)
         self._carried = asyncio.Event()
@@ -547,7 +549,10 @@ class ResumableStream:
             migrate = False
             if self._outage_since is not None:
                 try:
-                    admitted = await self._admitted_in_time(call)
+                    # (not the call that broke: a loop left while the new call opened finds
+                    # it still current, and its old admission ended the outage at once,
+                    # every loop, so a stream read in slices never gave up)
+                    admitted = call is not self._broken and await self._admitted_in_time(call)
                 except ResumeError as error:
                     self._failed = error
                     raise
@@ -822,6 +827,8 @@ class ResumableStream:
         """Carry the stream on a new call: after ``error`` broke or refused the current one,
         or (None) to leave a server that is going away."""
         now = time.monotonic()
+        if error is not None:
+            self._broken = self._call
         first = not self._admitted  # no server has taken the stream yet: not a resume
         cause = "going away" if error is None else f"{error.code.name}: {error.details}"
         # told at once, not when the stream resumes: a person watching a live transcript

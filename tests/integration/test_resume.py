@@ -1832,3 +1832,52 @@ async def test_an_outage_read_in_slices_still_gives_up(make_server) -> None:  # 
     finally:
         await proxy.close()
     assert loops >= 3  # (the loops were many; the clock was not theirs)
+
+
+async def test_slices_of_reading_while_new_calls_hang_still_give_up(make_server) -> None:  # type: ignore[no-untyped-def]
+    """New calls to a host that takes the connection and never answers, a caller reading
+    in slices: each slice's timeout left the loop while the new call opened, the broken
+    call stayed current, and the next loop took its old admission for a resume: the
+    outage began again each loop (on_outage each time) and never gave up."""
+    taken: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        taken.append(writer)
+        while await reader.read(65_536):
+            pass
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    outages: list[object] = []
+    policy = ResumePolicy(give_up_after_s=2, max_backoff_s=0.2)
+    turn = (np.concatenate([tone(1.0), silence(1.5)]) * 32767).astype("<i2").tobytes()
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(
+                audio_config(interim_results=False), resume=policy, on_outage=outages.append
+            )
+            async with stream:
+                await stream.send_audio(turn)
+                async for response in stream:
+                    if response.result.is_final:
+                        break
+                proxy.upstream_port = silent.sockets[0].getsockname()[1]
+                proxy.cut()
+
+                async def read_in_slices() -> None:
+                    while True:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.5):
+                                async for _ in stream:
+                                    pass
+
+                with pytest.raises(ResumeError, match="could not resume the stream within 2 s"):
+                    await asyncio.wait_for(read_in_slices(), 15)
+    finally:
+        await proxy.close()
+        silent.close()
+        for writer in taken:
+            writer.transport.abort()
+        await silent.wait_closed()
+    assert len(outages) == 1 and stream.resumes == 0  # type: ignore[attr-defined]
