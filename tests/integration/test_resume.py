@@ -1146,6 +1146,14 @@ async def _collect(stream, into: list) -> None:  # type: ignore[no-untyped-def]
         into.append(response)
 
 
+async def _end_and_read_finals(stream) -> list[str]:  # type: ignore[no-untyped-def]
+    """End the stream and read it to its end: its finals' texts."""
+    await stream.end()
+    received: list[asr_pb2.StreamingRecognizeResponse] = []
+    await asyncio.wait_for(_collect(stream, received), 20)
+    return [r.result.text for r in received if r.result.is_final]
+
+
 async def test_a_cancelled_stream_stays_ended_even_in_the_middle_of_a_resume(make_server) -> None:  # type: ignore[no-untyped-def]
     """cancel() ends a resumable stream as it ends a plain one: its reader (another task)
     hears CANCELLED, writes after it raise, and a resume waiting to open a new call does
@@ -1537,12 +1545,10 @@ async def test_a_writer_whose_reader_was_cancelled_in_a_resume_does_not_wait_for
                 for _ in range(5):  # more than give_up_after_s
                     await asyncio.wait_for(stream.send_audio(second), 5)
                 await stream.send_audio(speech)
-                await stream.end()
-                received: list[asr_pb2.StreamingRecognizeResponse] = []
-                await asyncio.wait_for(_collect(stream, received), 20)
+                finals = await _end_and_read_finals(stream)
     finally:
         await proxy.close()
-    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+    assert finals == ["w0 w1 w2 w3"]
 
 
 async def test_writes_past_the_kept_audio_while_nobody_reads_fail_at_once(make_server) -> None:  # type: ignore[no-untyped-def]
@@ -1607,12 +1613,10 @@ async def test_a_writer_held_back_when_its_reader_is_cancelled_goes_on(make_serv
                 await asyncio.wait_for(writing, 5)
                 proxy.upstream_port = server.port
                 await stream.send_audio((tone(1.0) * 32767).astype("<i2").tobytes())
-                await stream.end()
-                received: list[asr_pb2.StreamingRecognizeResponse] = []
-                await asyncio.wait_for(_collect(stream, received), 20)
+                finals = await _end_and_read_finals(stream)
     finally:
         await proxy.close()
-    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+    assert finals == ["w0 w1 w2 w3"]
 
 
 async def test_a_writer_faster_than_the_reader_is_held_back_from_the_break(make_server) -> None:  # type: ignore[no-untyped-def]
@@ -1662,12 +1666,10 @@ async def test_a_break_before_any_loop_reads_holds_no_writer_back(make_server) -
                 for _ in range(40):  # past give_up_after_s (30 s)
                     await asyncio.wait_for(stream.send_audio(bytes(32_000)), 5)
                 await stream.send_audio(speech)
-                await stream.end()
-                received: list[asr_pb2.StreamingRecognizeResponse] = []
-                await asyncio.wait_for(_collect(stream, received), 20)
+                finals = await _end_and_read_finals(stream)
     finally:
         await proxy.close()
-    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"] * 2
+    assert finals == ["w0 w1 w2 w3"] * 2
     assert stream.resumes == 1  # type: ignore[attr-defined]
 
 
@@ -1697,14 +1699,12 @@ async def test_a_push_to_talk_turn_sent_after_the_streams_own_move_is_kept(make_
                 await asyncio.sleep(3.5)  # past the stream's own cut, nobody reading
                 await stream.send_audio(speech)  # raised CANCELLED
                 await stream.finalize()
-                await stream.end()
-                received: list[asr_pb2.StreamingRecognizeResponse] = []
-                await asyncio.wait_for(_collect(stream, received), 20)
+                finals = await _end_and_read_finals(stream)
     finally:
         await proxy.close()
         if draining is not None:
             await asyncio.gather(draining, return_exceptions=True)
-    assert [r.result.text for r in received if r.result.is_final] == ["w0 w1 w2 w3"]
+    assert finals == ["w0 w1 w2 w3"]
     assert stream.resumes == 1  # type: ignore[attr-defined]
 
 
