@@ -827,8 +827,10 @@ class ResumableStream:
         """Carry the stream on a new call: after ``error`` broke or refused the current one,
         or (None) to leave a server that is going away."""
         now = time.monotonic()
-        if error is not None:
-            self._broken = self._call
+        # the call left, broken or moved from: its old admission is no sign of a new seat
+        self._broken = self._call
+        if error is None:  # a loop left while the new call opens moves on, not fails
+            self._cut_to_move = self._call
         first = not self._admitted  # no server has taken the stream yet: not a resume
         cause = "going away" if error is None else f"{error.code.name}: {error.details}"
         # told at once, not when the stream resumes: a person watching a live transcript

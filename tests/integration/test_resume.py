@@ -1881,3 +1881,51 @@ async def test_slices_of_reading_while_new_calls_hang_still_give_up(make_server)
             writer.transport.abort()
         await silent.wait_closed()
     assert len(outages) == 1 and stream.resumes == 0  # type: ignore[attr-defined]
+
+
+async def test_a_move_off_a_draining_server_read_in_slices_keeps_trying(make_server) -> None:  # type: ignore[no-untyped-def]
+    """A draining server's stream moves at a boundary; its new call hangs (a host that
+    never answers) and the caller reads in slices: the loop left while the new call opened
+    found the old call current, took its old admission for a seat, and read its cut
+    (CANCELLED) as the stream's end at once. It keeps trying, and gives up in time."""
+    taken: list[asyncio.StreamWriter] = []
+
+    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        taken.append(writer)
+        while await reader.read(65_536):
+            pass
+
+    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    server = await serve_fake(make_server)
+    proxy = await FaultProxy(server.port).start()
+    policy = ResumePolicy(give_up_after_s=2, max_backoff_s=0.2)
+    turn = (np.concatenate([tone(1.0), silence(1.5)]) * 32767).astype("<i2").tobytes()
+    draining: asyncio.Task[None] | None = None
+    try:
+        async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
+            stream = client.stream(audio_config(interim_results=False), resume=policy)
+            async with stream:
+                await stream.send_audio(turn)
+                async for response in stream:
+                    if response.result.is_final:
+                        break
+                proxy.upstream_port = silent.sockets[0].getsockname()[1]
+                draining = asyncio.create_task(server.drain_and_stop(5.0))
+
+                async def read_in_slices() -> None:
+                    while True:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.5):
+                                async for _ in stream:
+                                    pass
+
+                with pytest.raises(ResumeError, match=r"within 2 s \(going away"):
+                    await asyncio.wait_for(read_in_slices(), 15)
+    finally:
+        await proxy.close()
+        silent.close()
+        for writer in taken:
+            writer.transport.abort()
+        await silent.wait_closed()
+        if draining is not None:
+            await asyncio.gather(draining, return_exceptions=True)
