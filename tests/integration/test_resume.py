@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import socket
 import threading
@@ -1146,6 +1147,45 @@ async def _collect(stream, into: list) -> None:  # type: ignore[no-untyped-def]
         into.append(response)
 
 
+async def _read_in_slices(stream, loops: list[int] | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Read under a 0.5 s timeout, loop after loop (a UI polling, an agent reading a turn
+    at a time), until the stream ends or fails; each loop's number goes into ``loops``."""
+    for loop in itertools.count(1):
+        if loops is not None:
+            loops.append(loop)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.5):
+                async for _ in stream:
+                    pass
+
+
+class SilentHost:
+    """A host that takes connections, reads them and never answers (a half-open
+    balancer, a dropped SYN's other end)."""
+
+    async def start(self) -> SilentHost:
+        self._taken: list[asyncio.StreamWriter] = []
+        self._server = await asyncio.start_server(self._never_answer, "127.0.0.1", 0)
+        return self
+
+    @property
+    def port(self) -> int:
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _never_answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._taken.append(writer)
+        while await reader.read(65_536):
+            pass
+
+    async def close(self) -> None:
+        self._server.close()
+        for writer in self._taken:
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+
 async def _end_and_read_finals(stream) -> list[str]:  # type: ignore[no-untyped-def]
     """End the stream and read it to its end: its finals' texts."""
     await stream.end()
@@ -1809,7 +1849,7 @@ async def test_an_outage_read_in_slices_still_gives_up(make_server) -> None:  # 
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
     policy = ResumePolicy(give_up_after_s=2, max_backoff_s=0.2)
-    loops = 0
+    loops: list[int] = []
     try:
         async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
             stream = client.stream(audio_config(interim_results=False), resume=policy)
@@ -1817,21 +1857,11 @@ async def test_an_outage_read_in_slices_still_gives_up(make_server) -> None:  # 
                 await stream.send_audio(bytes(32_000))
                 proxy.upstream_port = free_port()  # for good
                 proxy.cut()
-
-                async def read_in_slices() -> None:
-                    nonlocal loops
-                    while True:
-                        loops += 1
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(0.5):
-                                async for _ in stream:
-                                    pass
-
                 with pytest.raises(ResumeError, match=r"within 2 s \(UNAVAILABLE"):
-                    await asyncio.wait_for(read_in_slices(), 15)
+                    await asyncio.wait_for(_read_in_slices(stream, loops), 15)
     finally:
         await proxy.close()
-    assert loops >= 3  # (the loops were many; the clock was not theirs)
+    assert len(loops) >= 3  # (the loops were many; the clock was not theirs)
 
 
 async def test_slices_of_reading_while_new_calls_hang_still_give_up(make_server) -> None:  # type: ignore[no-untyped-def]
@@ -1839,14 +1869,7 @@ async def test_slices_of_reading_while_new_calls_hang_still_give_up(make_server)
     in slices: each slice's timeout left the loop while the new call opened, the broken
     call stayed current, and the next loop took its old admission for a resume: the
     outage began again each loop (on_outage each time) and never gave up."""
-    taken: list[asyncio.StreamWriter] = []
-
-    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        taken.append(writer)
-        while await reader.read(65_536):
-            pass
-
-    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    silent = await SilentHost().start()
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
     outages: list[object] = []
@@ -1862,24 +1885,14 @@ async def test_slices_of_reading_while_new_calls_hang_still_give_up(make_server)
                 async for response in stream:
                     if response.result.is_final:
                         break
-                proxy.upstream_port = silent.sockets[0].getsockname()[1]
+                proxy.upstream_port = silent.port
                 proxy.cut()
 
-                async def read_in_slices() -> None:
-                    while True:
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(0.5):
-                                async for _ in stream:
-                                    pass
-
                 with pytest.raises(ResumeError, match="could not resume the stream within 2 s"):
-                    await asyncio.wait_for(read_in_slices(), 15)
+                    await asyncio.wait_for(_read_in_slices(stream), 15)
     finally:
         await proxy.close()
-        silent.close()
-        for writer in taken:
-            writer.transport.abort()
-        await silent.wait_closed()
+        await silent.close()
     assert len(outages) == 1 and stream.resumes == 0  # type: ignore[attr-defined]
 
 
@@ -1888,14 +1901,7 @@ async def test_a_move_off_a_draining_server_read_in_slices_keeps_trying(make_ser
     never answers) and the caller reads in slices: the loop left while the new call opened
     found the old call current, took its old admission for a seat, and read its cut
     (CANCELLED) as the stream's end at once. It keeps trying, and gives up in time."""
-    taken: list[asyncio.StreamWriter] = []
-
-    async def never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        taken.append(writer)
-        while await reader.read(65_536):
-            pass
-
-    silent = await asyncio.start_server(never_answer, "127.0.0.1", 0)
+    silent = await SilentHost().start()
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
     policy = ResumePolicy(give_up_after_s=2, max_backoff_s=0.2)
@@ -1909,23 +1915,13 @@ async def test_a_move_off_a_draining_server_read_in_slices_keeps_trying(make_ser
                 async for response in stream:
                     if response.result.is_final:
                         break
-                proxy.upstream_port = silent.sockets[0].getsockname()[1]
+                proxy.upstream_port = silent.port
                 draining = asyncio.create_task(server.drain_and_stop(5.0))
 
-                async def read_in_slices() -> None:
-                    while True:
-                        with contextlib.suppress(TimeoutError):
-                            async with asyncio.timeout(0.5):
-                                async for _ in stream:
-                                    pass
-
                 with pytest.raises(ResumeError, match=r"within 2 s \(going away"):
-                    await asyncio.wait_for(read_in_slices(), 15)
+                    await asyncio.wait_for(_read_in_slices(stream), 15)
     finally:
         await proxy.close()
-        silent.close()
-        for writer in taken:
-            writer.transport.abort()
-        await silent.wait_closed()
+        await silent.close()
         if draining is not None:
             await asyncio.gather(draining, return_exceptions=True)
