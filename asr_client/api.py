@@ -25,8 +25,9 @@ CANCELLED = "the stream was cancelled"
 ENDED = "the stream was ended (end()): nothing can be sent after it"
 NOT_READ = "the stream's events are no longer read"
 READ_CANCELLED = (
-    "the stream's call was cancelled with a task reading it (grpc cancels a call whose read "
-    "is cancelled; leave a loop with break or return to read on later)"
+    "the stream's call was cancelled with a task reading or writing it (grpc cancels a call "
+    "whose read or write is cancelled; leave a reading loop with break or return to read on "
+    "later)"
 )
 
 
@@ -338,19 +339,21 @@ class RecognitionStream:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
         try:
             while True:
+                # a call grpc cancelled before this read began (a task reading or writing it
+                # was cancelled, as a timeout around an earlier loop does): the stream's
+                # end, said so, not a bare CancelledError in a task nobody cancelled, which
+                # ended asyncio.run as if interrupted
+                cancelled_before = self._call.cancelled() and not self._cancelled
                 try:
                     response = await self._call.read()
                 except grpc.aio.AioRpcError:
                     ended = await self._closed_error()
                     raise ended from None
                 except asyncio.CancelledError:
-                    task = asyncio.current_task()
-                    if task is not None and task.cancelling():
-                        raise  # this task's own cancellation
-                    # the call's end, as the stream's (its status), not as this task's
-                    # cancellation: cancel() from another task, or grpc's cancel of the call
-                    # when a task reading it was cancelled (a bare CancelledError, in a task
-                    # nobody cancelled, ended asyncio.run as if interrupted)
+                    if not (self._cancelled_by_us() or cancelled_before):
+                        raise
+                    # cancel() from another task ends the stream for its reader too: as
+                    # the stream's end (its status), not as this task's cancellation
                     why = CANCELLED if self._cancelled else READ_CANCELLED
                     ended = StreamClosedError(grpc.StatusCode.CANCELLED, why)
                     raise ended from None

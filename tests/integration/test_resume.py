@@ -1755,9 +1755,11 @@ async def test_a_loop_begun_as_the_last_one_is_left_keeps_its_writer_held_back(m
     stream (ResumeError, "more than 15 s … sent while its events were not read")."""
     server = await serve_fake(make_server)
     proxy = await FaultProxy(server.port).start()
-    policy = ResumePolicy(give_up_after_s=3, max_kept_s=15, max_backoff_s=0.2)
+    # (an outage of 2.6 s, well inside give_up_after_s, even for a loaded machine)
+    policy = ResumePolicy(give_up_after_s=8, max_kept_s=15, max_backoff_s=0.2)
     turn = (np.concatenate([tone(1.0), silence(1.5)]) * 32767).astype("<i2").tobytes()
     finals: list[str] = []
+    tasks: list[asyncio.Task[None]] = []
     try:
         async with AsrClient(f"127.0.0.1:{proxy.port}") as client:
             stream = client.stream(audio_config(interim_results=False), resume=policy)
@@ -1776,6 +1778,7 @@ async def test_a_loop_begun_as_the_last_one_is_left_keeps_its_writer_held_back(m
                     await until_final()
 
                 reading = asyncio.create_task(read())
+                tasks.append(reading)
                 await stream.send_audio(turn)
                 await asyncio.wait_for(second_loop.wait(), 10)
                 await asyncio.sleep(0.3)
@@ -1791,14 +1794,18 @@ async def test_a_loop_begun_as_the_last_one_is_left_keeps_its_writer_held_back(m
                         sent += 1
 
                 writing = asyncio.create_task(write())
+                tasks.append(writing)
                 await asyncio.sleep(2.0)
-                assert not writing.done() and sent <= 4, sent  # held back at 3 s
+                assert not writing.done() and sent <= 9, sent  # held back at 8 s, not 15
                 proxy.upstream_port = server.port
                 await asyncio.wait_for(writing, 15)
                 await stream.send_audio(turn)
                 await asyncio.wait_for(reading, 20)
     finally:
         await proxy.close()
+        for task in tasks:  # (a failed run's tasks: no error left unread for a later test)
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     assert finals == ["w0 w1 w2 w3"] * 2 and stream.resumes == 1  # type: ignore[attr-defined]
 
 
