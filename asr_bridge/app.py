@@ -8,7 +8,6 @@ Origin (refused on the handshake), the browser's token, and the session limit.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import secrets
@@ -103,7 +102,6 @@ class _State:
     client: AsrClient | None = None
     #: the open sessions, each with its client's address
     sessions: dict[str, str] = field(default_factory=dict)
-    per_client: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> Starlette:
@@ -180,7 +178,7 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
         # one browser (or one script with the shared token) cannot take every session
         address = ws.client.host if ws.client else "?"
         per_client = config.max_sessions_per_client
-        if per_client and state.per_client[address] >= per_client:
+        if per_client and list(state.sessions.values()).count(address) >= per_client:
             metrics.refused("client_limit")
             logger.info("%s is at its limit of %d sessions", address, per_client)
             # (the address stays in the log: behind a proxy not listed in
@@ -193,18 +191,13 @@ def create_app(config: BridgeConfig, metrics: BridgeMetrics | None = None) -> St
             return None
         session_id = secrets.token_hex(6)
         state.sessions[session_id] = address
-        state.per_client[address] += 1
         metrics.sessions.inc()
         metrics.active_sessions.inc()
         logger.info("session %s: opened from %s", session_id, _peer(ws))
         return session_id
 
     def release(session_id: str) -> None:
-        address = state.sessions.pop(session_id, None)
-        if address is not None:
-            state.per_client[address] -= 1
-            if not state.per_client[address]:
-                del state.per_client[address]
+        state.sessions.pop(session_id, None)
         metrics.active_sessions.dec()
 
     async def websocket(ws: WebSocket) -> None:

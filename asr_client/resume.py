@@ -364,8 +364,9 @@ class ResumableStream:
         self._carried = asyncio.Event()
         self._carried.set()
         self._outage_from_frame = 0  # the audio sent when the outage began
-        #: set while no loop reads (after one was left): a writer held back wakes to see
-        #: that nobody will resume the stream (only a reader does)
+        #: set while no loop reads (after one was left: its task cancelled, its loop left):
+        #: a call that breaks then has nobody to resume it, and a writer held back wakes
+        #: to see that (only a reader resumes)
         self._reading_stopped = asyncio.Event()
         #: a reading loop waits on the server now (not when it has been handed a response
         #: and its body runs, which may be the task that writes): only then can a writer
@@ -382,9 +383,6 @@ class ResumableStream:
         # set by cancel(): a resume waiting out its backoff (up to max_backoff_s) stops
         # at once, so closing a client mid-outage does not wait for the next attempt
         self._cancelled = asyncio.Event()
-        #: reading began and has stopped (its task cancelled, its loop left), and nobody
-        #: reads now: a call that breaks then has nobody to resume it
-        self._unread = False
         self._write_lock = asyncio.Lock()
         self._replay_task: asyncio.Task[None] | None = None
         self._call: RecognitionStream = client._raw_stream(config, timeout_s)
@@ -496,6 +494,11 @@ class ResumableStream:
                 for waiting in waits:
                     waiting.cancel()
 
+    @property
+    def _unread(self) -> bool:
+        """Reading began and has stopped, and nobody reads now."""
+        return self._reading_stopped.is_set()
+
     def _check_cancelled(self) -> None:
         """In a resume, after each wait: a stream cancelled meanwhile stays cancelled."""
         if self._failed is not None:
@@ -511,8 +514,7 @@ class ResumableStream:
 
     async def __aiter__(self) -> AsyncIterator[asr_pb2.StreamingRecognizeResponse]:
         ended = StreamClosedError(grpc.StatusCode.CANCELLED, NOT_READ)  # unless it ends
-        self._unread = False  # (a later loop reads on where the last one stopped)
-        self._reading_stopped.clear()
+        self._reading_stopped.clear()  # (a later loop reads on where the last one stopped)
         self._loops += 1
         loop = self._loops
         stopped_at, self._reading_stopped_at = self._reading_stopped_at, None
@@ -534,7 +536,6 @@ class ResumableStream:
                 pass  # a later loop reads now (this one, left early, is closed only now)
             elif self._failed is None:  # reading stopped (for now), the stream goes on
                 self._reader_waiting = False
-                self._unread = True
                 self._reading_stopped.set()
                 self._reading_stopped_at = time.monotonic()
                 self._finalizes.fail(ended, for_good=False)
